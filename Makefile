@@ -1,0 +1,85 @@
+# GPT-2 trainer that profiles itself.
+#   make train_gpt2      CPU fp32 reference trainer (OpenMP)
+#   make prepare_data    GPT-2 tokenizer + shard writer
+#   make train_gpt2cu    GPU trainer (needs nvcc; runs on sm_80 and newer)
+#   make dev_cuda        kernel benchmarks in dev/cuda/ (build/dev/cuda/<name>)
+#   make test            GoogleTest suite (GPU tests skip without a device)
+#   make tinyshakespeare prepares data/tinyshakespeare (TINYSHAKESPEARE=/path/input.txt to skip the download)
+
+CXX ?= g++
+# -march=native: the CPU reference spends its time in matmul loops that want the widest vectors available.
+# Override with `make CPU_ARCH=x86-64-v2` for a binary that runs on other machines.
+CPU_ARCH ?= native
+CXXFLAGS ?= -O3
+CXXFLAGS += -std=c++17 -march=$(CPU_ARCH) -fopenmp -Wall -Wextra -I.
+LDLIBS_PCRE := -lpcre2-8
+BUILD := build
+
+# ---- CUDA: architecture from the GPU present (nvidia-smi), GPU_ARCH=90 to override, sm_90 without a GPU ----
+NVCC ?= nvcc
+HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
+GPU_ARCH ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '.')
+ifeq ($(GPU_ARCH),)
+GPU_ARCH := 90
+endif
+NVCCFLAGS ?= -O3
+NVCCFLAGS += -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -lineinfo -I. \
+             -Xcompiler -fopenmp,-Wall --expt-relaxed-constexpr
+CUDA_LIBS := -lcublasLt -lcublas
+
+HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h)
+CUDA_HEADERS := $(wildcard llmc/*.cuh)
+
+.PHONY: all test clean tinyshakespeare dev_cuda
+all: train_gpt2 prepare_data
+ifneq ($(HAVE_NVCC),)
+all: train_gpt2cu dev_cuda
+endif
+
+train_gpt2: train_gpt2.cpp $(HEADERS)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS_PCRE)
+
+prepare_data: dev/data/prepare_data.cpp $(HEADERS)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS_PCRE)
+
+train_gpt2cu: train_gpt2.cu $(HEADERS) $(CUDA_HEADERS)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_PCRE) -lgomp
+
+# ---- kernel benchmarks: one program per dev/cuda/*.cu ----
+DEV_CUDA_SRCS := $(wildcard dev/cuda/*.cu)
+DEV_CUDA_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/cuda/%,$(DEV_CUDA_SRCS))
+dev_cuda: $(DEV_CUDA_BINS)
+$(BUILD)/dev/cuda/%: dev/cuda/%.cu $(HEADERS) $(CUDA_HEADERS) $(wildcard dev/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) -lgomp
+
+# ---- tests: one binary; CPU tests from test/test_*.cpp, GPU tests from test/gpu/test_*.cu when nvcc exists ----
+TEST_SRCS := $(wildcard test/test_*.cpp) test/main.cpp
+TEST_OBJS := $(patsubst test/%.cpp,$(BUILD)/test/%.o,$(TEST_SRCS))
+$(BUILD)/test/%.o: test/%.cpp $(HEADERS) $(wildcard test/*.h)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+ifneq ($(HAVE_NVCC),)
+GPU_TEST_OBJS := $(patsubst test/gpu/%.cu,$(BUILD)/test/gpu/%.o,$(wildcard test/gpu/test_*.cu))
+$(BUILD)/test/gpu/%.o: test/gpu/%.cu $(HEADERS) $(CUDA_HEADERS) $(wildcard test/gpu/*.cuh test/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) -lgomp -lpthread
+else
+$(BUILD)/run_tests: $(TEST_OBJS)
+	@echo "note: nvcc not found; building the CPU tests only"
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) -lpthread
+endif
+
+# Tests find the tinyshakespeare text and GPT-2 vocabulary files through LLMC_DATA (default ../shared/data).
+LLMC_DATA ?= ../shared/data
+TEST_PROGRAMS := train_gpt2 prepare_data $(if $(HAVE_NVCC),train_gpt2cu)
+test: $(BUILD)/run_tests $(TEST_PROGRAMS)
+	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/run_tests
+
+tinyshakespeare: prepare_data
+	bash dev/data/tinyshakespeare.sh
+
+clean:
+	rm -rf $(BUILD) train_gpt2 prepare_data train_gpt2cu

@@ -1,0 +1,157 @@
+/*
+ * prepare_data: tokenizes UTF-8 text with GPT-2's BPE and writes llm.c data shards (uint16 tokens).
+ *
+ *   prepare_data [--gpt2-dir DIR] FILE OUT.bin
+ *       the plain GPT-2 encoding of FILE as one shard
+ *   prepare_data [--gpt2-dir DIR] --tinyshakespeare FILE OUTDIR
+ *       llm.c's tinyshakespeare layout, token for token what dev/data/tinyshakespeare.py writes: every
+ *       "\n\n"-separated section is a document preceded by <|endoftext|>; the first 32768 tokens are the
+ *       validation split. Also writes the llm.c tokenizer file the trainer decodes samples with.
+ *
+ * DIR holds GPT-2's encoder.json and vocab.bpe (default $GPT2_VOCAB_DIR, else data/gpt2).
+ */
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "llmc/formats.h"
+#include "llmc/tokenizer.h"
+#include "llmc/utils.h"
+
+using namespace llmc;
+
+static const char* USAGE =
+    "usage: prepare_data [--gpt2-dir DIR] FILE OUT.bin\n"
+    "       prepare_data [--gpt2-dir DIR] --tinyshakespeare FILE OUTDIR\n"
+    "\n"
+    "Encodes the UTF-8 text FILE with GPT-2's tokenizer into llm.c data shards.\n"
+    "  FILE OUT.bin        write the whole encoding as one shard\n"
+    "  --tinyshakespeare   write OUTDIR/tiny_shakespeare_{val,train}.bin as llm.c does (an <|endoftext|> before\n"
+    "                      every blank-line-separated section, the first 32768 tokens for validation) and\n"
+    "                      OUTDIR/gpt2_tokenizer.bin; OUTDIR is created if missing\n"
+    "  --gpt2-dir DIR      directory with encoder.json and vocab.bpe (default: $GPT2_VOCAB_DIR, else data/gpt2)\n"
+    "  -h, --help          show this help\n";
+
+// llm.c's validation split for tinyshakespeare.
+constexpr size_t TINYSHAKESPEARE_VAL_TOKENS = 32768;
+
+struct Args {
+    std::string gpt2_dir, input, output;
+    bool tinyshakespeare = false, help = false;
+};
+
+static Args parse_args(int argc, char** argv) {
+    Args a;
+    const char* env = getenv("GPT2_VOCAB_DIR");
+    a.gpt2_dir = env && *env ? env : "data/gpt2";
+    std::vector<std::string> positional;
+    for (int i = 1; i < argc; i++) {
+        std::string arg = argv[i];
+        if (arg == "-h" || arg == "--help") {
+            a.help = true;
+        } else if (arg == "--tinyshakespeare") {
+            a.tinyshakespeare = true;
+        } else if (arg == "--gpt2-dir") {
+            if (i + 1 >= argc) throw UsageError("--gpt2-dir needs a directory");
+            a.gpt2_dir = argv[++i];
+        } else if (arg.rfind("--gpt2-dir=", 0) == 0) {
+            a.gpt2_dir = arg.substr(11);
+        } else if (arg.size() > 1 && arg[0] == '-') {
+            throw UsageError("unknown flag " + arg + " (see prepare_data --help)");
+        } else {
+            positional.push_back(arg);
+        }
+    }
+    if (a.help) return a;
+    if (positional.size() != 2)
+        throw UsageError(strprintf("expected 2 arguments (FILE and %s), got %zu (see prepare_data --help)",
+                                   a.tinyshakespeare ? "OUTDIR" : "OUT.bin", positional.size()));
+    a.input = positional[0];
+    a.output = positional[1];
+    return a;
+}
+
+static GPT2Tokenizer load_tokenizer(const std::string& dir) {
+    std::string encoder = dir + "/encoder.json", merges = dir + "/vocab.bpe";
+    for (const std::string& f : {encoder, merges})
+        if (!file_exists(f))
+            throw Error(f + ": not found; dev/data/tinyshakespeare.sh downloads GPT-2's encoder.json and vocab.bpe "
+                            "into data/gpt2 (or pass --gpt2-dir / set GPT2_VOCAB_DIR to a directory that has them)");
+    return GPT2Tokenizer::from_gpt2_files(encoder, merges);
+}
+
+static void write_tokens(const std::string& path, const int* ids, size_t n) {
+    std::vector<uint16_t> tokens(n);
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] > 65535)
+            throw Error(strprintf("%s: token %d does not fit the shard's uint16", path.c_str(), ids[i]));
+        tokens[i] = (uint16_t)ids[i];
+    }
+    write_shard(path, tokens);
+    printf("wrote %zu tokens to %s\n", n, path.c_str());
+}
+
+int main(int argc, char** argv) {
+    try {
+        Args a = parse_args(argc, argv);
+        if (a.help) {
+            fputs(USAGE, stdout);
+            return 0;
+        }
+        GPT2Tokenizer tok = load_tokenizer(a.gpt2_dir);
+        File in(a.input, "rb");
+        std::string text(in.size(), '\0');
+        in.read(text.data(), text.size(), "text");
+
+        auto t0 = std::chrono::steady_clock::now();
+        std::vector<int> ids;
+        try {
+            if (!a.tinyshakespeare) {
+                ids = tok.encode(text);
+            } else {
+                // Sections as Python's text.split("\n\n"); each keeps its separator, which follows it in the text.
+                for (size_t start = 0;;) {
+                    size_t sep = text.find("\n\n", start);
+                    size_t end = sep == std::string::npos ? text.size() : sep + 2;
+                    ids.push_back(tok.eot());
+                    std::vector<int> s = tok.encode(std::string_view(text).substr(start, end - start));
+                    ids.insert(ids.end(), s.begin(), s.end());
+                    if (sep == std::string::npos) break;
+                    start = end;
+                }
+            }
+        } catch (const Error& e) {
+            throw Error(a.input + ": " + e.what());
+        }
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        printf("encoded %s: %zu bytes -> %zu tokens in %.0f ms\n", a.input.c_str(), text.size(), ids.size(), ms);
+
+        if (!a.tinyshakespeare) {
+            write_tokens(a.output, ids.data(), ids.size());
+            return 0;
+        }
+        if (ids.size() <= TINYSHAKESPEARE_VAL_TOKENS)
+            throw Error(strprintf("%s: only %zu tokens, the val split alone takes %zu", a.input.c_str(), ids.size(),
+                                  TINYSHAKESPEARE_VAL_TOKENS));
+        std::error_code ec;
+        std::filesystem::create_directories(a.output, ec);
+        if (ec) throw Error(a.output + ": cannot create directory (" + ec.message() + ")");
+        write_tokens(a.output + "/tiny_shakespeare_val.bin", ids.data(), TINYSHAKESPEARE_VAL_TOKENS);
+        write_tokens(a.output + "/tiny_shakespeare_train.bin", ids.data() + TINYSHAKESPEARE_VAL_TOKENS,
+                     ids.size() - TINYSHAKESPEARE_VAL_TOKENS);
+        std::string tok_path = a.output + "/gpt2_tokenizer.bin";
+        tok.write_llmc_file(tok_path);
+        printf("wrote %s (%d tokens)\n", tok_path.c_str(), tok.vocab_size());
+        return 0;
+    } catch (const UsageError& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    } catch (const Error& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,189 @@
+/*
+ * Model files and training-state files (llm.c formats, doc/formats.md), and the checkpoint directory.
+ *
+ * A checkpoint at step N is model_%08d.bin + state_%08d.bin in the output directory. Both are written
+ * atomically, model first: the latest checkpoint is the highest N for which both files exist, so a crash
+ * between the two writes falls back to the previous complete one.
+ */
+#pragma once
+#include <cstring>
+#include <dirent.h>
+#include <string>
+#include <vector>
+
+#include "llmc/dataloader.h"
+#include "llmc/formats.h"
+#include "llmc/gpt2_config.h"
+
+namespace llmc {
+
+// bf16 is the top half of an fp32; conversion rounds to nearest even (NaN stays NaN).
+inline uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+inline float bf16_to_float(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+struct ModelFile {
+    GPT2Config config;
+    std::vector<float> params; // num_parameters(config) values in llm.c order
+    int version = MODEL_VERSION_FP32;
+};
+
+inline ModelFile load_model(const std::string& path) {
+    File f(path, "rb");
+    Header h = read_header(f, MODEL_MAGIC, "model file");
+    ModelFile m;
+    m.version = h[1];
+    if (m.version != MODEL_VERSION_FP32 && m.version != MODEL_VERSION_BF16)
+        throw Error(strprintf("%s: unsupported model file version %d (expected %d for fp32 or %d for bf16)",
+                              path.c_str(), h[1], MODEL_VERSION_FP32, MODEL_VERSION_BF16));
+    GPT2Config& c = m.config;
+    c.max_seq_len = h[2];
+    c.vocab_size = h[3];
+    c.num_layers = h[4];
+    c.num_heads = h[5];
+    c.channels = h[6];
+    c.padded_vocab_size = h[7];
+    validate_config(c, path);
+    size_t n = num_parameters(c), elem = m.version == MODEL_VERSION_FP32 ? 4 : 2;
+    size_t expected = HEADER_BYTES + n * elem;
+    if (f.size() != expected)
+        throw Error(strprintf("%s: %s model file (header says %zu parameters = %zu bytes, file has %zu)", path.c_str(),
+                              f.size() < expected ? "truncated" : "oversized", n, expected, f.size()));
+    m.params.resize(n);
+    if (m.version == MODEL_VERSION_FP32) {
+        f.read(m.params.data(), n * 4, "parameters");
+    } else {
+        std::vector<uint16_t> raw(n);
+        f.read(raw.data(), n * 2, "parameters");
+        for (size_t i = 0; i < n; i++) m.params[i] = bf16_to_float(raw[i]);
+    }
+    return m;
+}
+
+inline void save_model(const std::string& path, const GPT2Config& c, const float* params,
+                       int version = MODEL_VERSION_FP32) {
+    Header h = make_header(MODEL_MAGIC, version);
+    h[2] = c.max_seq_len;
+    h[3] = c.vocab_size;
+    h[4] = c.num_layers;
+    h[5] = c.num_heads;
+    h[6] = c.channels;
+    h[7] = c.padded_vocab_size;
+    size_t n = num_parameters(c);
+    AtomicFile f(path);
+    f.write(h.data(), HEADER_BYTES);
+    if (version == MODEL_VERSION_FP32) {
+        f.write(params, n * 4);
+    } else {
+        std::vector<uint16_t> raw(n);
+        for (size_t i = 0; i < n; i++) raw[i] = float_to_bf16(params[i]);
+        f.write(raw.data(), n * 2);
+    }
+    f.commit();
+}
+
+/*
+ * Everything besides the weights that a bit-exact resume needs. `master` holds fp32 master weights when the
+ * model file is bf16 (the GPU trainer); empty when the model file itself is fp32.
+ */
+struct TrainState {
+    int64_t step = 0;       // optimizer steps completed
+    uint64_t rng_state = 0; // sampler RNG
+    DataPosition data;      // train loader position for the next step
+    int B = 0, T = 0;       // micro-batch shape the data position refers to
+    std::vector<float> m, v, master;
+};
+
+// Header fields of the state file; 64-bit values take two int32 slots (low word first).
+enum StateField { ST_STEP = 2, ST_RNG = 4, ST_SHARD = 6, ST_OFFSET = 8, ST_NPARAMS = 10, ST_HAS_MASTER = 12, ST_B, ST_T };
+inline void header_set64(Header& h, int i, uint64_t v) {
+    h[i] = (int32_t)(uint32_t)v;
+    h[i + 1] = (int32_t)(uint32_t)(v >> 32);
+}
+inline uint64_t header_get64(const Header& h, int i) { return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32); }
+
+inline void save_state(const std::string& path, const TrainState& s) {
+    Header h = make_header(STATE_MAGIC, STATE_VERSION);
+    size_t n = s.m.size();
+    header_set64(h, ST_STEP, (uint64_t)s.step);
+    header_set64(h, ST_RNG, s.rng_state);
+    header_set64(h, ST_SHARD, (uint64_t)s.data.shard);
+    header_set64(h, ST_OFFSET, (uint64_t)s.data.offset);
+    header_set64(h, ST_NPARAMS, n);
+    h[ST_HAS_MASTER] = s.master.empty() ? 0 : 1;
+    h[ST_B] = s.B;
+    h[ST_T] = s.T;
+    AtomicFile f(path);
+    f.write(h.data(), HEADER_BYTES);
+    f.write(s.m.data(), n * 4);
+    f.write(s.v.data(), n * 4);
+    if (!s.master.empty()) f.write(s.master.data(), n * 4);
+    f.commit();
+}
+
+inline TrainState load_state(const std::string& path, size_t expected_params) {
+    File f(path, "rb");
+    Header h = read_header(f, STATE_MAGIC, "training state file");
+    if (h[1] != STATE_VERSION)
+        throw Error(strprintf("%s: unsupported training state version %d (expected %d)", path.c_str(), h[1],
+                              STATE_VERSION));
+    size_t n = header_get64(h, ST_NPARAMS);
+    if (n != expected_params)
+        throw Error(strprintf("%s: state is for %zu parameters, the model has %zu", path.c_str(), n, expected_params));
+    bool has_master = h[ST_HAS_MASTER] != 0;
+    size_t expected = HEADER_BYTES + n * 4 * (has_master ? 3 : 2);
+    if (f.size() != expected)
+        throw Error(strprintf("%s: %s training state file (expected %zu bytes, file has %zu)", path.c_str(),
+                              f.size() < expected ? "truncated" : "oversized", expected, f.size()));
+    TrainState s;
+    s.step = (int64_t)header_get64(h, ST_STEP);
+    s.rng_state = header_get64(h, ST_RNG);
+    s.data.shard = (int64_t)header_get64(h, ST_SHARD);
+    s.data.offset = (int64_t)header_get64(h, ST_OFFSET);
+    s.B = h[ST_B];
+    s.T = h[ST_T];
+    s.m.resize(n);
+    s.v.resize(n);
+    f.read(s.m.data(), n * 4, "first moments");
+    f.read(s.v.data(), n * 4, "second moments");
+    if (has_master) {
+        s.master.resize(n);
+        f.read(s.master.data(), n * 4, "master weights");
+    }
+    return s;
+}
+
+inline std::string checkpoint_model_path(const std::string& dir, int64_t step) {
+    return dir + strprintf("/model_%08lld.bin", (long long)step);
+}
+inline std::string checkpoint_state_path(const std::string& dir, int64_t step) {
+    return dir + strprintf("/state_%08lld.bin", (long long)step);
+}
+
+// Highest step with both files present in `dir`, or -1 when there is none.
+inline int64_t find_latest_checkpoint(const std::string& dir) {
+    int64_t best = -1;
+    DIR* d = opendir(dir.c_str());
+    if (!d) return -1;
+    while (dirent* e = readdir(d)) {
+        long long step;
+        char tail[8];
+        if (sscanf(e->d_name, "state_%lld.bi%1s", &step, tail) == 2 && strlen(e->d_name) == 18 &&
+            file_exists(checkpoint_model_path(dir, step)) && step > best)
+            best = step;
+    }
+    closedir(d);
+    return best;
+}
+
+} // namespace llmc

@@ -1,0 +1,164 @@
+/*
+ * Command line shared by train_gpt2 (CPU) and train_gpt2cu (GPU): llm.c's short flags, each with a long
+ * alias. Every flag takes a value ("-x 10", "--max-steps 10" or "--max-steps=10"). A bad flag or value
+ * throws UsageError naming the flag; programs print it on one line and exit 2.
+ */
+#pragma once
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "llmc/schedulers.h"
+#include "llmc/utils.h"
+
+namespace llmc {
+
+struct TrainOptions {
+    std::string train_data = "data/tinyshakespeare"; // -i
+    std::string val_data;                            // -j ("" = *val*.bin beside -i)
+    std::string model = "d12";                        // -e
+    std::string output_dir;                           // -o ("" = no log, no checkpoints)
+    int B = 4;                                        // -b
+    int T = 1024;                                     // -t
+    long total_batch = -1;                            // -d (tokens; -1 = B*T, no accumulation)
+    float lr = 3e-4f;                                 // -l
+    int warmup = 0;                                   // -u
+    float final_lr_frac = 1.0f;                       // -q
+    Schedule schedule = Schedule::cosine;             // -k
+    float weight_decay = 0.0f;                        // -c
+    int max_steps = -1;                               // -x (-1 = one epoch of the train data)
+    int val_every = 20;                               // -v
+    int val_batches = 20;                             // -m
+    int sample_every = 20;                            // -s
+    int gen_tokens = 64;                              // -g
+    int checkpoint_every = 0;                         // -n
+    bool resume = false;                              // -y
+    bool overfit = false;                             // -a
+    unsigned long long seed = 1337;                   // --seed: init and sampling
+    float temperature = 1.0f;                         // --temperature
+    int top_k = 0;                                    // --top-k
+    bool help = false;                                // -h
+};
+
+inline std::string usage(const char* program, const TrainOptions& d) {
+    return strprintf(
+               "usage: %s [options]\n"
+               "  -i, --input DIR|GLOB|FILE  train shards (a directory's *train*.bin) [%s]\n"
+               "  -j, --val DIR|GLOB|FILE    val shards [*val*.bin beside -i]\n"
+               "  -e, --model dN|FILE        d12/d24/d36/d48 = GPT-2 124M/350M/774M/1558M, other dN: L=N C=64N NH=N,\n"
+               "                             or an llm.c model file (fp32 or bf16) [%s]\n"
+               "  -o, --output DIR           log and checkpoints [none]\n",
+               program, d.train_data.c_str(), d.model.c_str()) +
+           strprintf("  -b, --batch N              micro-batch size [%d]\n"
+                     "  -t, --seq-len N            sequence length [%d]\n"
+                     "  -d, --total-batch N        tokens per step, a multiple of B*T (gradient accumulation) [B*T]\n"
+                     "  -l, --lr X                 learning rate [%g]\n"
+                     "  -u, --warmup N             warmup steps [%d]\n"
+                     "  -q, --final-lr-frac X      final LR as a fraction of -l [%g]\n"
+                     "  -k, --scheduler NAME       cosine | linear | constant [%s]\n"
+                     "  -c, --weight-decay X       AdamW weight decay [%g]\n",
+                     d.B, d.T, d.lr, d.warmup, d.final_lr_frac, schedule_name(d.schedule), d.weight_decay) +
+           strprintf("  -x, --max-steps N          steps to train [-1 = one epoch]\n"
+                     "  -v, --val-every N          val loss every N steps, 0 = never [%d]\n"
+                     "  -m, --val-batches N        batches per val loss [%d]\n"
+                     "  -s, --sample-every N       sample every N steps, 0 = never [%d]\n"
+                     "  -g, --gen-tokens N         tokens per sample [%d]\n"
+                     "  -n, --checkpoint-every N   checkpoint into -o every N steps and at the end, 0 = never [%d]\n"
+                     "  -y, --resume 0|1           resume from the latest checkpoint in -o [0]\n"
+                     "  -a, --overfit 0|1          every step uses the first batch of the first shard [0]\n"
+                     "      --seed N               seed for init and sampling [%llu]\n"
+                     "      --temperature X        sampling temperature [%g]\n"
+                     "      --top-k N              sample from the N most likely tokens, 0 = all [%d]\n"
+                     "  -h, --help                 this help\n",
+                     d.val_every, d.val_batches, d.sample_every, d.gen_tokens, d.checkpoint_every, d.seed,
+                     d.temperature, d.top_k);
+}
+
+namespace detail {
+inline long parse_long(const std::string& flag, const std::string& v, long lo, long hi) {
+    errno = 0;
+    char* end = nullptr;
+    long x = strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end || errno || x < lo || x > hi)
+        throw UsageError(strprintf("%s: expected an integer in [%ld, %ld], got '%s'", flag.c_str(), lo, hi, v.c_str()));
+    return x;
+}
+inline float parse_float(const std::string& flag, const std::string& v, float lo, float hi) {
+    char* end = nullptr;
+    float x = strtof(v.c_str(), &end);
+    if (v.empty() || *end || !std::isfinite(x) || x < lo || x > hi)
+        throw UsageError(strprintf("%s: expected a number in [%g, %g], got '%s'", flag.c_str(), lo, hi, v.c_str()));
+    return x;
+}
+} // namespace detail
+
+// Parses argv over the program's defaults `opt`. Throws UsageError on anything it does not understand.
+inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt) {
+    using detail::parse_float;
+    using detail::parse_long;
+    constexpr long IMAX = 2147483647;
+    for (int i = 1; i < argc; i++) {
+        std::string arg = argv[i], flag = arg, value;
+        bool has_value = false;
+        if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
+            flag = arg.substr(0, arg.find('='));
+            value = arg.substr(arg.find('=') + 1);
+            has_value = true;
+        }
+        if (flag == "-h" || flag == "--help") {
+            opt.help = true;
+            continue;
+        }
+        static const char* table[][2] = {
+            {"-i", "--input"},        {"-j", "--val"},          {"-e", "--model"},           {"-o", "--output"},
+            {"-b", "--batch"},        {"-t", "--seq-len"},      {"-d", "--total-batch"},     {"-l", "--lr"},
+            {"-u", "--warmup"},       {"-q", "--final-lr-frac"}, {"-k", "--scheduler"},      {"-c", "--weight-decay"},
+            {"-x", "--max-steps"},    {"-v", "--val-every"},    {"-m", "--val-batches"},     {"-s", "--sample-every"},
+            {"-g", "--gen-tokens"},   {"-n", "--checkpoint-every"}, {"-y", "--resume"},      {"-a", "--overfit"},
+            {"--seed", "--seed"},     {"--temperature", "--temperature"}, {"--top-k", "--top-k"}};
+        const char* key = nullptr;
+        for (auto& row : table)
+            if (flag == row[0] || flag == row[1]) key = row[0];
+        if (!key) throw UsageError(strprintf("unknown flag '%s' (see --help)", flag.c_str()));
+        if (!has_value) {
+            if (i + 1 >= argc) throw UsageError(strprintf("%s: missing value", flag.c_str()));
+            value = argv[++i];
+        }
+        std::string k = key;
+        if (k == "-i") opt.train_data = value;
+        else if (k == "-j") opt.val_data = value;
+        else if (k == "-e") opt.model = value;
+        else if (k == "-o") opt.output_dir = value;
+        else if (k == "-b") opt.B = (int)parse_long(flag, value, 1, IMAX);
+        else if (k == "-t") opt.T = (int)parse_long(flag, value, 1, IMAX);
+        else if (k == "-d") opt.total_batch = parse_long(flag, value, -1, (long)1 << 40);
+        else if (k == "-l") opt.lr = parse_float(flag, value, 0.0f, 10.0f);
+        else if (k == "-u") opt.warmup = (int)parse_long(flag, value, 0, IMAX);
+        else if (k == "-q") opt.final_lr_frac = parse_float(flag, value, 0.0f, 1.0f);
+        else if (k == "-k") opt.schedule = parse_schedule(value);
+        else if (k == "-c") opt.weight_decay = parse_float(flag, value, 0.0f, 10.0f);
+        else if (k == "-x") opt.max_steps = (int)parse_long(flag, value, -1, IMAX);
+        else if (k == "-v") opt.val_every = (int)parse_long(flag, value, 0, IMAX);
+        else if (k == "-m") opt.val_batches = (int)parse_long(flag, value, 1, IMAX);
+        else if (k == "-s") opt.sample_every = (int)parse_long(flag, value, 0, IMAX);
+        else if (k == "-g") opt.gen_tokens = (int)parse_long(flag, value, 1, IMAX);
+        else if (k == "-n") opt.checkpoint_every = (int)parse_long(flag, value, 0, IMAX);
+        else if (k == "-y") opt.resume = parse_long(flag, value, 0, 1) != 0;
+        else if (k == "-a") opt.overfit = parse_long(flag, value, 0, 1) != 0;
+        else if (k == "--seed") opt.seed = (unsigned long long)parse_long(flag, value, 0, IMAX);
+        else if (k == "--temperature") opt.temperature = parse_float(flag, value, 1e-3f, 100.0f);
+        else if (k == "--top-k") opt.top_k = (int)parse_long(flag, value, 0, IMAX);
+    }
+    if (opt.total_batch == -1) opt.total_batch = (long)opt.B * opt.T;
+    if (opt.total_batch <= 0 || opt.total_batch % ((long)opt.B * opt.T) != 0)
+        throw UsageError(strprintf("-d: total batch %ld tokens is not a positive multiple of B*T = %ld",
+                                   opt.total_batch, (long)opt.B * opt.T));
+    if (opt.resume && opt.output_dir.empty()) throw UsageError("-y: resuming needs an output directory (-o)");
+    if (opt.checkpoint_every > 0 && opt.output_dir.empty())
+        throw UsageError("-n: checkpoints need an output directory (-o)");
+    return opt;
+}
+
+} // namespace llmc

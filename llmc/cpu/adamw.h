@@ -1,0 +1,64 @@
+/*
+ * CPU optimizer: deterministic global gradient norm, clipping, and AdamW (settings in llmc/optimizer.h;
+ * decoupled weight decay only on tensors where parameter_decays()).
+ */
+#pragma once
+#include <cmath>
+#include <vector>
+
+#include "llmc/gpt2_config.h"
+#include "llmc/optimizer.h"
+
+namespace llmc::cpu {
+
+/*
+ * Global L2 norm of the gradient. Partial sums are taken over fixed chunks and added in chunk order, so the
+ * result is bitwise the same whatever the thread count (an OpenMP reduction would not promise that).
+ */
+template <typename T> double global_norm(const T* grads, size_t n) {
+    constexpr size_t CHUNK = 1 << 16;
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+    std::vector<double> partial(nchunks, 0.0);
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nchunks; c++) {
+        double s = 0.0;
+        size_t end = std::min(n, (c + 1) * CHUNK);
+        for (size_t i = c * CHUNK; i < end; i++) s += (double)grads[i] * (double)grads[i];
+        partial[c] = s;
+    }
+    double total = 0.0;
+    for (double s : partial) total += s;
+    return std::sqrt(total);
+}
+
+/*
+ * One AdamW step over all parameter tensors. `t` is the 1-based step count for bias correction; `grad_norm`
+ * the global norm, from which the clip factor follows. m and v are (num_parameters) fp32 moments.
+ */
+template <typename T>
+void adamw_update(T* params, const T* grads, float* m, float* v, const GPT2Config& config, const AdamWConfig& opt,
+                  float lr, int t, double grad_norm) {
+    float scale = (opt.grad_clip > 0.0f && grad_norm > opt.grad_clip) ? (float)(opt.grad_clip / grad_norm) : 1.0f;
+    float bc1 = 1.0f - std::pow(opt.beta1, (float)t);
+    float bc2 = 1.0f - std::pow(opt.beta2, (float)t);
+    auto sizes = parameter_sizes(config);
+    size_t offset = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        float wd = parameter_decays(k) ? opt.weight_decay : 0.0f;
+        size_t end = offset + sizes[k];
+#pragma omp parallel for schedule(static)
+        for (size_t i = offset; i < end; i++) {
+            float g = (float)grads[i] * scale;
+            float mi = opt.beta1 * m[i] + (1.0f - opt.beta1) * g;
+            float vi = opt.beta2 * v[i] + (1.0f - opt.beta2) * g * g;
+            m[i] = mi;
+            v[i] = vi;
+            float mhat = mi / bc1, vhat = vi / bc2;
+            float p = (float)params[i];
+            params[i] = (T)(p - lr * (mhat / (std::sqrt(vhat) + opt.eps) + wd * p));
+        }
+        offset = end;
+    }
+}
+
+} // namespace llmc::cpu

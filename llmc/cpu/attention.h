@@ -1,0 +1,96 @@
+/*
+ * Causal multi-head self-attention on the CPU. inp (B, T, 3C) holds [q | k | v] for each position, each of
+ * the three split into NH heads of hs = C / NH channels. Scores are q.k / sqrt(hs), masked to t2 <= t,
+ * softmaxed per row; the output is the attention-weighted sum of v, heads concatenated back into C.
+ * The forward keeps the softmax weights att (B, NH, T, T) for the backward (the reference favours clarity
+ * over the memory a fused kernel would save).
+ */
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+namespace llmc::cpu {
+
+// out (B, T, C), att (B, NH, T, T) with zeros above the diagonal; inp (B, T, 3C).
+template <typename Real> void attention_forward(Real* out, Real* att, const Real* inp, int B, int T, int C, int NH) {
+    const int C3 = 3 * C, hs = C / NH;
+    const Real scale = (Real)(1.0 / std::sqrt((double)hs));
+#pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                const Real* q = inp + ((size_t)b * T + t) * C3 + h * hs;
+                Real* a = att + (((size_t)b * NH + h) * T + t) * T;
+                Real maxval = -std::numeric_limits<Real>::infinity();
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const Real* k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    Real dot = 0;
+                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
+                    a[t2] = dot * scale;
+                    maxval = std::max(maxval, a[t2]);
+                }
+                double sum = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    a[t2] = std::exp(a[t2] - maxval);
+                    sum += a[t2];
+                }
+                const Real inv = (Real)(1.0 / sum);
+                for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
+
+                Real* o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) o[i] = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const Real* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+                }
+            }
+}
+
+// Accumulates dinp (B, T, 3C) from dout (B, T, C), given the forward's inp and att.
+template <typename Real>
+void attention_backward(Real* dinp, const Real* dout, const Real* inp, const Real* att, int B, int T, int C, int NH) {
+    const int C3 = 3 * C, hs = C / NH;
+    const Real scale = (Real)(1.0 / std::sqrt((double)hs));
+    // One (batch, head) per task: position t writes dk and dv of every t2 <= t, so splitting over t would
+    // race, while different heads touch disjoint channels.
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            std::vector<Real> datt(T);
+            for (int t = 0; t < T; t++) {
+                const Real* a = att + (((size_t)b * NH + h) * T + t) * T;
+                const Real* g = dout + ((size_t)b * T + t) * C + h * hs;
+                const Real* q = inp + ((size_t)b * T + t) * C3 + h * hs;
+                Real* dq = dinp + ((size_t)b * T + t) * C3 + h * hs;
+                // Through the weighted sum of v: datt = dout . v, dv += att * dout.
+                double dot_att_datt = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const Real* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    Real* dv = dinp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    Real d = 0;
+                    for (int i = 0; i < hs; i++) {
+                        d += g[i] * v[i];
+                        dv[i] += a[t2] * g[i];
+                    }
+                    datt[t2] = d;
+                    dot_att_datt += a[t2] * d;
+                }
+                // Softmax backward, dpreatt = att * (datt - sum(att * datt)), then through the scaled dot.
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const Real dpre = a[t2] * (datt[t2] - (Real)dot_att_datt) * scale;
+                    const Real* k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    Real* dk = dinp + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += dpre * k[i];
+                        dk[i] += dpre * q[i];
+                    }
+                }
+            }
+        }
+}
+
+} // namespace llmc::cpu

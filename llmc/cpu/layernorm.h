@@ -1,0 +1,80 @@
+/*
+ * LayerNorm over the channel dimension on the CPU (GPT-2: eps 1e-5, biased variance).
+ * The forward saves each position's mean and reciprocal standard deviation for the backward.
+ */
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+namespace llmc::cpu {
+
+// out (B, T, C), mean and rstd (B, T); inp (B, T, C), weight and bias (C).
+template <typename Real> void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight,
+                                                const Real* bias, int B, int T, int C) {
+    const int BT = B * T;
+#pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        const Real* x = inp + (size_t)bt * C;
+        // Statistics in double: in the float model this keeps the reference's error at the level of the
+        // stored values instead of growing with C.
+        double sum = 0;
+        for (int c = 0; c < C; c++) sum += x[c];
+        const double m = sum / C;
+        double var = 0;
+        for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+        const Real mu = (Real)m, s = (Real)(1.0 / std::sqrt(var / C + 1e-5));
+        Real* o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - mu) * s * weight[c] + bias[c];
+        mean[bt] = mu;
+        rstd[bt] = s;
+    }
+}
+
+// Accumulates dinp (B, T, C), dweight (C) and dbias (C) from dout (B, T, C).
+template <typename Real> void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout,
+                                                 const Real* inp, const Real* weight, const Real* mean,
+                                                 const Real* rstd, int B, int T, int C) {
+    const int BT = B * T;
+#pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        const Real* x = inp + (size_t)bt * C;
+        const Real* g = dout + (size_t)bt * C;
+        const Real mu = mean[bt], s = rstd[bt];
+        // dL/dx = s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) with dnorm = weight * dout.
+        double dnorm_sum = 0, dnorm_norm_sum = 0;
+        for (int c = 0; c < C; c++) {
+            const Real dnorm = weight[c] * g[c];
+            dnorm_sum += dnorm;
+            dnorm_norm_sum += dnorm * ((x[c] - mu) * s);
+        }
+        const Real dnorm_mean = (Real)(dnorm_sum / C), dnorm_norm_mean = (Real)(dnorm_norm_sum / C);
+        Real* dx = dinp + (size_t)bt * C;
+        for (int c = 0; c < C; c++) {
+            const Real norm = (x[c] - mu) * s;
+            dx[c] += s * (weight[c] * g[c] - dnorm_mean - norm * dnorm_norm_mean);
+        }
+    }
+    // Parameter gradients: each thread owns a block of channels and sums over positions in order.
+    constexpr int CB = 64;
+#pragma omp parallel for
+    for (int c0 = 0; c0 < C; c0 += CB) {
+        const int c1 = std::min(C, c0 + CB);
+        Real dw[CB] = {}, db[CB] = {};
+        for (int bt = 0; bt < BT; bt++) {
+            const Real* x = inp + (size_t)bt * C;
+            const Real* g = dout + (size_t)bt * C;
+            const Real mu = mean[bt], s = rstd[bt];
+            for (int c = c0; c < c1; c++) {
+                dw[c - c0] += (x[c] - mu) * s * g[c];
+                db[c - c0] += g[c];
+            }
+        }
+        for (int c = c0; c < c1; c++) {
+            dweight[c] += dw[c - c0];
+            dbias[c] += db[c - c0];
+        }
+    }
+}
+
+} // namespace llmc::cpu

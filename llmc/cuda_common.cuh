@@ -1,0 +1,65 @@
+/*
+ * Shared CUDA definitions: the storage type of parameters, activations and gradients (bf16), checked calls
+ * that throw llmc::Error, 16-byte packed vectors for coalesced loads, and device queries.
+ */
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "llmc/utils.h"
+
+namespace llmc {
+
+// bf16 storage everywhere; arithmetic in fp32 (master weights, moments, LN statistics, losses stay fp32).
+using floatX = __nv_bfloat16;
+
+inline void cuda_check(cudaError_t e, const char* what, const char* file, int line) {
+    if (e != cudaSuccess)
+        throw Error(strprintf("CUDA error in %s (%s:%d): %s", what, file, line, cudaGetErrorString(e)));
+}
+#define CUDA_CHECK(call) ::llmc::cuda_check((call), #call, __FILE__, __LINE__)
+// After a launch: catches bad launch configurations at once (execution errors surface at the next sync).
+#define CUDA_LAUNCH_CHECK() ::llmc::cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+// Number of usable GPUs; 0 when there is no device or no driver (never throws).
+inline int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); // clear the sticky "no driver" error
+        return 0;
+    }
+    return n;
+}
+
+inline __host__ __device__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
+inline __host__ __device__ size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+/*
+ * Packed128<T>: 16 bytes of T (8 bf16 or 4 float) moved with one 128-bit load or store. Every tensor in the
+ * activation buffer is 16-byte aligned and every C is a multiple of 8, so per-thread 16-byte accesses
+ * coalesce across a warp.
+ */
+template <typename T> struct alignas(16) Packed128 {
+    static constexpr int size = 16 / sizeof(T);
+    T v[size];
+    __device__ T& operator[](int i) { return v[i]; }
+    __device__ const T& operator[](int i) const { return v[i]; }
+    __device__ static Packed128 zeros() {
+        Packed128 p;
+        for (int i = 0; i < size; i++) p.v[i] = T(0.0f);
+        return p;
+    }
+};
+using x128 = Packed128<floatX>;
+using f128 = Packed128<float>;
+
+template <typename T> __device__ Packed128<T> load128(const T* p) { return *reinterpret_cast<const Packed128<T>*>(p); }
+// Streaming load: data read once, keep it out of L1/L2 as far as possible.
+template <typename T> __device__ Packed128<T> load128cs(const T* p) {
+    Packed128<T> r;
+    *reinterpret_cast<int4*>(&r) = __ldcs(reinterpret_cast<const int4*>(p));
+    return r;
+}
+template <typename T> __device__ void store128(T* p, const Packed128<T>& v) { *reinterpret_cast<Packed128<T>*>(p) = v; }
+
+} // namespace llmc

@@ -1,0 +1,203 @@
+/*
+ * Token + position embedding on the GPU.
+ *
+ *   forward:  out (B, T, C) = wte[inp[b, t]] (Vp, C) + wpe[t] (maxT, C)
+ *   backward: dwte[token] += sum of dout rows at the positions holding that token; dwpe[t] += sum over b.
+ *
+ * The backward is deterministic without atomics. A token can occur at many positions, so its dwte row has
+ * many contributors. We sort the (token, position) pairs by token with a stable radix sort (positions of one
+ * token stay in ascending order), run-length encode the sorted tokens into (unique token, count), scan the
+ * counts into run offsets, and give each unique token one block that adds its positions' dout rows in sorted
+ * order, in fp32, and then adds the sum to the bf16 gradient once. The number of unique tokens stays on the
+ * device: B*T blocks are launched and those past the run count exit, so there is no host synchronisation.
+ * dwpe needs no sort: thread (t, 8-channel chunk) adds the B rows in b order.
+ *
+ * All C must be multiples of 8 (16-byte x128 rows); launchers throw otherwise.
+ */
+#pragma once
+#include <algorithm>
+#include <cub/cub.cuh>
+#include <numeric>
+#include <vector>
+
+#include "llmc/cuda_common.cuh"
+
+namespace llmc {
+
+inline void encoder_check_channels(int C) {
+    if (C <= 0 || C % x128::size != 0) throw Error(strprintf("encoder: C=%d must be a positive multiple of 8", C));
+}
+
+// out (BT, C) = wte[inp] + wpe[t]; thread = (row, 8-channel chunk).
+static __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int BT,
+                                              int T, int C) {
+    const int chunks = C / x128::size;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)BT * chunks) return;
+    const int bt = (int)(idx / chunks), c = (int)(idx % chunks) * x128::size;
+    const int t = bt % T;
+    x128 e = load128(wte + (size_t)inp[bt] * C + c); // wte/wpe rows are reused across the batch: keep cached
+    x128 p = load128(wpe + (size_t)t * C + c);
+    x128 o;
+#pragma unroll
+    for (int k = 0; k < x128::size; k++) o[k] = __float2bfloat16(__bfloat162float(e[k]) + __bfloat162float(p[k]));
+    store128(out + (size_t)bt * C + c, o);
+}
+
+inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C,
+                            cudaStream_t stream) {
+    encoder_check_channels(C);
+    const size_t threads = (size_t)B * T * (C / x128::size);
+    if (threads == 0) return;
+    constexpr int block = 256;
+    encoder_forward_kernel<<<(unsigned)ceil_div(threads, (size_t)block), block, 0, stream>>>(out, inp, wte, wpe, B * T,
+                                                                                             T, C);
+    CUDA_LAUNCH_CHECK();
+}
+
+/*
+ * Device scratch for encoder_backward, sized for up to B*T positions, in one allocation:
+ *   positions   (BT) 0..BT-1, filled once here: the values sorted along with the tokens
+ *   sorted_tok  (BT) tokens in ascending order;  sorted_pos (BT) their positions (ascending within a token)
+ *   unique_tok  (BT) one entry per run;  run_count (BT) its length;  run_offset (BT) its start in sorted_*
+ *   num_runs    (1)
+ *   temp        CUB temporary storage, the largest of the sort, the run-length encode and the scan.
+ * `vocab` (optional, > 0) bounds the token ids so the radix sort only looks at the bits that can be set;
+ * 0 sorts all 32 bits. One scratch must not be used by two streams at once.
+ */
+struct EncoderBackwardScratch {
+    int capacity = 0; // max B*T
+    int key_bits = 32;
+    void* base = nullptr;
+    int* positions = nullptr;
+    int* sorted_tok = nullptr;
+    int* sorted_pos = nullptr;
+    int* unique_tok = nullptr;
+    int* run_count = nullptr;
+    int* run_offset = nullptr;
+    int* num_runs = nullptr;
+    void* temp = nullptr;
+    size_t temp_bytes = 0;
+
+    EncoderBackwardScratch(int B, int T, int vocab = 0) : capacity(B * T) {
+        if (B <= 0 || T <= 0) throw Error(strprintf("EncoderBackwardScratch: bad shape B=%d T=%d", B, T));
+        if (vocab > 0) {
+            key_bits = 1;
+            while (key_bits < 31 && (1u << key_bits) < (unsigned)vocab) key_bits++;
+        }
+        // Temp storage queries (no work is done when the temp pointer is null).
+        size_t sort_bytes = 0, rle_bytes = 0, scan_bytes = 0;
+        CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const int*)nullptr, (int*)nullptr,
+                                                   (const int*)nullptr, (int*)nullptr, capacity, 0, key_bits));
+        CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, rle_bytes, (const int*)nullptr, (int*)nullptr,
+                                                      (int*)nullptr, (int*)nullptr, capacity));
+        CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, (const int*)nullptr, (int*)nullptr, capacity));
+        temp_bytes = std::max(sort_bytes, std::max(rle_bytes, scan_bytes));
+
+        // Carve every array at a 256-byte boundary from one allocation.
+        auto round = [](size_t b) { return (b + 255) / 256 * 256; };
+        const size_t arr = round((size_t)capacity * sizeof(int));
+        const size_t total = 6 * arr + round(sizeof(int)) + round(temp_bytes);
+        CUDA_CHECK(cudaMalloc(&base, total));
+        char* p = static_cast<char*>(base);
+        positions = reinterpret_cast<int*>(p), p += arr;
+        sorted_tok = reinterpret_cast<int*>(p), p += arr;
+        sorted_pos = reinterpret_cast<int*>(p), p += arr;
+        unique_tok = reinterpret_cast<int*>(p), p += arr;
+        run_count = reinterpret_cast<int*>(p), p += arr;
+        run_offset = reinterpret_cast<int*>(p), p += arr;
+        num_runs = reinterpret_cast<int*>(p), p += round(sizeof(int));
+        temp = p;
+
+        std::vector<int> iota(capacity);
+        std::iota(iota.begin(), iota.end(), 0);
+        CUDA_CHECK(cudaMemcpy(positions, iota.data(), (size_t)capacity * sizeof(int), cudaMemcpyHostToDevice));
+    }
+    ~EncoderBackwardScratch() { cudaFree(base); }
+    EncoderBackwardScratch(const EncoderBackwardScratch&) = delete;
+    EncoderBackwardScratch& operator=(const EncoderBackwardScratch&) = delete;
+};
+
+/*
+ * dwte[unique_tok[r]] += sum of dout rows at sorted_pos[run_offset[r] .. + run_count[r]), in that order.
+ * Grid: BT blocks (the most runs there can be); blocks r >= *num_runs exit. Each thread owns 8-channel
+ * chunks and keeps its fp32 sums in registers, so no cross-thread reduction is needed.
+ */
+static __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* sorted_pos,
+                                                   const int* unique_tok, const int* run_count,
+                                                   const int* run_offset, const int* num_runs, int C) {
+    const int r = blockIdx.x;
+    if (r >= *num_runs) return;
+    const int token = unique_tok[r], start = run_offset[r], count = run_count[r];
+    for (int c = threadIdx.x * x128::size; c < C; c += blockDim.x * x128::size) {
+        float acc[x128::size] = {};
+        // Unrolled so that several rows' loads are in flight at once; the adds stay in position order.
+#pragma unroll 8
+        for (int j = 0; j < count; j++) {
+            const int pos = sorted_pos[start + j]; // same address for the whole block: a broadcast
+            x128 g = load128(dout + (size_t)pos * C + c);
+#pragma unroll
+            for (int k = 0; k < x128::size; k++) acc[k] += __bfloat162float(g[k]);
+        }
+        floatX* d = dwte + (size_t)token * C + c;
+        x128 w = load128(d);
+#pragma unroll
+        for (int k = 0; k < x128::size; k++) w[k] = __float2bfloat16(__bfloat162float(w[k]) + acc[k]);
+        store128(d, w);
+    }
+}
+
+// dwpe[t] (maxT, C) += sum over b of dout[b, t]; thread = (t, 8-channel chunk), b in order.
+static __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, int B, int T, int C) {
+    const int chunks = C / x128::size;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)T * chunks) return;
+    const int t = (int)(idx / chunks), c = (int)(idx % chunks) * x128::size;
+    float acc[x128::size] = {};
+#pragma unroll 4
+    for (int b = 0; b < B; b++) {
+        x128 g = load128(dout + ((size_t)b * T + t) * C + c);
+#pragma unroll
+        for (int k = 0; k < x128::size; k++) acc[k] += __bfloat162float(g[k]);
+    }
+    floatX* d = dwpe + (size_t)t * C + c;
+    x128 w = load128(d);
+#pragma unroll
+    for (int k = 0; k < x128::size; k++) w[k] = __float2bfloat16(__bfloat162float(w[k]) + acc[k]);
+    store128(d, w);
+}
+
+// Accumulates dwte (Vp, C) and dwpe (maxT, C) from dout (B, T, C); inp (B, T) token ids in [0, Vp).
+inline void encoder_backward(floatX* dwte, floatX* dwpe, EncoderBackwardScratch& s, const floatX* dout, const int* inp,
+                             int B, int T, int C, cudaStream_t stream) {
+    encoder_check_channels(C);
+    const int BT = B * T;
+    if (BT <= 0) return;
+    if (BT > s.capacity)
+        throw Error(strprintf("encoder_backward: B*T=%d exceeds the scratch capacity %d", BT, s.capacity));
+
+    // Stable sort: positions of equal tokens keep their ascending order, fixing each token's summation order.
+    size_t bytes = s.temp_bytes;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp, bytes, inp, s.sorted_tok, s.positions, s.sorted_pos, BT, 0,
+                                               s.key_bits, stream));
+    // Counts past the run count are never written by the encode; zero them first so the scan below reads
+    // defined values. (Their offsets are unused either way: an exclusive scan's entry r depends only on < r.)
+    CUDA_CHECK(cudaMemsetAsync(s.run_count, 0, (size_t)BT * sizeof(int), stream));
+    bytes = s.temp_bytes;
+    CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(s.temp, bytes, s.sorted_tok, s.unique_tok, s.run_count, s.num_runs,
+                                                  BT, stream));
+    bytes = s.temp_bytes;
+    CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, s.run_count, s.run_offset, BT, stream));
+
+    const int wte_block = std::min(512, ceil_div(C / x128::size, 32) * 32);
+    encoder_backward_wte_kernel<<<BT, wte_block, 0, stream>>>(dwte, dout, s.sorted_pos, s.unique_tok, s.run_count,
+                                                              s.run_offset, s.num_runs, C);
+    CUDA_LAUNCH_CHECK();
+
+    constexpr int block = 256;
+    const size_t threads = (size_t)T * (C / x128::size);
+    encoder_backward_wpe_kernel<<<(unsigned)ceil_div(threads, (size_t)block), block, 0, stream>>>(dwpe, dout, B, T, C);
+    CUDA_LAUNCH_CHECK();
+}
+
+} // namespace llmc

@@ -1,0 +1,460 @@
+/*
+ * The GPU GPT-2: bf16 parameters, activations and gradients, fp32 master weights and AdamW moments.
+ *
+ * Memory is four allocations, each carved by a table: parameters (bf16), parameter gradients (bf16),
+ * optimizer state (fp32 master weights, m, v) and activations (every forward tensor, the backward's
+ * gradient buffers and scratch, and the device-side inputs). The activation table is sized for the largest
+ * (B, T) the model was built for; smaller shapes (sampling, short val batches) reuse it with the same
+ * per-layer strides.
+ *
+ * Fusions, and what they mean for the sub-block names of llmc/subblocks.h: the residual adds run inside the
+ * layernorm kernel that follows them (residual1 inside ln2, residual2 inside the next layer's ln1 or lnf),
+ * and their backward is the accumulation into dresidual; GELU runs as cuBLASLt epilogues (forward inside fc,
+ * backward inside fc_proj). Those sub-blocks have no kernels of their own on the GPU.
+ */
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "llmc/adamw.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/classifier.cuh"
+#include "llmc/cuda_common.cuh"
+#include "llmc/encoder.cuh"
+#include "llmc/gpt2_config.h"
+#include "llmc/layernorm.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/nvtx.h"
+
+namespace llmc {
+
+// Adds scale * sum(losses[0..n)) to *acc in a fixed order (one block): the mean loss stays on the device.
+static __global__ void accumulate_loss_kernel(float* acc, const float* losses, int n, float scale) {
+    using Reduce = cub::BlockReduce<float, 1024>;
+    __shared__ typename Reduce::TempStorage tmp;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += losses[i];
+    float total = Reduce(tmp).Sum(s);
+    if (threadIdx.x == 0) *acc += total * scale;
+}
+
+// Every activation tensor (shapes for the model's maximum B, T; L-prefixed ones hold one slab per layer).
+struct ActivationTensors {
+    int* inputs;        // (B, T)
+    int* targets;       // (B, T)
+    floatX* encoded;    // (B, T, C)
+    floatX* ln1;        // (L, B, T, C)
+    float* ln1_mean;    // (L, B, T)
+    float* ln1_rstd;    // (L, B, T)
+    floatX* qkv;        // (L, B, T, 3C)
+    floatX* atty;       // (L, B, T, C)
+    float* att_lse;     // (L, B, NH, T)
+    floatX* residual2;  // (L, B, T, C)
+    floatX* ln2;        // (L, B, T, C)
+    float* ln2_mean;    // (L, B, T)
+    float* ln2_rstd;    // (L, B, T)
+    floatX* fch;        // (L, B, T, 4C) pre-GELU
+    floatX* fch_gelu;   // (L, B, T, 4C)
+    floatX* residual3;  // (L, B, T, C)
+    floatX* lnf;        // (B, T, C)
+    float* lnf_mean;    // (B, T)
+    float* lnf_rstd;    // (B, T)
+    floatX* logits;     // (B, T, Vp); the classifier overwrites it with dlogits
+    float* losses;      // (B, T)
+    floatX* proj_out;   // (B, T, C) attn_proj / fc_proj output, consumed at once by the next residual+LN
+    floatX* dresidual;  // (B, T, C) gradient of the residual stream, accumulated layer by layer
+    floatX* dbtc;       // (B, T, C) backward scratch
+    floatX* dbt4c;      // (B, T, 4C) backward scratch
+    floatX* dqkv;       // (B, T, 3C)
+    float* scratch;     // reductions: layernorm, attention, bias gradients, global norm
+    float* scalars;     // [0] loss accumulated over the step's micro-batches, [1] squared grad norm
+};
+
+struct ActivationLayout {
+    ActivationTensors t{};
+    size_t bytes = 0;
+};
+
+// Carves the activation buffer (base may be null to only measure). Each tensor starts 256-byte aligned.
+inline ActivationLayout layout_activations(char* base, const GPT2Config& c, int B, int T) {
+    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size, BT = (size_t)B * T;
+    size_t scratch = std::max<size_t>({layernorm_backward_scratch_floats((int)BT, (int)C),
+                                       attention_backward_scratch_floats(B, T, (int)NH),
+                                       bias_backward_scratch_floats(4 * (int)C), global_norm_scratch_floats()});
+    ActivationLayout out;
+    size_t off = 0;
+    auto carve = [&](auto*& ptr, size_t count) {
+        using E = std::remove_reference_t<decltype(*ptr)>;
+        off = (off + 255) & ~size_t(255);
+        ptr = base ? reinterpret_cast<E*>(base + off) : nullptr;
+        off += count * sizeof(E);
+    };
+    ActivationTensors& a = out.t;
+    carve(a.inputs, BT);
+    carve(a.targets, BT);
+    carve(a.encoded, BT * C);
+    carve(a.ln1, L * BT * C);
+    carve(a.ln1_mean, L * BT);
+    carve(a.ln1_rstd, L * BT);
+    carve(a.qkv, L * BT * 3 * C);
+    carve(a.atty, L * BT * C);
+    carve(a.att_lse, L * BT * NH);
+    carve(a.residual2, L * BT * C);
+    carve(a.ln2, L * BT * C);
+    carve(a.ln2_mean, L * BT);
+    carve(a.ln2_rstd, L * BT);
+    carve(a.fch, L * BT * 4 * C);
+    carve(a.fch_gelu, L * BT * 4 * C);
+    carve(a.residual3, L * BT * C);
+    carve(a.lnf, BT * C);
+    carve(a.lnf_mean, BT);
+    carve(a.lnf_rstd, BT);
+    carve(a.logits, BT * Vp);
+    carve(a.losses, BT);
+    carve(a.proj_out, BT * C);
+    carve(a.dresidual, BT * C);
+    carve(a.dbtc, BT * C);
+    carve(a.dbt4c, BT * 4 * C);
+    carve(a.dqkv, BT * 3 * C);
+    carve(a.scratch, scratch);
+    carve(a.scalars, 2);
+    out.bytes = (off + 255) & ~size_t(255);
+    return out;
+}
+
+struct GPUMemoryPlan {
+    size_t params, grads, optimizer, activations, free_before;
+    int max_batch; // largest micro-batch at this T that fits in free_before
+};
+
+inline GPUMemoryPlan plan_gpu_memory(const GPT2Config& c, int B, int T) {
+    size_t n = num_parameters(c);
+    GPUMemoryPlan p{};
+    p.params = n * sizeof(floatX);
+    p.grads = n * sizeof(floatX);
+    p.optimizer = 3 * n * sizeof(float);
+    p.activations = layout_activations(nullptr, c, B, T).bytes;
+    size_t total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&p.free_before, &total));
+    // Activations grow linearly in B; 5% of free memory stays spare for cuBLASLt, CUB and the CUDA context.
+    size_t per_batch = layout_activations(nullptr, c, 1, T).bytes;
+    size_t budget = (size_t)(p.free_before * 0.95);
+    size_t fixed = p.params + p.grads + p.optimizer + CublasLt::WORKSPACE_BYTES;
+    p.max_batch = budget > fixed ? (int)((budget - fixed) / per_batch) : 0;
+    return p;
+}
+
+class GPT2GPU {
+public:
+    GPT2Config config;
+    int B, T; // the largest shape the activations hold
+    size_t num_params;
+    ParameterTensors<floatX> params, grads;
+    floatX* params_memory = nullptr;
+    floatX* grads_memory = nullptr;
+    float* master = nullptr; // (num_params) fp32 master weights
+    float* m = nullptr;      // AdamW moments, (num_params) each
+    float* v = nullptr;
+    ActivationTensors acts;
+    GPUMemoryPlan memory;
+    cudaStream_t stream;
+
+    GPT2GPU(const GPT2Config& c, int B_, int T_) : config(c), B(B_), T(T_), num_params(num_parameters(c)) {
+        if (c.channels % c.num_heads != 0 || c.channels / c.num_heads != 64)
+            throw Error(strprintf("the GPU attention kernel needs head size 64 (this model: C=%d / NH=%d)", c.channels,
+                                  c.num_heads));
+        if (c.channels % 8 != 0 || c.padded_vocab_size % 8 != 0)
+            throw Error("the GPU kernels need C and Vp to be multiples of 8");
+        memory = plan_gpu_memory(c, B, T);
+        size_t need = memory.params + memory.grads + memory.optimizer + memory.activations;
+        if (need > memory.free_before)
+            throw Error(strprintf("-b %d: needs %.0f MiB of GPU memory, %.0f MiB are free; the largest micro-batch "
+                                  "that fits at T=%d is %d",
+                                  B, need / 1048576.0, memory.free_before / 1048576.0, T, memory.max_batch));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaMalloc(&params_memory, memory.params));
+        CUDA_CHECK(cudaMalloc(&grads_memory, memory.grads));
+        CUDA_CHECK(cudaMalloc(&master, memory.optimizer));
+        m = master + num_params;
+        v = m + num_params;
+        CUDA_CHECK(cudaMalloc(&acts_memory_, memory.activations));
+        acts = layout_activations(acts_memory_, c, B, T).t;
+        params.point_into(params_memory, c);
+        grads.point_into(grads_memory, c);
+        CUDA_CHECK(cudaMemset(grads_memory, 0, memory.grads));
+        CUDA_CHECK(cudaMemset(m, 0, 2 * num_params * sizeof(float)));
+        CUDA_CHECK(cudaMallocHost(&pinned_tokens_, 4 * (size_t)B * T * sizeof(int)));
+        CUDA_CHECK(cudaMallocHost(&pinned_scalars_, 2 * sizeof(float)));
+        CUDA_CHECK(cudaEventCreateWithFlags(&scalars_ready_, cudaEventDisableTiming));
+        for (cudaEvent_t& e : slot_events_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        encoder_scratch_ = std::make_unique<EncoderBackwardScratch>(B, T, c.padded_vocab_size); // the sort keys need only 16 bits
+    }
+    ~GPT2GPU() {
+        cudaFreeHost(pinned_tokens_);
+        cudaFreeHost(pinned_scalars_);
+        cudaEventDestroy(scalars_ready_);
+        for (cudaEvent_t e : slot_events_) cudaEventDestroy(e);
+        cudaFree(acts_memory_);
+        cudaFree(master);
+        cudaFree(grads_memory);
+        cudaFree(params_memory);
+        cudaStreamDestroy(stream);
+    }
+    GPT2GPU(const GPT2GPU&) = delete;
+    GPT2GPU& operator=(const GPT2GPU&) = delete;
+
+    // Sets the fp32 master weights (num_params values, llm.c order) and the bf16 parameters from them.
+    void set_parameters(const float* host_params) {
+        CUDA_CHECK(cudaMemcpy(master, host_params, num_params * sizeof(float), cudaMemcpyHostToDevice));
+        copy_float_to_bf16(params_memory, master, num_params, stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    std::vector<float> get_master_weights() const { return download(master, num_params); }
+    std::vector<float> get_moments_m() const { return download(m, num_params); }
+    std::vector<float> get_moments_v() const { return download(v, num_params); }
+    void set_moments(const std::vector<float>& mh, const std::vector<float>& vh) {
+        CUDA_CHECK(cudaMemcpy(m, mh.data(), num_params * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(v, vh.data(), num_params * sizeof(float), cudaMemcpyHostToDevice));
+    }
+
+    /*
+     * Forward pass for a (B, T) batch of host token ids. With targets, per-position losses are computed and
+     * loss_scale * sum(losses) is added to the step's loss accumulator; with dloss > 0 the classifier also
+     * leaves dlogits = dloss * (probs - onehot) in place of the logits for backward().
+     */
+    void forward(const int* inputs, const int* targets, int b, int t, float loss_scale, float dloss) {
+        if (b > B || t > T || b * t > B * T)
+            throw Error(strprintf("forward shape (%d, %d) exceeds the allocated (%d, %d)", b, t, B, T));
+        cur_B_ = b, cur_T_ = t;
+        upload_tokens(inputs, targets, b * t);
+        const int L = config.num_layers, C = config.channels, NH = config.num_heads, Vp = config.padded_vocab_size;
+        const int BT = b * t;
+        const size_t slab = (size_t)B * T; // per-layer stride: fixed by the allocation, not by this call
+        const ActivationTensors& a = acts;
+        Range fwd("forward", -1, Phase::fwd);
+        {
+            Range r(SubBlock::encoder, Phase::fwd);
+            encoder_forward(a.encoded, a.inputs, params.wte, params.wpe, b, t, C, stream);
+        }
+        for (int l = 0; l < L; l++) {
+            Range layer("layer", l, Phase::fwd);
+            floatX* ln1 = a.ln1 + l * slab * C;
+            float *ln1_mean = a.ln1_mean + l * slab, *ln1_rstd = a.ln1_rstd + l * slab;
+            floatX* qkv = a.qkv + l * slab * 3 * C;
+            floatX* atty = a.atty + l * slab * C;
+            float* lse = a.att_lse + l * slab * NH;
+            floatX* residual2 = a.residual2 + l * slab * C;
+            floatX* ln2 = a.ln2 + l * slab * C;
+            floatX* fch = a.fch + l * slab * 4 * C;
+            floatX* fch_gelu = a.fch_gelu + l * slab * 4 * C;
+            {
+                Range r(SubBlock::ln1, Phase::fwd, l);
+                if (l == 0)
+                    layernorm_forward(ln1, ln1_mean, ln1_rstd, a.encoded, params.ln1w, params.ln1b, BT, C, stream);
+                else // residual2 of the previous layer, fused: residual3[l-1] = residual2[l-1] + fc_proj out
+                    fused_residual_layernorm_forward(a.residual3 + (l - 1) * slab * C, ln1, ln1_mean, ln1_rstd,
+                                                     a.residual2 + (l - 1) * slab * C, a.proj_out,
+                                                     params.ln1w + l * C, params.ln1b + l * C, BT, C, stream);
+            }
+            {
+                Range r(SubBlock::qkv, Phase::fwd, l);
+                matmul_forward(qkv, ln1, params.qkvw + (size_t)l * 3 * C * C, params.qkvb + l * 3 * C, BT, C, 3 * C,
+                               nullptr, stream);
+            }
+            {
+                Range r(SubBlock::attention, Phase::fwd, l);
+                attention_forward(atty, lse, qkv, b, t, NH, C / NH, stream);
+            }
+            {
+                Range r(SubBlock::attn_proj, Phase::fwd, l);
+                matmul_forward(a.proj_out, atty, params.attprojw + (size_t)l * C * C, params.attprojb + l * C, BT, C,
+                               C, nullptr, stream);
+            }
+            {
+                Range r(SubBlock::ln2, Phase::fwd, l); // residual1 fused: residual2 = residual + attn_proj out
+                const floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * slab * C;
+                fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * slab, a.ln2_rstd + l * slab,
+                                                 residual, a.proj_out, params.ln2w + l * C, params.ln2b + l * C, BT,
+                                                 C, stream);
+            }
+            {
+                Range r(SubBlock::fc, Phase::fwd, l); // GELU fused as the epilogue
+                matmul_forward(fch_gelu, ln2, params.fcw + (size_t)l * 4 * C * C, params.fcb + l * 4 * C, BT, C,
+                               4 * C, fch, stream);
+            }
+            {
+                Range r(SubBlock::fc_proj, Phase::fwd, l);
+                matmul_forward(a.proj_out, fch_gelu, params.fcprojw + (size_t)l * C * 4 * C, params.fcprojb + l * C,
+                               BT, 4 * C, C, nullptr, stream);
+            }
+        }
+        {
+            Range r(SubBlock::lnf, Phase::fwd); // residual2 of the last layer fused
+            fused_residual_layernorm_forward(a.residual3 + (L - 1) * slab * C, a.lnf, a.lnf_mean, a.lnf_rstd,
+                                             a.residual2 + (L - 1) * slab * C, a.proj_out, params.lnfw, params.lnfb,
+                                             BT, C, stream);
+        }
+        {
+            Range r(SubBlock::classifier, Phase::fwd);
+            matmul_forward(a.logits, a.lnf, params.wte, nullptr, BT, C, Vp, nullptr, stream);
+            if (targets) {
+                fused_classifier(a.logits, a.losses, a.targets, dloss, BT, config.vocab_size, Vp, dloss > 0, stream);
+                accumulate_loss_kernel<<<1, 1024, 0, stream>>>(a.scalars, a.losses, BT, loss_scale);
+                CUDA_LAUNCH_CHECK();
+            }
+        }
+    }
+
+    // Backward of the last forward (which must have run with dloss > 0); parameter gradients accumulate.
+    void backward() {
+        const int L = config.num_layers, C = config.channels, NH = config.num_heads, Vp = config.padded_vocab_size;
+        const int b = cur_B_, t = cur_T_, BT = b * t;
+        const size_t slab = (size_t)B * T;
+        const ActivationTensors& a = acts;
+        Range bwd("backward", -1, Phase::bwd);
+        CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)BT * C * sizeof(floatX), stream));
+        {
+            Range r(SubBlock::classifier, Phase::bwd);
+            matmul_backward(a.dbtc, grads.wte, nullptr, a.scratch, a.logits, a.lnf, params.wte, BT, C, Vp, nullptr,
+                            stream);
+        }
+        {
+            Range r(SubBlock::lnf, Phase::bwd);
+            layernorm_backward(a.dresidual, grads.lnfw, grads.lnfb, a.scratch, a.dbtc, a.residual3 + (L - 1) * slab * C,
+                               params.lnfw, a.lnf_mean, a.lnf_rstd, BT, C, stream);
+        }
+        for (int l = L - 1; l >= 0; l--) {
+            Range layer("layer", l, Phase::bwd);
+            const floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * slab * C;
+            floatX* ln1 = a.ln1 + l * slab * C;
+            floatX* qkv = a.qkv + l * slab * 3 * C;
+            floatX* atty = a.atty + l * slab * C;
+            floatX* fch = a.fch + l * slab * 4 * C;
+            floatX* fch_gelu = a.fch_gelu + l * slab * 4 * C;
+            {
+                // dresidual is d(residual3) = d(fc_proj out); the GELU backward of fc is the DGELU epilogue here.
+                Range r(SubBlock::fc_proj, Phase::bwd, l);
+                matmul_backward(a.dbt4c, grads.fcprojw + (size_t)l * C * 4 * C, grads.fcprojb + l * C, a.scratch,
+                                a.dresidual, fch_gelu, params.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C, fch,
+                                stream);
+            }
+            {
+                Range r(SubBlock::fc, Phase::bwd, l);
+                matmul_backward(a.dbtc, grads.fcw + (size_t)l * 4 * C * C, grads.fcb + l * 4 * C, a.scratch, a.dbt4c,
+                                a.ln2 + l * slab * C, params.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, nullptr, stream);
+            }
+            {
+                Range r(SubBlock::ln2, Phase::bwd, l);
+                layernorm_backward(a.dresidual, grads.ln2w + l * C, grads.ln2b + l * C, a.scratch, a.dbtc,
+                                   a.residual2 + l * slab * C, params.ln2w + l * C, a.ln2_mean + l * slab,
+                                   a.ln2_rstd + l * slab, BT, C, stream);
+            }
+            {
+                Range r(SubBlock::attn_proj, Phase::bwd, l);
+                matmul_backward(a.dbtc, grads.attprojw + (size_t)l * C * C, grads.attprojb + l * C, a.scratch,
+                                a.dresidual, atty, params.attprojw + (size_t)l * C * C, BT, C, C, nullptr, stream);
+            }
+            {
+                Range r(SubBlock::attention, Phase::bwd, l);
+                attention_backward(a.dqkv, a.scratch, a.dbtc, atty, a.att_lse + l * slab * NH, qkv, b, t, NH, C / NH,
+                                   stream);
+            }
+            {
+                Range r(SubBlock::qkv, Phase::bwd, l);
+                matmul_backward(a.dbtc, grads.qkvw + (size_t)l * 3 * C * C, grads.qkvb + l * 3 * C, a.scratch, a.dqkv,
+                                ln1, params.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, nullptr, stream);
+            }
+            {
+                Range r(SubBlock::ln1, Phase::bwd, l);
+                layernorm_backward(a.dresidual, grads.ln1w + l * C, grads.ln1b + l * C, a.scratch, a.dbtc, residual,
+                                   params.ln1w + l * C, a.ln1_mean + l * slab, a.ln1_rstd + l * slab, BT, C, stream);
+            }
+        }
+        {
+            Range r(SubBlock::encoder, Phase::bwd);
+            encoder_backward(grads.wte, grads.wpe, *encoder_scratch_, a.dresidual, a.inputs, b, t, C, stream);
+        }
+    }
+
+    void zero_grad() { CUDA_CHECK(cudaMemsetAsync(grads_memory, 0, memory.grads, stream)); }
+    void zero_loss() { CUDA_CHECK(cudaMemsetAsync(acts.scalars, 0, 2 * sizeof(float), stream)); }
+
+    // Global grad norm and AdamW on every tensor; the clip factor never leaves the device.
+    void update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, int t) {
+        {
+            Range r(SubBlock::grad_norm, Phase::opt);
+            global_norm_squared(acts.scalars + 1, acts.scratch, grads_memory, num_params, stream);
+        }
+        Range r(SubBlock::optimizer, Phase::opt);
+        auto sizes = parameter_sizes(config);
+        size_t off = 0;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            adamw_update(params_memory + off, master + off, grads_memory + off, m + off, v + off, sizes[i], lr, beta1,
+                         beta2, t, eps, parameter_decays(i) ? weight_decay : 0.0f, acts.scalars + 1, grad_clip, stream);
+            off += sizes[i];
+        }
+    }
+
+    // Queues a copy of {loss, squared grad norm} to pinned memory; read_scalars() waits for it.
+    void fetch_scalars() {
+        CUDA_CHECK(cudaMemcpyAsync(pinned_scalars_, acts.scalars, 2 * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaEventRecord(scalars_ready_, stream));
+    }
+    // {loss, grad norm} of the last fetch_scalars(); blocks until the GPU has got there (the step's one sync).
+    std::pair<float, float> read_scalars() {
+        CUDA_CHECK(cudaEventSynchronize(scalars_ready_));
+        return {pinned_scalars_[0], std::sqrt(pinned_scalars_[1])};
+    }
+
+    // Logits of position (0, t) from the last forward, as fp32 on the host (sampling).
+    std::vector<float> logits_row(int t) {
+        std::vector<floatX> row(config.padded_vocab_size);
+        CUDA_CHECK(cudaMemcpyAsync(row.data(), acts.logits + (size_t)t * config.padded_vocab_size,
+                                   row.size() * sizeof(floatX), cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::vector<float> out(row.size());
+        for (size_t i = 0; i < row.size(); i++) out[i] = __bfloat162float(row[i]);
+        return out;
+    }
+
+private:
+    /*
+     * Token ids go through one of two pinned buffers: the copy is asynchronous, so the buffer a pending copy
+     * reads must not be rewritten; alternating lets the CPU fill the next batch while the last copy runs,
+     * and it only waits for the copy issued two batches ago.
+     */
+    void upload_tokens(const int* inputs, const int* targets, int n) {
+        slot_ ^= 1;
+        if (slot_pending_[slot_]) CUDA_CHECK(cudaEventSynchronize(slot_events_[slot_]));
+        int* in = pinned_tokens_ + (size_t)slot_ * 2 * B * T; // a slot: B*T inputs, then B*T targets
+        int* tg = in + (size_t)B * T;
+        memcpy(in, inputs, n * sizeof(int));
+        CUDA_CHECK(cudaMemcpyAsync(acts.inputs, in, n * sizeof(int), cudaMemcpyHostToDevice, stream));
+        if (targets) {
+            memcpy(tg, targets, n * sizeof(int));
+            CUDA_CHECK(cudaMemcpyAsync(acts.targets, tg, n * sizeof(int), cudaMemcpyHostToDevice, stream));
+        }
+        CUDA_CHECK(cudaEventRecord(slot_events_[slot_], stream));
+        slot_pending_[slot_] = true;
+    }
+    static std::vector<float> download(const float* d, size_t n) {
+        std::vector<float> h(n);
+        CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+        return h;
+    }
+
+    char* acts_memory_ = nullptr;
+    std::unique_ptr<EncoderBackwardScratch> encoder_scratch_;
+    int* pinned_tokens_ = nullptr;
+    float* pinned_scalars_ = nullptr;
+    cudaEvent_t scalars_ready_ = nullptr;
+    cudaEvent_t slot_events_[2] = {nullptr, nullptr};
+    bool slot_pending_[2] = {false, false};
+    int slot_ = 0;
+    int cur_B_ = 0, cur_T_ = 0;
+};
+
+} // namespace llmc

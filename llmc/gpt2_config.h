@@ -1,0 +1,112 @@
+/*
+ * GPT-2 hyperparameters and the parameter layout shared by the CPU and GPU models and the llm.c model file:
+ * 16 tensors in a fixed order, each (out, in) for weights, laid out back to back in one allocation.
+ */
+#pragma once
+#include <array>
+#include <cstddef>
+#include <string>
+
+#include "llmc/formats.h"
+#include "llmc/utils.h"
+
+namespace llmc {
+
+struct GPT2Config {
+    int max_seq_len = 1024;          // maxT
+    int vocab_size = GPT2_VOCAB_SIZE; // V
+    int padded_vocab_size = 50304;    // Vp: V rounded up to a multiple of 128 for aligned matmuls
+    int num_layers = 0;               // L
+    int num_heads = 0;                // NH
+    int channels = 0;                 // C
+};
+
+// "dN": d12/d24/d36/d48 are GPT-2 124M/350M/774M/1558M; any other N gives L=N, C=64N, NH=N (head size 64).
+inline GPT2Config gpt2_config_for_depth(int depth) {
+    GPT2Config c;
+    c.num_layers = depth;
+    switch (depth) {
+    case 12: c.channels = 768; c.num_heads = 12; break;
+    case 24: c.channels = 1024; c.num_heads = 16; break;
+    case 36: c.channels = 1280; c.num_heads = 20; break;
+    case 48: c.channels = 1600; c.num_heads = 25; break;
+    default: c.channels = 64 * depth; c.num_heads = depth; break;
+    }
+    return c;
+}
+
+// True when `s` is a depth descriptor "dN" (N >= 1); writes N.
+inline bool parse_depth_descriptor(const std::string& s, int* depth) {
+    if (s.size() < 2 || s[0] != 'd') return false;
+    for (size_t i = 1; i < s.size(); i++)
+        if (s[i] < '0' || s[i] > '9') return false;
+    if (s.size() > 4) return false;
+    *depth = std::stoi(s.substr(1));
+    return *depth >= 1;
+}
+
+constexpr int NUM_PARAMETER_TENSORS = 16;
+enum ParamIndex { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
+
+inline const char* parameter_name(int i) {
+    static const char* names[NUM_PARAMETER_TENSORS] = {"wte",  "wpe",  "ln1w",   "ln1b",    "qkvw",    "qkvb",
+                                                        "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb",
+                                                        "fcprojw", "fcprojb", "lnfw", "lnfb"};
+    return names[i];
+}
+
+// Weight decay applies to the embeddings and the four matmul weights per layer (brief: optimizer conventions).
+inline bool parameter_decays(int i) {
+    return i == WTE || i == WPE || i == QKVW || i == ATTPROJW || i == FCW || i == FCPROJW;
+}
+
+inline std::array<size_t, NUM_PARAMETER_TENSORS> parameter_sizes(const GPT2Config& c) {
+    size_t Vp = c.padded_vocab_size, C = c.channels, maxT = c.max_seq_len, L = c.num_layers;
+    return {Vp * C,        maxT * C,  L * C,         L * C,     L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+            L * C,         L * C,     L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C,     C,         C};
+}
+
+inline size_t num_parameters(const GPT2Config& c) {
+    size_t n = 0;
+    for (size_t s : parameter_sizes(c)) n += s;
+    return n;
+}
+
+inline void validate_config(const GPT2Config& c, const std::string& origin) {
+    if (c.num_layers < 1 || c.num_heads < 1 || c.channels < 1 || c.channels % c.num_heads != 0 || c.max_seq_len < 1 ||
+        c.vocab_size < 1 || c.padded_vocab_size < c.vocab_size)
+        throw Error(strprintf("%s: invalid model shape (L=%d NH=%d C=%d maxT=%d V=%d Vp=%d)", origin.c_str(),
+                              c.num_layers, c.num_heads, c.channels, c.max_seq_len, c.vocab_size,
+                              c.padded_vocab_size));
+}
+
+// The 16 parameter tensors as views into one contiguous buffer (T = float, double, or a GPU type).
+template <typename T> struct ParameterTensors {
+    T* wte;      // (Vp, C)
+    T* wpe;      // (maxT, C)
+    T* ln1w;     // (L, C)
+    T* ln1b;     // (L, C)
+    T* qkvw;     // (L, 3C, C)
+    T* qkvb;     // (L, 3C)
+    T* attprojw; // (L, C, C)
+    T* attprojb; // (L, C)
+    T* ln2w;     // (L, C)
+    T* ln2b;     // (L, C)
+    T* fcw;      // (L, 4C, C)
+    T* fcb;      // (L, 4C)
+    T* fcprojw;  // (L, C, 4C)
+    T* fcprojb;  // (L, C)
+    T* lnfw;     // (C)
+    T* lnfb;     // (C)
+
+    T* tensor(int i) { return (&wte)[i]; }
+    void point_into(T* base, const GPT2Config& c) {
+        auto sizes = parameter_sizes(c);
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            (&wte)[i] = base;
+            base += sizes[i];
+        }
+    }
+};
+
+} // namespace llmc

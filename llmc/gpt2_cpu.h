@@ -1,0 +1,319 @@
+/*
+ * GPT-2 on the CPU: the fp32 reference model (instantiated in fp64 for gradient checks) that every GPU kernel
+ * is tested against. One op per header under llmc/cpu/; this file owns the memory and the order of calls.
+ *
+ * Memory: parameters and their gradients are one contiguous buffer each, in llm.c's tensor order. Activations
+ * are one buffer carved by a table of tensor sizes (llm.c's ActivationTensors), kept across steps and
+ * reallocated only when a forward needs more; activation gradients likewise, in the same layout with the
+ * tensors that need no gradient left out. The classifier's (B, T, Vp) buffer holds logits, then
+ * probabilities, then dlogits: there is no second vocabulary-sized buffer.
+ *
+ * Layer l, with residual = output of layer l-1 (the encoder output for l = 0):
+ *   ln1 = LN(residual); qkv = ln1 Wqkv; atty = attention(qkv); attproj = atty Wproj;
+ *   residual1 = residual + attproj; ln2 = LN(residual1); fch = ln2 Wfc; fch_gelu = gelu(fch);
+ *   fcproj = fch_gelu Wfcproj; residual2 = residual1 + fcproj (the layer's output).
+ */
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "llmc/cpu/attention.h"
+#include "llmc/cpu/classifier.h"
+#include "llmc/cpu/encoder.h"
+#include "llmc/cpu/gelu.h"
+#include "llmc/cpu/layernorm.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/residual.h"
+#include "llmc/gpt2_config.h"
+#include "llmc/gpt2_init.h"
+#include "llmc/subblocks.h"
+#include "llmc/utils.h"
+
+namespace llmc {
+
+template <typename Real> struct GPT2CPU {
+    GPT2Config config;
+    std::vector<Real> params_memory;
+    ParameterTensors<Real> params;
+    std::vector<Real> grads_memory;
+    ParameterTensors<Real> grads;
+    int B = 0, T = 0;                 // shape of the last forward
+    Real mean_loss = -1;              // mean loss over B*T positions of the last forward with targets, else -1
+    SubBlockTimes* timings = nullptr; // when set, forward/backward add each sub-block's wall time
+
+    explicit GPT2CPU(const GPT2Config& c) : config(c) {
+        validate_config(c, "GPT-2 model");
+        params_memory.assign(llmc::num_parameters(c), Real(0));
+        grads_memory.assign(params_memory.size(), Real(0));
+        params.point_into(params_memory.data(), c);
+        grads.point_into(grads_memory.data(), c);
+    }
+    // The tensor views point into the object's own buffers: moving keeps them valid, copying would not.
+    GPT2CPU(const GPT2CPU&) = delete;
+    GPT2CPU& operator=(const GPT2CPU&) = delete;
+    GPT2CPU(GPT2CPU&&) = default;
+    GPT2CPU& operator=(GPT2CPU&&) = default;
+
+    size_t num_parameters() const { return params_memory.size(); }
+
+    // GPT-2 init (llmc/gpt2_init.h): drawn in double from Rng(seed) in tensor order, so float and double
+    // models, and the GPU model, start from the same weights for a seed.
+    void init_random(uint64_t seed) { init_gpt2_parameters(params_memory.data(), config, seed); }
+
+    // inputs, targets (B, T) token ids; targets may be null (no loss). Throws llmc::Error on a bad shape or id.
+    void forward(const int* inputs, const int* targets, int B, int T) {
+        const int V = config.vocab_size, Vp = config.padded_vocab_size, L = config.num_layers;
+        const int C = config.channels, NH = config.num_heads;
+        if (B < 1 || T < 1 || T > config.max_seq_len)
+            throw Error(strprintf("forward: bad batch shape B=%d T=%d (need B >= 1, 1 <= T <= maxT=%d)", B, T,
+                                  config.max_seq_len));
+        check_tokens(inputs, B * T, "input");
+        if (targets) check_tokens(targets, B * T, "target");
+        probs_valid_ = backward_ready_ = false; // until this forward completes
+        this->B = B;
+        this->T = T;
+        inputs_.assign(inputs, inputs + B * T);
+        if (targets) targets_.assign(targets, targets + B * T);
+        carve(acts_memory_, acts_, B, T, false);
+        const size_t BTC = (size_t)B * T * C;
+        using namespace cpu;
+
+        timed(SubBlock::encoder, Phase::fwd,
+              [&] { encoder_forward(acts_.encoded, inputs, params.wte, params.wpe, B, T, C); });
+        for (int l = 0; l < L; l++) {
+            const Real* residual = l == 0 ? acts_.encoded : layer(acts_, l - 1).residual2;
+            const LayerTensors a = layer(acts_, l);
+            const LayerParams p = layer_params(params, l);
+            timed(SubBlock::ln1, Phase::fwd,
+                  [&] { layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, B, T, C); });
+            timed(SubBlock::qkv, Phase::fwd, [&] { matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, B, T, C, 3 * C); });
+            timed(SubBlock::attention, Phase::fwd, [&] { attention_forward(a.atty, a.att, a.qkv, B, T, C, NH); });
+            timed(SubBlock::attn_proj, Phase::fwd,
+                  [&] { matmul_forward(a.attproj, a.atty, p.attprojw, p.attprojb, B, T, C, C); });
+            timed(SubBlock::residual1, Phase::fwd, [&] { residual_forward(a.residual1, residual, a.attproj, BTC); });
+            timed(SubBlock::ln2, Phase::fwd,
+                  [&] { layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual1, p.ln2w, p.ln2b, B, T, C); });
+            timed(SubBlock::fc, Phase::fwd, [&] { matmul_forward(a.fch, a.ln2, p.fcw, p.fcb, B, T, C, 4 * C); });
+            timed(SubBlock::gelu, Phase::fwd, [&] { gelu_forward(a.fch_gelu, a.fch, 4 * BTC); });
+            timed(SubBlock::fc_proj, Phase::fwd,
+                  [&] { matmul_forward(a.fcproj, a.fch_gelu, p.fcprojw, p.fcprojb, B, T, 4 * C, C); });
+            timed(SubBlock::residual2, Phase::fwd, [&] { residual_forward(a.residual2, a.residual1, a.fcproj, BTC); });
+        }
+        const Real* last = layer(acts_, L - 1).residual2;
+        timed(SubBlock::lnf, Phase::fwd, [&] {
+            layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, last, params.lnfw, params.lnfb, B, T, C);
+        });
+        timed(SubBlock::classifier, Phase::fwd,
+              [&] { classifier_forward(acts_.probs, acts_.losses, acts_.lnf, params.wte, targets, B, T, C, V, Vp); });
+
+        if (targets) {
+            double sum = 0;
+            for (int i = 0; i < B * T; i++) sum += acts_.losses[i];
+            mean_loss = (Real)(sum / (B * T));
+        } else {
+            mean_loss = -1;
+        }
+        probs_valid_ = true;
+        backward_ready_ = targets != nullptr;
+    }
+
+    // Softmax over the Vp entries (padded ones 0) at position (b, t) of the last forward. The backward reuses
+    // this buffer for dlogits, so probabilities are available only until the next backward.
+    const Real* probs(int b, int t) const {
+        if (!probs_valid_) throw Error("probs: no forward since the last backward");
+        if (b < 0 || b >= B || t < 0 || t >= T)
+            throw Error(strprintf("probs: position (%d, %d) outside the last forward's (B=%d, T=%d)", b, t, B, T));
+        return acts_.probs + ((size_t)b * T + t) * config.padded_vocab_size;
+    }
+
+    void zero_grad() { std::fill(grads_memory.begin(), grads_memory.end(), Real(0)); }
+
+    // Accumulates d(loss_scale * mean_loss)/dparam into grads. Needs a forward with targets since the last
+    // backward (it consumes the probabilities).
+    void backward(Real loss_scale = 1) {
+        if (!backward_ready_) throw Error("backward: needs a forward with targets since the last backward");
+        const int V = config.vocab_size, Vp = config.padded_vocab_size, L = config.num_layers;
+        const int C = config.channels, NH = config.num_heads;
+        const size_t used = carve(grad_acts_memory_, grad_acts_, B, T, true);
+        // Ops accumulate into their input gradients (the residual stream's gradient gathers from two
+        // branches), so every gradient starts from zero.
+        std::fill(grad_acts_memory_.begin(), grad_acts_memory_.begin() + used, Real(0));
+        const size_t BTC = (size_t)B * T * C;
+        const Real dloss = loss_scale / (Real)(B * T);
+        const int* targets = targets_.data();
+        using namespace cpu;
+
+        const Real* last = layer(acts_, L - 1).residual2;
+        Real* dlast = layer(grad_acts_, L - 1).residual2;
+        timed(SubBlock::classifier, Phase::bwd, [&] {
+            classifier_backward(grad_acts_.lnf, grads.wte, acts_.probs, acts_.lnf, params.wte, targets, dloss, B, T, C,
+                                V, Vp);
+        });
+        timed(SubBlock::lnf, Phase::bwd, [&] {
+            layernorm_backward(dlast, grads.lnfw, grads.lnfb, grad_acts_.lnf, last, params.lnfw, acts_.lnf_mean,
+                               acts_.lnf_rstd, B, T, C);
+        });
+        for (int l = L - 1; l >= 0; l--) {
+            const Real* residual = l == 0 ? acts_.encoded : layer(acts_, l - 1).residual2;
+            Real* dresidual = l == 0 ? grad_acts_.encoded : layer(grad_acts_, l - 1).residual2;
+            const LayerTensors a = layer(acts_, l), g = layer(grad_acts_, l);
+            const LayerParams p = layer_params(params, l), dp = layer_params(grads, l);
+            timed(SubBlock::residual2, Phase::bwd, [&] { residual_backward(g.residual1, g.fcproj, g.residual2, BTC); });
+            timed(SubBlock::fc_proj, Phase::bwd, [&] {
+                matmul_backward(g.fch_gelu, dp.fcprojw, dp.fcprojb, g.fcproj, a.fch_gelu, p.fcprojw, B, T, 4 * C, C);
+            });
+            timed(SubBlock::gelu, Phase::bwd, [&] { gelu_backward(g.fch, a.fch, g.fch_gelu, 4 * BTC); });
+            timed(SubBlock::fc, Phase::bwd,
+                  [&] { matmul_backward(g.ln2, dp.fcw, dp.fcb, g.fch, a.ln2, p.fcw, B, T, C, 4 * C); });
+            timed(SubBlock::ln2, Phase::bwd, [&] {
+                layernorm_backward(g.residual1, dp.ln2w, dp.ln2b, g.ln2, a.residual1, p.ln2w, a.ln2_mean, a.ln2_rstd, B,
+                                   T, C);
+            });
+            timed(SubBlock::residual1, Phase::bwd, [&] { residual_backward(dresidual, g.attproj, g.residual1, BTC); });
+            timed(SubBlock::attn_proj, Phase::bwd, [&] {
+                matmul_backward(g.atty, dp.attprojw, dp.attprojb, g.attproj, a.atty, p.attprojw, B, T, C, C);
+            });
+            timed(SubBlock::attention, Phase::bwd,
+                  [&] { attention_backward(g.qkv, g.atty, a.qkv, a.att, B, T, C, NH); });
+            timed(SubBlock::qkv, Phase::bwd,
+                  [&] { matmul_backward(g.ln1, dp.qkvw, dp.qkvb, g.qkv, a.ln1, p.qkvw, B, T, C, 3 * C); });
+            timed(SubBlock::ln1, Phase::bwd, [&] {
+                layernorm_backward(dresidual, dp.ln1w, dp.ln1b, g.ln1, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, B, T,
+                                   C);
+            });
+        }
+        timed(SubBlock::encoder, Phase::bwd,
+              [&] { encoder_backward(grads.wte, grads.wpe, grad_acts_.encoded, inputs_.data(), B, T, C); });
+        probs_valid_ = false;
+        backward_ready_ = false;
+    }
+
+private:
+    // Activations of one forward; per-layer tensors are stacked (L, ...). In the gradient table the tensors
+    // marked below as forward-only are null.
+    static constexpr int NUM_ACTIVATION_TENSORS = 21;
+    struct Activations {
+        Real* encoded;   // (B, T, C)
+        Real* ln1;       // (L, B, T, C)
+        Real* ln1_mean;  // (L, B, T) forward-only
+        Real* ln1_rstd;  // (L, B, T) forward-only
+        Real* qkv;       // (L, B, T, 3C)
+        Real* atty;      // (L, B, T, C)
+        Real* att;       // (L, B, NH, T, T) forward-only
+        Real* attproj;   // (L, B, T, C)
+        Real* residual1; // (L, B, T, C)
+        Real* ln2;       // (L, B, T, C)
+        Real* ln2_mean;  // (L, B, T) forward-only
+        Real* ln2_rstd;  // (L, B, T) forward-only
+        Real* fch;       // (L, B, T, 4C)
+        Real* fch_gelu;  // (L, B, T, 4C)
+        Real* fcproj;    // (L, B, T, C)
+        Real* residual2; // (L, B, T, C)
+        Real* lnf;       // (B, T, C)
+        Real* lnf_mean;  // (B, T) forward-only
+        Real* lnf_rstd;  // (B, T) forward-only
+        Real* probs;     // (B, T, Vp) forward-only: the backward turns it into dlogits in place
+        Real* losses;    // (B, T) forward-only
+    };
+    // Layer l's slice of each stacked tensor (null where the table has none).
+    struct LayerTensors {
+        Real *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *residual1, *ln2, *ln2_mean, *ln2_rstd, *fch,
+            *fch_gelu, *fcproj, *residual2;
+    };
+    struct LayerParams {
+        Real *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    };
+
+    std::vector<Real> acts_memory_, grad_acts_memory_;
+    Activations acts_{}, grad_acts_{};
+    std::vector<int> inputs_, targets_; // copies of the last forward's ids, for the backward
+    bool probs_valid_ = false, backward_ready_ = false;
+
+    std::array<size_t, NUM_ACTIVATION_TENSORS> activation_sizes(int B, int T, bool gradients) const {
+        const size_t L = config.num_layers, C = config.channels, NH = config.num_heads;
+        const size_t BT = (size_t)B * T, Vp = config.padded_vocab_size;
+        const size_t fwd_only = gradients ? 0 : 1;
+        return {BT * C,                         // encoded
+                L * BT * C,                     // ln1
+                L * BT * fwd_only,              // ln1_mean
+                L * BT * fwd_only,              // ln1_rstd
+                L * BT * 3 * C,                 // qkv
+                L * BT * C,                     // atty
+                L * B * NH * T * T * fwd_only,  // att
+                L * BT * C,                     // attproj
+                L * BT * C,                     // residual1
+                L * BT * C,                     // ln2
+                L * BT * fwd_only,              // ln2_mean
+                L * BT * fwd_only,              // ln2_rstd
+                L * BT * 4 * C,                 // fch
+                L * BT * 4 * C,                 // fch_gelu
+                L * BT * C,                     // fcproj
+                L * BT * C,                     // residual2
+                BT * C,                         // lnf
+                BT * fwd_only,                  // lnf_mean
+                BT * fwd_only,                  // lnf_rstd
+                BT * Vp * fwd_only,             // probs
+                BT * fwd_only};                 // losses
+    }
+
+    // Points the table into `memory`, growing it first if this shape needs more than it holds; returns the
+    // number of elements in use.
+    size_t carve(std::vector<Real>& memory, Activations& t, int B, int T, bool gradients) {
+        const auto sizes = activation_sizes(B, T, gradients);
+        size_t total = 0;
+        for (size_t s : sizes) total += s;
+        if (total > memory.size()) {
+            memory.clear();
+            memory.shrink_to_fit(); // release the old buffer before allocating the larger one
+            memory.resize(total);
+        }
+        Real* base = memory.data();
+        Real** ptrs = &t.encoded;
+        for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+            ptrs[i] = sizes[i] ? base : nullptr;
+            base += sizes[i];
+        }
+        return total;
+    }
+
+    LayerTensors layer(const Activations& t, int l) const {
+        const size_t BT = (size_t)B * T, C = config.channels, NH = config.num_heads;
+        auto at = [l](Real* p, size_t n) { return p ? p + l * n : nullptr; };
+        return {at(t.ln1, BT * C),          at(t.ln1_mean, BT),     at(t.ln1_rstd, BT),     at(t.qkv, BT * 3 * C),
+                at(t.atty, BT * C),         at(t.att, BT * NH * T), at(t.attproj, BT * C),  at(t.residual1, BT * C),
+                at(t.ln2, BT * C),          at(t.ln2_mean, BT),     at(t.ln2_rstd, BT),     at(t.fch, BT * 4 * C),
+                at(t.fch_gelu, BT * 4 * C), at(t.fcproj, BT * C),   at(t.residual2, BT * C)};
+    }
+
+    LayerParams layer_params(const ParameterTensors<Real>& p, int l) const {
+        const size_t C = config.channels;
+        return {p.ln1w + l * C,
+                p.ln1b + l * C,
+                p.qkvw + l * 3 * C * C,
+                p.qkvb + l * 3 * C,
+                p.attprojw + l * C * C,
+                p.attprojb + l * C,
+                p.ln2w + l * C,
+                p.ln2b + l * C,
+                p.fcw + l * 4 * C * C,
+                p.fcb + l * 4 * C,
+                p.fcprojw + l * 4 * C * C,
+                p.fcprojb + l * C};
+    }
+
+    template <typename F> void timed(SubBlock s, Phase p, F&& f) {
+        ScopedSubBlockTimer timer(timings, s, p);
+        f();
+    }
+
+    void check_tokens(const int* ids, int n, const char* what) const {
+        for (int i = 0; i < n; i++)
+            if (ids[i] < 0 || ids[i] >= config.vocab_size)
+                throw Error(strprintf("forward: %s token id %d at position %d is outside [0, %d)", what, ids[i], i,
+                                      config.vocab_size));
+    }
+};
+
+} // namespace llmc

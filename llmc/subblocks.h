@@ -1,0 +1,58 @@
+/*
+ * The names every profile uses for the parts of a training step (brief: "Sub-block names").
+ * The CPU trainer times these; the GPU trainer wraps each in an NVTX range and the profiler attributes
+ * kernels to them, so CPU and GPU profiles line up row by row.
+ */
+#pragma once
+#include <array>
+#include <chrono>
+
+namespace llmc {
+
+enum class SubBlock {
+    encoder, ln1, qkv, attention, attn_proj, residual1, ln2, fc, gelu, fc_proj, residual2, lnf, classifier,
+    optimizer, grad_norm, COUNT
+};
+enum class Phase { fwd, bwd, opt, COUNT };
+
+constexpr int NUM_SUBBLOCKS = (int)SubBlock::COUNT;
+constexpr int NUM_PHASES = (int)Phase::COUNT;
+
+inline const char* subblock_name(SubBlock s) {
+    static const char* names[] = {"encoder", "ln1", "qkv", "attention", "attn_proj", "residual1", "ln2", "fc",
+                                  "gelu", "fc_proj", "residual2", "lnf", "classifier", "optimizer", "grad_norm"};
+    return names[(int)s];
+}
+inline const char* phase_name(Phase p) {
+    static const char* names[] = {"fwd", "bwd", "opt"};
+    return names[(int)p];
+}
+
+// Wall-clock seconds and call counts per (sub-block, phase), accumulated over a run.
+struct SubBlockTimes {
+    std::array<std::array<double, NUM_PHASES>, NUM_SUBBLOCKS> seconds{};
+    std::array<std::array<long, NUM_PHASES>, NUM_SUBBLOCKS> calls{};
+    void add(SubBlock s, Phase p, double sec) {
+        seconds[(int)s][(int)p] += sec;
+        calls[(int)s][(int)p] += 1;
+    }
+    void reset() { *this = SubBlockTimes{}; }
+};
+
+// RAII timer: adds the scope's wall time to one (sub-block, phase) cell; a null table disables it.
+class ScopedSubBlockTimer {
+public:
+    ScopedSubBlockTimer(SubBlockTimes* t, SubBlock s, Phase p)
+        : t_(t), s_(s), p_(p), start_(std::chrono::steady_clock::now()) {}
+    ~ScopedSubBlockTimer() {
+        if (t_) t_->add(s_, p_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    }
+
+private:
+    SubBlockTimes* t_;
+    SubBlock s_;
+    Phase p_;
+    std::chrono::steady_clock::time_point start_;
+};
+
+} // namespace llmc

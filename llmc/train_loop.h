@@ -1,0 +1,202 @@
+/*
+ * The training driver shared by train_gpt2 (CPU) and train_gpt2cu (GPU): flags, model source (random init,
+ * model file, or the latest checkpoint), data, the step loop with val loss, samples, checkpoints and
+ * resume, and the printed step line. What runs where is the Backend's business:
+ *
+ *   explicit Backend(const GPT2Config&, const TrainOptions&);    // allocates for micro-batch (B, T)
+ *   const char* name() const;                                    // "CPU fp32", "GPU bf16"
+ *   void load_weights(const std::vector<float>& fp32_params);    // llm.c order
+ *   std::vector<float> weights();                               // fp32 (the master weights on the GPU)
+ *   int model_file_version() const;                              // 3 (fp32) or 5 (bf16 + master in state)
+ *   void get_moments(std::vector<float>& m, std::vector<float>& v);
+ *   void set_moments(const std::vector<float>& m, const std::vector<float>& v);
+ *   StepStats train_step(DataLoader& train, int grad_accum, float lr, int t);  // t: 1-based AdamW step
+ *   float val_loss(DataLoader& val, int batches);
+ *   std::vector<float> next_token_probs(const std::vector<int>& ids);  // softmax at the last position (V)
+ *   const SubBlockTimes* timings() const;                        // per-sub-block wall time, or null
+ *   std::string step_extras(double ms, long tokens) const;       // more step-line fields ("" for none)
+ *   void print_memory() const;
+ */
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "llmc/checkpoint.h"
+#include "llmc/cli.h"
+#include "llmc/dataloader.h"
+#include "llmc/gpt2_config.h"
+#include "llmc/gpt2_init.h"
+#include "llmc/rand.h"
+#include "llmc/sampler.h"
+#include "llmc/schedulers.h"
+#include "llmc/train_common.h"
+
+namespace llmc {
+
+struct StepStats {
+    float loss;
+    float grad_norm;
+};
+
+namespace detail {
+
+// Generates from an EOT prompt and prints the text (token ids without a tokenizer).
+template <typename Backend>
+void print_sample(Backend& be, const GPT2Config& cfg, Rng& rng, const TrainOptions& opt, const GPT2Tokenizer* tok) {
+    int n = std::min(opt.gen_tokens, cfg.max_seq_len - 1);
+    // The prompt is EOT, which GPT-2 puts last in its vocabulary; V-1 is the same id for GPT-2 and stays in
+    // range for the small-vocabulary models the tests use.
+    std::vector<int> ids{cfg.vocab_size - 1};
+    SamplerConfig sc{opt.temperature, opt.top_k};
+    for (int i = 0; i < n; i++) {
+        std::vector<float> probs = be.next_token_probs(ids);
+        ids.push_back(sample_token(probs.data(), cfg.vocab_size, sc, rng.next_f32()));
+    }
+    printf("---- sample ----\n");
+    if (tok) {
+        printf("%s\n", tok->decode(std::vector<int>(ids.begin() + 1, ids.end())).c_str());
+    } else {
+        for (size_t i = 1; i < ids.size(); i++) printf("%d ", ids[i]);
+        printf("\n(token ids: no gpt2_tokenizer.bin beside the train data)\n");
+    }
+    printf("----------------\n");
+}
+
+} // namespace detail
+
+template <typename Backend> int run_training(const char* program, int argc, char** argv, TrainOptions defaults) {
+    using Clock = std::chrono::steady_clock;
+    TrainOptions opt = parse_train_options(argc, argv, defaults);
+    if (opt.help) {
+        printf("%s", usage(program, defaults).c_str());
+        return 0;
+    }
+    if (!opt.output_dir.empty()) make_dirs(opt.output_dir);
+
+    // ---- model: random init (dN), a model file, or the latest checkpoint when resuming ----
+    int64_t resume_step = opt.resume ? find_latest_checkpoint(opt.output_dir) : -1;
+    if (opt.resume && resume_step < 0) printf("resume: no checkpoint in %s, starting fresh\n", opt.output_dir.c_str());
+    std::string source = resume_step >= 0 ? checkpoint_model_path(opt.output_dir, resume_step) : opt.model;
+    GPT2Config cfg;
+    std::vector<float> weights;
+    int depth;
+    if (resume_step < 0 && parse_depth_descriptor(opt.model, &depth)) {
+        cfg = gpt2_config_for_depth(depth);
+        weights.resize(num_parameters(cfg));
+        init_gpt2_parameters(weights.data(), cfg, opt.seed);
+    } else {
+        if (resume_step < 0 && !file_exists(opt.model))
+            throw UsageError(strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", opt.model.c_str()));
+        ModelFile mf = load_model(source);
+        cfg = mf.config;
+        weights = std::move(mf.params);
+    }
+    if (opt.T > cfg.max_seq_len)
+        throw UsageError(strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));
+    size_t nparams = num_parameters(cfg);
+
+    // ---- data (checked before the model takes device memory: bad data fails fast) ----
+    DataLoader train(opt.train_data, "train", opt.B, opt.T, cfg.vocab_size, opt.overfit);
+    std::string val_spec = find_val_spec(opt, train.files()[0]);
+    std::unique_ptr<DataLoader> val;
+    if (!val_spec.empty() && opt.val_every > 0)
+        val = std::make_unique<DataLoader>(val_spec, "val", opt.B, opt.T, cfg.vocab_size);
+    int val_batches = val ? (int)std::min<size_t>(opt.val_batches, val->batches_per_epoch()) : 0;
+    std::unique_ptr<GPT2Tokenizer> tokenizer = opt.sample_every > 0 ? find_sample_tokenizer(train.files()[0]) : nullptr;
+    int grad_accum = (int)(opt.total_batch / ((long)opt.B * opt.T));
+    int max_steps = opt.max_steps >= 0 ? opt.max_steps : (int)(train.batches_per_epoch() / grad_accum);
+    LRScheduler sched{opt.schedule, opt.lr, opt.warmup, opt.final_lr_frac, max_steps};
+
+    Backend be(cfg, opt);
+    Rng sample_rng(opt.seed);
+    int start_step = 0;
+    if (resume_step >= 0) {
+        TrainState st = load_state(checkpoint_state_path(opt.output_dir, resume_step), nparams);
+        if (st.B != opt.B || st.T != opt.T)
+            throw UsageError(strprintf("-b/-t: checkpoint was written with B=%d T=%d; resume with the same shape",
+                                       st.B, st.T));
+        // A checkpoint from the GPU trainer carries fp32 master weights next to its bf16 model file: they, not
+        // the rounded copy, are what training continues from.
+        if (!st.master.empty()) weights = std::move(st.master);
+        be.set_moments(st.m, st.v);
+        sample_rng.state = st.rng_state;
+        train.restore(st.data);
+        start_step = (int)st.step;
+        printf("resumed from %s (step %d)\n", source.c_str(), start_step);
+    }
+    be.load_weights(weights);
+    weights = std::vector<float>(); // the backend holds them now
+    TrainLog log(opt.output_dir, resume_step >= 0);
+
+    printf("+-----------------------+------------------------------------------+\n");
+    printf("| trainer               | %-40s |\n", be.name());
+    printf("| model                 | %-40s |\n", source.c_str());
+    printf("| L / NH / C            | %-40s |\n", strprintf("%d / %d / %d", cfg.num_layers, cfg.num_heads, cfg.channels).c_str());
+    printf("| maxT / V / Vp         | %-40s |\n", strprintf("%d / %d / %d", cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size).c_str());
+    printf("| parameters            | %-40zu |\n", nparams);
+    printf("| B / T / grad accum    | %-40s |\n", strprintf("%d / %d / %d", opt.B, opt.T, grad_accum).c_str());
+    printf("| train tokens / shards | %-40s |\n", strprintf("%zu / %zu", train.total_tokens(), train.files().size()).c_str());
+    printf("| val                   | %-40s |\n", val ? strprintf("%s, %d batches", val_spec.c_str(), val_batches).c_str() : "off");
+    printf("| steps                 | %-40d |\n", max_steps);
+    printf("| lr / schedule         | %-40s |\n", strprintf("%g / %s, warmup %d, final x%g", opt.lr, schedule_name(opt.schedule), opt.warmup, opt.final_lr_frac).c_str());
+    printf("+-----------------------+------------------------------------------+\n");
+    be.print_memory();
+
+    int trained = 0;
+    for (int step = start_step; step <= max_steps; step++) {
+        bool last = step == max_steps;
+        if (val && (step % opt.val_every == 0 || last)) {
+            float vl = be.val_loss(*val, val_batches);
+            printf("val loss %.6f\n", vl);
+            log.val(step, vl);
+        }
+        if (opt.sample_every > 0 && step > start_step && (step % opt.sample_every == 0 || last))
+            detail::print_sample(be, cfg, sample_rng, opt, tokenizer.get());
+        if (opt.checkpoint_every > 0 && step > start_step && (step % opt.checkpoint_every == 0 || last)) {
+            std::vector<float> w = be.weights();
+            save_model(checkpoint_model_path(opt.output_dir, step), cfg, w.data(), be.model_file_version());
+            TrainState st{step, sample_rng.state, train.position(), opt.B, opt.T, {}, {}, {}};
+            be.get_moments(st.m, st.v);
+            if (be.model_file_version() != MODEL_VERSION_FP32) st.master = std::move(w);
+            save_state(checkpoint_state_path(opt.output_dir, step), st);
+            printf("checkpoint: %s\n", checkpoint_model_path(opt.output_dir, step).c_str());
+        }
+        if (last) break;
+
+        auto t0 = Clock::now();
+        float lr = sched.lr(step);
+        StepStats s = be.train_step(train, grad_accum, lr, step + 1);
+        double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (!std::isfinite(s.loss))
+            throw Error(strprintf("loss is %f at step %d; stopping (checkpoints in -o are from before this step)",
+                                  s.loss, step + 1));
+        trained++;
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s%s\n", step + 1, max_steps, s.loss,
+               s.grad_norm, lr, ms, opt.total_batch / (ms / 1e3), be.step_extras(ms, opt.total_batch).c_str());
+        log.train(step + 1, s.loss, lr, s.grad_norm);
+    }
+    if (const SubBlockTimes* t = be.timings()) print_subblock_table(*t, trained);
+    return 0;
+}
+
+// Program entry: one-line errors, exit 2 for usage, 1 for everything else.
+template <typename Fn> int main_guard(Fn&& fn) {
+    try {
+        return fn();
+    } catch (const UsageError& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    } catch (const Error& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc&) {
+        fprintf(stderr, "error: out of memory (try a smaller -b, -t or model)\n");
+        return 1;
+    }
+}
+
+} // namespace llmc

@@ -1,0 +1,116 @@
+/*
+ * Shared host utilities: errors, checked file I/O, atomic writes.
+ *
+ * Library code never exits: it throws llmc::Error with a one-line message that names the file or flag at
+ * fault. Program entry points catch it, print "error: <message>" and exit non-zero (2 for usage errors,
+ * 1 for everything else). That keeps every error path testable from GoogleTest.
+ */
+#pragma once
+#include <cerrno>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <stdexcept>
+#include <string>
+#include <unistd.h>
+
+namespace llmc {
+
+struct Error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+// Bad command line: programs exit with status 2.
+struct UsageError : Error {
+    using Error::Error;
+};
+
+inline std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+inline std::string strprintf(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char buf[1024];
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+// RAII FILE*; opening failure names the path and the OS reason.
+class File {
+public:
+    File(const std::string& path, const char* mode) : path_(path), f_(fopen(path.c_str(), mode)) {
+        if (!f_) throw Error(strprintf("%s: cannot open (%s)", path.c_str(), strerror(errno)));
+    }
+    ~File() { if (f_) fclose(f_); }
+    File(const File&) = delete;
+    File& operator=(const File&) = delete;
+    FILE* get() const { return f_; }
+    const std::string& path() const { return path_; }
+    size_t size() const {
+        long pos = ftell(f_);
+        fseek(f_, 0, SEEK_END);
+        long n = ftell(f_);
+        fseek(f_, pos, SEEK_SET);
+        return (size_t)n;
+    }
+    // Reads exactly n bytes or throws (a short read means a truncated file).
+    void read(void* dst, size_t n, const char* what = "data") {
+        if (n && fread(dst, 1, n, f_) != n)
+            throw Error(strprintf("%s: truncated file (could not read %zu bytes of %s)", path_.c_str(), n, what));
+    }
+    void write(const void* src, size_t n) {
+        if (n && fwrite(src, 1, n, f_) != n)
+            throw Error(strprintf("%s: write failed (%s)", path_.c_str(), strerror(errno)));
+    }
+    void seek(size_t off) {
+        if (fseek(f_, (long)off, SEEK_SET) != 0) throw Error(strprintf("%s: seek failed", path_.c_str()));
+    }
+    // Closes and reports deferred write errors (disk full shows up here, not in fwrite).
+    void close() {
+        FILE* f = f_;
+        f_ = nullptr;
+        if (fclose(f) != 0) throw Error(strprintf("%s: close failed (%s)", path_.c_str(), strerror(errno)));
+    }
+
+private:
+    std::string path_;
+    FILE* f_;
+};
+
+/*
+ * Atomic file write: data goes to "<path>.tmp", is fsync'ed, then renamed over <path> and the directory is
+ * fsync'ed. A crash at any point leaves either the old file or the new one, never a torn one. Without
+ * commit() (an exception mid-write) the temp file is removed and <path> is untouched.
+ */
+class AtomicFile {
+public:
+    explicit AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp"), file_(tmp_, "wb") {}
+    ~AtomicFile() {
+        if (!committed_) unlink(tmp_.c_str());
+    }
+    void write(const void* src, size_t n) { file_.write(src, n); }
+    void commit() {
+        if (fflush(file_.get()) != 0 || fsync(fileno(file_.get())) != 0)
+            throw Error(strprintf("%s: flush failed (%s)", tmp_.c_str(), strerror(errno)));
+        file_.close();
+        if (rename(tmp_.c_str(), path_.c_str()) != 0)
+            throw Error(strprintf("%s: rename failed (%s)", path_.c_str(), strerror(errno)));
+        committed_ = true;
+        std::string dir = path_.substr(0, path_.find_last_of('/') == std::string::npos ? 0 : path_.find_last_of('/'));
+        int fd = open(dir.empty() ? "." : dir.c_str(), O_RDONLY);
+        if (fd >= 0) {
+            fsync(fd);
+            ::close(fd);
+        }
+    }
+
+private:
+    std::string path_, tmp_;
+    File file_;
+    bool committed_ = false;
+};
+
+inline bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+} // namespace llmc

@@ -1,0 +1,170 @@
+// Fused causal attention (llmc/attention.cuh) against the CPU reference (llmc/cpu/attention.h) on the same
+// bf16-rounded inputs. Tolerances (relative L2): out 1e-2 and dqkv (each of dq, dk, dv) 2e-2, from bf16
+// storage of P, dS and the outputs; lse 1e-3 (fp32 statistics throughout).
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "llmc/attention.cuh"
+#include "llmc/cpu/attention.h"
+#include "test/gpu/gpu_test_util.cuh"
+
+using gputest::DeviceBuffer;
+using llmc::floatX;
+
+namespace {
+
+struct Reference {
+    std::vector<float> out, lse, dqkv;
+};
+
+// CPU forward + backward in Real (double for small shapes), and lse in double.
+template <typename Real>
+Reference cpu_reference(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int NH, int HS) {
+    const int C = NH * HS;
+    std::vector<Real> inp(qkv.begin(), qkv.end()), g(dout.begin(), dout.end());
+    std::vector<Real> out((size_t)B * T * C), att((size_t)B * NH * T * T), dinp(qkv.size(), Real(0));
+    llmc::cpu::attention_forward(out.data(), att.data(), inp.data(), B, T, C, NH);
+    llmc::cpu::attention_backward(dinp.data(), g.data(), inp.data(), att.data(), B, T, C, NH); // accumulates
+    Reference r;
+    r.out.assign(out.begin(), out.end());
+    r.dqkv.assign(dinp.begin(), dinp.end());
+    r.lse.resize((size_t)B * NH * T);
+    const double scale = 1.0 / std::sqrt((double)HS);
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            std::vector<double> s(T);
+            for (int t = 0; t < T; t++) {
+                const float* q = qkv.data() + ((size_t)b * T + t) * 3 * C + h * HS;
+                double m = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = qkv.data() + ((size_t)b * T + t2) * 3 * C + C + h * HS;
+                    double dot = 0;
+                    for (int i = 0; i < HS; i++) dot += (double)q[i] * k[i];
+                    s[t2] = dot * scale;
+                    m = std::max(m, s[t2]);
+                }
+                double sum = 0;
+                for (int t2 = 0; t2 <= t; t2++) sum += std::exp(s[t2] - m);
+                r.lse[((size_t)b * NH + h) * T + t] = (float)(m + std::log(sum));
+            }
+        }
+    return r;
+}
+
+// Part p (0 = q, 1 = k, 2 = v) of a (B, T, 3C) tensor, so each gradient is judged against its own norm.
+std::vector<float> part(const std::vector<float>& x, int p, size_t BT, int C) {
+    std::vector<float> r(BT * C);
+    for (size_t i = 0; i < BT; i++) std::memcpy(&r[i * C], &x[i * 3 * C + (size_t)p * C], C * sizeof(float));
+    return r;
+}
+
+// close_rel, except where the reference is exactly zero (T = 1: a single key gets probability 1 and passes no
+// gradient to q or k); then every value must be finite and tiny (|x| <= 1e-3, the residue of dP - D summed in
+// two different orders).
+testing::AssertionResult close_rel_or_zero(const std::vector<float>& out, const std::vector<float>& ref,
+                                           double rel_tol, const std::string& what) {
+    double den = 0;
+    for (float r : ref) den += (double)r * r;
+    if (den > 0 || out.size() != ref.size()) return gputest::close_rel(out, ref, rel_tol, what);
+    for (size_t i = 0; i < out.size(); i++)
+        if (!std::isfinite(out[i]) || std::fabs(out[i]) > 1e-3)
+            return testing::AssertionFailure() << what << ": reference is zero but element " << i << " is " << out[i];
+    return testing::AssertionSuccess() << what << ": zero as expected";
+}
+
+// Runs forward then backward on fresh random inputs (poisoned outputs) and checks all three results.
+void check_attention(int B, int T, int NH, float input_scale = 1.0f) {
+    const int HS = 64, C = NH * HS;
+    const size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_lse = (size_t)B * NH * T;
+    const std::vector<float> qkv = gputest::bf16_round(gputest::random_normal(n_qkv, input_scale));
+    const std::vector<float> dout = gputest::bf16_round(gputest::random_normal(n_out));
+
+    DeviceBuffer<floatX> d_qkv(gputest::to_bf16(qkv)), d_dout(gputest::to_bf16(dout));
+    DeviceBuffer<floatX> d_out(n_out), d_dqkv(n_qkv);
+    DeviceBuffer<float> d_lse(n_lse), d_scratch(llmc::attention_backward_scratch_floats(B, T, NH));
+    d_out.poison();
+    d_lse.poison();
+    d_dqkv.poison();
+    d_scratch.poison();
+    llmc::attention_forward(d_out, d_lse, d_qkv, B, T, NH, HS, 0);
+    llmc::attention_backward(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, B, T, NH, HS, 0);
+    CUDA_CHECK(cudaDeviceSynchronize());
+
+    // float reference for the big shapes (the saved att matrix is B*NH*T*T), double otherwise
+    const bool big = (size_t)B * NH * T * T > (size_t)(1 << 22);
+    const Reference ref = big ? cpu_reference<float>(qkv, dout, B, T, NH, HS)
+                              : cpu_reference<double>(qkv, dout, B, T, NH, HS);
+    SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " NH=" << NH << " HS=" << HS);
+    EXPECT_TRUE(gputest::close_rel(gputest::to_float(d_out.download()), ref.out, 1e-2, "out"));
+    EXPECT_TRUE(gputest::close_rel(d_lse.download(), ref.lse, 1e-3, "lse"));
+    const std::vector<float> dqkv = gputest::to_float(d_dqkv.download());
+    const char* names[3] = {"dq", "dk", "dv"};
+    for (int p = 0; p < 3; p++)
+        EXPECT_TRUE(close_rel_or_zero(part(dqkv, p, (size_t)B * T, C), part(ref.dqkv, p, (size_t)B * T, C), 2e-2,
+                                      names[p]));
+}
+
+} // namespace
+
+TEST(GpuAttention, SingleTokenT1) {
+    REQUIRE_GPU();
+    check_attention(3, 1, 2);
+}
+
+TEST(GpuAttention, ExactTileMultiple) {
+    REQUIRE_GPU();
+    check_attention(2, 128, 2);
+}
+
+TEST(GpuAttention, PartialTiles) {
+    REQUIRE_GPU();
+    check_attention(2, 37, 3);  // below one tile
+    check_attention(1, 65, 2);  // one row into the second tile
+    check_attention(2, 127, 2); // one short of two tiles
+    check_attention(1, 200, 3);
+}
+
+TEST(GpuAttention, PeakySoftmax) {
+    REQUIRE_GPU();
+    // Scores with std ~9: the running max moves often and most probabilities underflow.
+    check_attention(1, 150, 2, 3.0f);
+}
+
+TEST(GpuAttention, ManyHeads) {
+    REQUIRE_GPU();
+    check_attention(16, 20, 64); // B*NH = 1024 blocks along the grid's x
+}
+
+TEST(GpuAttention, Gpt2Shape) {
+    REQUIRE_GPU();
+    check_attention(2, 1024, 12);
+}
+
+TEST(GpuAttention, BackwardIsDeterministic) {
+    REQUIRE_GPU();
+    const int B = 2, T = 300, NH = 4, HS = 64, C = NH * HS;
+    const size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
+    DeviceBuffer<floatX> d_qkv(gputest::to_bf16(gputest::random_normal(n_qkv)));
+    DeviceBuffer<floatX> d_dout(gputest::to_bf16(gputest::random_normal(n_out)));
+    DeviceBuffer<floatX> d_out(n_out), d_dqkv(n_qkv);
+    DeviceBuffer<float> d_lse((size_t)B * NH * T), d_scratch(llmc::attention_backward_scratch_floats(B, T, NH));
+    llmc::attention_forward(d_out, d_lse, d_qkv, B, T, NH, HS, 0);
+    std::vector<floatX> runs[2];
+    for (auto& r : runs) {
+        d_dqkv.poison();
+        d_scratch.poison();
+        llmc::attention_backward(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, B, T, NH, HS, 0);
+        r = d_dqkv.download();
+    }
+    EXPECT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(), n_qkv * sizeof(floatX))) << "dqkv differs between runs";
+}
+
+TEST(GpuAttention, UnsupportedHeadSizeThrows) {
+    REQUIRE_GPU();
+    EXPECT_THROW(llmc::attention_forward(nullptr, nullptr, nullptr, 1, 8, 1, 48, 0), llmc::Error);
+    EXPECT_THROW(llmc::attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 1, 48, 0),
+                 llmc::Error);
+}

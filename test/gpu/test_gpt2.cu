@@ -1,0 +1,219 @@
+// The whole GPU model against the CPU reference on a tiny config (head size 64, as the attention kernel
+// needs): loss and every parameter gradient, ten AdamW steps, determinism; and train_gpt2cu end to end:
+// bit-exact resume and checkpoints shared with train_gpt2. Skipped without a GPU.
+#include <cmath>
+#include <gtest/gtest.h>
+#include <random>
+#include <regex>
+#include <vector>
+
+#include "llmc/checkpoint.h"
+#include "llmc/cpu/adamw.h"
+#include "llmc/gpt2.cuh"
+#include "llmc/gpt2_cpu.h"
+#include "llmc/gpt2_init.h"
+#include "test/gpu/gpu_test_util.cuh"
+#include "test/test_util.h"
+
+using namespace llmc;
+using gputest::bf16_round;
+using gputest::close_rel;
+
+namespace {
+
+GPT2Config tiny_config() {
+    GPT2Config c;
+    c.max_seq_len = 64;
+    c.vocab_size = 500;
+    c.padded_vocab_size = 512;
+    c.num_layers = 2;
+    c.num_heads = 2;
+    c.channels = 128;
+    return c;
+}
+
+std::vector<float> download_bf16(const floatX* d, size_t n) {
+    std::vector<floatX> h(n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    return gputest::to_float(h);
+}
+
+// Both models from the same weights: the CPU one gets the bf16-rounded values the GPU computes with.
+struct Pair {
+    GPT2Config cfg = tiny_config();
+    GPT2CPU<float> cpu{cfg};
+    GPT2GPU gpu;
+    Pair(int B, int T, uint64_t seed) : gpu(cfg, B, T) {
+        std::vector<float> w(num_parameters(cfg));
+        init_gpt2_parameters(w.data(), cfg, seed);
+        // Larger-than-init weights make every sub-block's contribution visible in the gradients.
+        for (float& x : w) x *= 4.0f;
+        cpu.params_memory = bf16_round(w);
+        gpu.set_parameters(w.data());
+    }
+};
+
+} // namespace
+
+TEST(GPT2GPU, LossAndEveryGradientMatchTheCPU) {
+    REQUIRE_GPU();
+    const int B = 2, T = 48; // T not a multiple of the attention tile
+    Pair p(B, T, std::random_device{}());
+    auto in = gputest::random_tokens(B * T, p.cfg.vocab_size), tg = gputest::random_tokens(B * T, p.cfg.vocab_size);
+
+    p.cpu.zero_grad();
+    p.cpu.forward(in.data(), tg.data(), B, T);
+    p.cpu.backward(1.0f);
+
+    p.gpu.zero_grad();
+    p.gpu.zero_loss();
+    float scale = 1.0f / (B * T);
+    p.gpu.forward(in.data(), tg.data(), B, T, scale, scale);
+    p.gpu.backward();
+    p.gpu.fetch_scalars();
+    float loss = p.gpu.read_scalars().first;
+    // bf16 activations through two layers: the loss agrees to about 1%.
+    EXPECT_NEAR(loss, p.cpu.mean_loss, 1e-2 * p.cpu.mean_loss);
+
+    std::vector<float> g = download_bf16(p.gpu.grads_memory, p.gpu.num_params);
+    auto sizes = parameter_sizes(p.cfg);
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = sizes[i];
+        if (i == WTE) n = (size_t)p.cfg.vocab_size * p.cfg.channels; // padded rows: both exactly 0, below
+        std::vector<float> gg(g.begin() + off, g.begin() + off + n);
+        std::vector<float> cg(p.cpu.grads_memory.begin() + off, p.cpu.grads_memory.begin() + off + n);
+        // bf16 gradients of bf16 activations, accumulated over B*T positions: 5e-2 relative L2.
+        EXPECT_TRUE(close_rel(gg, cg, 5e-2, parameter_name(i)));
+        off += sizes[i];
+    }
+    for (size_t i = (size_t)p.cfg.vocab_size * p.cfg.channels; i < sizes[WTE]; i++) ASSERT_EQ(g[i], 0.0f) << i;
+}
+
+TEST(GPT2GPU, TenAdamWStepsTrackTheCPU) {
+    REQUIRE_GPU();
+    const int B = 4, T = 64, steps = 10;
+    Pair p(B, T, 1234);
+    AdamWConfig adam;
+    adam.weight_decay = 0.1f;
+    std::vector<float> m(p.gpu.num_params, 0.0f), v(p.gpu.num_params, 0.0f);
+    auto in = gputest::random_tokens(B * T, p.cfg.vocab_size), tg = gputest::random_tokens(B * T, p.cfg.vocab_size);
+    float first_loss = 0;
+    for (int t = 1; t <= steps; t++) {
+        float lr = 1e-3f;
+        p.cpu.zero_grad();
+        p.cpu.forward(in.data(), tg.data(), B, T);
+        p.cpu.backward(1.0f);
+        double norm = cpu::global_norm(p.cpu.grads_memory.data(), p.cpu.num_parameters());
+        cpu::adamw_update(p.cpu.params_memory.data(), p.cpu.grads_memory.data(), m.data(), v.data(), p.cfg, adam, lr,
+                          t, norm);
+
+        p.gpu.zero_grad();
+        p.gpu.zero_loss();
+        float scale = 1.0f / (B * T);
+        p.gpu.forward(in.data(), tg.data(), B, T, scale, scale);
+        p.gpu.backward();
+        p.gpu.update(lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.grad_clip, t);
+        p.gpu.fetch_scalars();
+        auto [loss, gnorm] = p.gpu.read_scalars();
+        if (t == 1) first_loss = loss;
+        EXPECT_NEAR(loss, p.cpu.mean_loss, 2e-2 * p.cpu.mean_loss) << "step " << t;
+        EXPECT_NEAR(gnorm, norm, 5e-2 * norm) << "step " << t;
+    }
+    EXPECT_LT(p.cpu.mean_loss, first_loss); // both trained on the fixed batch
+}
+
+TEST(GPT2GPU, SameSeedSameBits) {
+    REQUIRE_GPU();
+    const int B = 2, T = 64;
+    auto in = gputest::random_tokens(B * T, 500), tg = gputest::random_tokens(B * T, 500);
+    auto run = [&] {
+        Pair p(B, T, 99);
+        std::vector<float> losses;
+        for (int t = 1; t <= 3; t++) {
+            p.gpu.zero_grad();
+            p.gpu.zero_loss();
+            p.gpu.forward(in.data(), tg.data(), B, T, 1.0f / (B * T), 1.0f / (B * T));
+            p.gpu.backward();
+            p.gpu.update(1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, t);
+            p.gpu.fetch_scalars();
+            losses.push_back(p.gpu.read_scalars().first);
+        }
+        return std::make_pair(losses, p.gpu.get_master_weights());
+    };
+    auto a = run(), b = run();
+    EXPECT_EQ(a.first, b.first);
+    EXPECT_TRUE(a.second == b.second) << "master weights differ between identical runs";
+}
+
+// ---- train_gpt2cu as a user runs it ----
+namespace {
+class TrainGpu : public testing::Test {
+protected:
+    void SetUp() override {
+        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        std::mt19937 g(3);
+        auto make = [&](size_t n) {
+            std::vector<uint16_t> t(n);
+            for (size_t i = 0; i < n; i++) t[i] = (uint16_t)(g() % 8 == 0 ? g() % 500 : (i * 7) % 23);
+            return t;
+        };
+        write_shard(dir / "toy_train.bin", make(40000));
+        write_shard(dir / "toy_val.bin", make(8000));
+        GPT2Config c = tiny_config();
+        std::vector<float> w(num_parameters(c));
+        init_gpt2_parameters(w.data(), c, 5);
+        save_model(dir / "toy_model.bin", c, w.data());
+    }
+    std::string args(const std::string& more) const {
+        return " -i " + dir.path + " -e " + (dir / "toy_model.bin") + " -b 4 -t 64 -s 0 " + more;
+    }
+    static std::vector<std::string> step_lines(const std::string& out) {
+        std::vector<std::string> v;
+        std::regex re(R"(step +\d+/\d+ \| loss [^|]+\| norm [^|]+\| lr [^|]+)");
+        for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
+            v.push_back(it->str());
+        return v;
+    }
+    testutil::TempDir dir;
+};
+} // namespace
+
+TEST_F(TrainGpu, ResumeIsBitExact) {
+    std::string flags = "-x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 4 -n 4 ";
+    auto a = testutil::run("./train_gpt2cu" + args(flags + "-o " + (dir / "a")));
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    ASSERT_EQ(testutil::run("mkdir -p " + (dir / "b") + " && cp " + (dir / "a/*_00000004.bin") + " " + (dir / "b/")).exit_code, 0);
+    auto b = testutil::run("./train_gpt2cu" + args(flags + "-y 1 -o " + (dir / "b")));
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    auto la = step_lines(a.output), lb = step_lines(b.output);
+    ASSERT_EQ(la.size(), 8u);
+    ASSERT_EQ(lb.size(), 4u);
+    for (int i = 0; i < 4; i++) EXPECT_EQ(la[4 + i], lb[i]);
+}
+
+TEST_F(TrainGpu, CheckpointsMoveBetweenCpuAndGpuTrainers) {
+    // GPU checkpoint (bf16 model + fp32 master) resumed by the CPU trainer, and a CPU checkpoint by the GPU one.
+    auto g = testutil::run("./train_gpt2cu" + args("-x 2 -v 0 -n 2 -o " + (dir / "g")));
+    ASSERT_EQ(g.exit_code, 0) << g.output;
+    auto c = testutil::run("./train_gpt2" + args("-x 4 -v 0 -n 2 -y 1 -o " + (dir / "g")));
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    EXPECT_NE(c.output.find("resumed from"), std::string::npos);
+    EXPECT_EQ(step_lines(c.output).size(), 2u);
+    auto back = testutil::run("./train_gpt2cu" + args("-x 6 -v 0 -n 2 -y 1 -o " + (dir / "g")));
+    ASSERT_EQ(back.exit_code, 0) << back.output;
+    EXPECT_EQ(step_lines(back.output).size(), 2u);
+}
+
+TEST_F(TrainGpu, OutOfMemoryBatchGetsAMessage) {
+    // GPT-2 124M at B=1024, T=1024 needs about 400 GB of activations: more than any single GPU has.
+    std::vector<uint16_t> tokens(1024 * 1024 + 1);
+    for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (uint16_t)(i % 50257);
+    ASSERT_EQ(testutil::run("mkdir -p " + (dir / "big")).exit_code, 0);
+    write_shard(dir / "big/big_train.bin", tokens);
+    auto r = testutil::run("./train_gpt2cu -i " + (dir / "big") + " -e d12 -b 1024 -t 1024 -x 1 -v 0 -s 0");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find("error: -b 1024: needs"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("the largest micro-batch that fits at T=1024 is"), std::string::npos) << r.output;
+}

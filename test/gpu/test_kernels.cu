@@ -1,0 +1,435 @@
+/*
+ * GPU kernels (encoder, layernorm, gelu, classifier, optimizer) against the CPU references in llmc/cpu/.
+ *
+ * Every test starts with REQUIRE_GPU() and skips without a device. Inputs are fresh random values every run;
+ * the CPU reference sees the bf16-rounded inputs the kernel reads. Outputs a kernel writes are poisoned
+ * (NaN) first, so an element it misses fails; outputs that accumulate start from random values and are
+ * checked as old + delta. Tolerances are relative L2 (close_rel): bf16 outputs 1e-2 (bf16 rounding alone is
+ * ~3e-3), fp32 statistics and losses 1e-5, fp32 master weights 1e-6. Backward passes and reductions are run
+ * twice from the same state and must agree bitwise.
+ */
+#include <cstring>
+#include <numeric>
+
+#include "llmc/adamw.cuh"
+#include "llmc/classifier.cuh"
+#include "llmc/cpu/adamw.h"
+#include "llmc/cpu/classifier.h"
+#include "llmc/cpu/encoder.h"
+#include "llmc/cpu/gelu.h"
+#include "llmc/cpu/layernorm.h"
+#include "llmc/encoder.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/gpt2_config.h"
+#include "llmc/layernorm.cuh"
+#include "test/gpu/gpu_test_util.cuh"
+
+using llmc::floatX;
+using namespace gputest;
+
+namespace {
+
+// Bitwise equality of two downloads (determinism checks).
+template <typename T> bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+std::vector<float> download_float(const DeviceBuffer<floatX>& b) { return to_float(b.download()); }
+
+} // namespace
+
+// ------------------------------------------------------------------------------------------------ encoder
+
+TEST(KernelsEncoder, ForwardMatchesCpu) {
+    REQUIRE_GPU();
+    struct Shape { int B, T, C, V, maxT; };
+    for (Shape s : {Shape{2, 5, 8, 7, 8}, Shape{3, 17, 64, 100, 32}, Shape{4, 64, 768, 1000, 80}}) {
+        SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C);
+        const int Vp = (s.V + 7) / 8 * 8;
+        auto wte = bf16_round(random_normal((size_t)Vp * s.C));
+        auto wpe = bf16_round(random_normal((size_t)s.maxT * s.C));
+        auto tok = random_tokens((size_t)s.B * s.T, s.V);
+        DeviceBuffer<floatX> d_wte(to_bf16(wte)), d_wpe(to_bf16(wpe)), d_out((size_t)s.B * s.T * s.C);
+        DeviceBuffer<int> d_tok(tok);
+        d_out.poison();
+        llmc::encoder_forward(d_out, d_tok, d_wte, d_wpe, s.B, s.T, s.C, 0);
+        std::vector<float> ref((size_t)s.B * s.T * s.C);
+        llmc::cpu::encoder_forward(ref.data(), tok.data(), wte.data(), wpe.data(), s.B, s.T, s.C);
+        EXPECT_TRUE(close_rel(download_float(d_out), ref, 1e-2, "encoder out"));
+    }
+}
+
+// Accumulation into random dwte/dwpe; few distinct tokens (vocab 7) make long runs per token.
+TEST(KernelsEncoder, BackwardMatchesCpuAndIsDeterministic) {
+    REQUIRE_GPU();
+    struct Shape { int B, T, C, V, maxT, scratch_B, vocab_hint; };
+    for (Shape s : {Shape{8, 64, 768, 7, 80, 8, 0}, Shape{3, 37, 64, 7, 40, 4, 8}, Shape{4, 128, 64, 50257, 128, 4, 50304},
+                    Shape{2, 33, 768, 1000, 33, 2, 1000}, Shape{1, 1, 8, 1, 1, 1, 0}}) {
+        SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " V=" << s.V);
+        const int Vp = (s.V + 7) / 8 * 8;
+        const size_t BTC = (size_t)s.B * s.T * s.C;
+        auto dout = bf16_round(random_normal(BTC));
+        auto dwte0 = bf16_round(random_normal((size_t)Vp * s.C));
+        auto dwpe0 = bf16_round(random_normal((size_t)s.maxT * s.C));
+        auto tok = random_tokens((size_t)s.B * s.T, s.V);
+        DeviceBuffer<floatX> d_dout(to_bf16(dout)), d_dwte(to_bf16(dwte0)), d_dwpe(to_bf16(dwpe0));
+        DeviceBuffer<int> d_tok(tok);
+        // Scratch possibly larger than B*T (scratch_B >= B): a smaller batch must work too.
+        llmc::EncoderBackwardScratch scratch(s.scratch_B, s.T, s.vocab_hint);
+        llmc::encoder_backward(d_dwte, d_dwpe, scratch, d_dout, d_tok, s.B, s.T, s.C, 0);
+        auto got_wte = d_dwte.download(), got_wpe = d_dwpe.download();
+
+        std::vector<float> ref_wte = dwte0, ref_wpe = dwpe0;
+        llmc::cpu::encoder_backward(ref_wte.data(), ref_wpe.data(), dout.data(), tok.data(), s.B, s.T, s.C);
+        EXPECT_TRUE(close_rel(to_float(got_wte), ref_wte, 1e-2, "dwte"));
+        EXPECT_TRUE(close_rel(to_float(got_wpe), ref_wpe, 1e-2, "dwpe"));
+
+        // Same state, same inputs: bitwise the same result.
+        d_dwte.upload(to_bf16(dwte0));
+        d_dwpe.upload(to_bf16(dwpe0));
+        llmc::encoder_backward(d_dwte, d_dwpe, scratch, d_dout, d_tok, s.B, s.T, s.C, 0);
+        EXPECT_TRUE(same_bits(got_wte, d_dwte.download())) << "dwte differs between two runs";
+        EXPECT_TRUE(same_bits(got_wpe, d_dwpe.download())) << "dwpe differs between two runs";
+    }
+}
+
+TEST(KernelsEncoder, RejectsBadShapes) {
+    REQUIRE_GPU();
+    llmc::EncoderBackwardScratch scratch(2, 4);
+    DeviceBuffer<floatX> buf(1024);
+    DeviceBuffer<int> tok(64);
+    EXPECT_THROW(llmc::encoder_forward(buf, tok, buf, buf, 2, 4, 12, 0), llmc::Error);           // C % 8
+    EXPECT_THROW(llmc::encoder_backward(buf, buf, scratch, buf, tok, 4, 4, 8, 0), llmc::Error); // B*T > capacity
+}
+
+// ---------------------------------------------------------------------------------------------- layernorm
+
+namespace {
+struct LnShape { int N, C; };
+const LnShape ln_shapes[] = {{1, 8}, {37, 768}, {129, 64}, {33, 1600}, {6003, 768}, {20001, 64}};
+} // namespace
+
+TEST(KernelsLayernorm, ForwardMatchesCpu) {
+    REQUIRE_GPU();
+    for (LnShape s : ln_shapes) {
+        SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C);
+        const size_t NC = (size_t)s.N * s.C;
+        // Offset 2: row means stay far from 0, so their relative error is a meaningful 1e-5 check.
+        auto inp = random_normal(NC);
+        for (auto& x : inp) x += 2.0f;
+        inp = bf16_round(inp);
+        auto w = bf16_round(random_normal(s.C)), b = bf16_round(random_normal(s.C));
+        DeviceBuffer<floatX> d_inp(to_bf16(inp)), d_w(to_bf16(w)), d_b(to_bf16(b)), d_out(NC);
+        DeviceBuffer<float> d_mean(s.N), d_rstd(s.N);
+        d_out.poison(), d_mean.poison(), d_rstd.poison();
+        llmc::layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, s.N, s.C, 0);
+
+        std::vector<float> out(NC), mean(s.N), rstd(s.N);
+        llmc::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), 1, s.N, s.C);
+        EXPECT_TRUE(close_rel(download_float(d_out), out, 1e-2, "ln out"));
+        EXPECT_TRUE(close_rel(d_mean.download(), mean, 1e-5, "ln mean"));
+        EXPECT_TRUE(close_rel(d_rstd.download(), rstd, 1e-5, "ln rstd"));
+    }
+}
+
+// residual = bf16(inp1 + inp2) exactly; normed/mean/rstd bitwise equal to layernorm_forward of that residual.
+TEST(KernelsLayernorm, FusedResidualMatchesUnfusedAndCpu) {
+    REQUIRE_GPU();
+    for (LnShape s : ln_shapes) {
+        SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C);
+        const size_t NC = (size_t)s.N * s.C;
+        auto a = random_normal(NC), b = bf16_round(random_normal(NC, 0.5f));
+        for (auto& x : a) x += 2.0f; // row means far from 0 (see ForwardMatchesCpu)
+        a = bf16_round(a);
+        auto w = bf16_round(random_normal(s.C)), bias = bf16_round(random_normal(s.C));
+        DeviceBuffer<floatX> d_a(to_bf16(a)), d_b(to_bf16(b)), d_w(to_bf16(w)), d_bias(to_bf16(bias));
+        DeviceBuffer<floatX> d_res(NC), d_normed(NC), d_normed2(NC);
+        DeviceBuffer<float> d_mean(s.N), d_rstd(s.N), d_mean2(s.N), d_rstd2(s.N);
+        d_res.poison(), d_normed.poison(), d_mean.poison(), d_rstd.poison();
+        llmc::fused_residual_layernorm_forward(d_res, d_normed, d_mean, d_rstd, d_a, d_b, d_w, d_bias, s.N, s.C, 0);
+
+        std::vector<float> sum(NC);
+        for (size_t i = 0; i < NC; i++) sum[i] = a[i] + b[i];
+        auto res = bf16_round(sum);
+        auto got_res = download_float(d_res);
+        EXPECT_TRUE(same_bits(got_res, res)) << "residual is not bf16(inp1 + inp2)";
+
+        std::vector<float> out(NC), mean(s.N), rstd(s.N);
+        llmc::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), res.data(), w.data(), bias.data(), 1, s.N,
+                                     s.C);
+        auto got_normed = d_normed.download();
+        auto got_mean = d_mean.download(), got_rstd = d_rstd.download();
+        EXPECT_TRUE(close_rel(to_float(got_normed), out, 1e-2, "fused normed"));
+        EXPECT_TRUE(close_rel(got_mean, mean, 1e-5, "fused mean"));
+        EXPECT_TRUE(close_rel(got_rstd, rstd, 1e-5, "fused rstd"));
+
+        llmc::layernorm_forward(d_normed2, d_mean2, d_rstd2, d_res, d_w, d_bias, s.N, s.C, 0);
+        EXPECT_TRUE(same_bits(got_normed, d_normed2.download())) << "fused and unfused normed differ";
+        EXPECT_TRUE(same_bits(got_mean, d_mean2.download())) << "fused and unfused mean differ";
+        EXPECT_TRUE(same_bits(got_rstd, d_rstd2.download())) << "fused and unfused rstd differ";
+    }
+}
+
+TEST(KernelsLayernorm, BackwardMatchesCpuAndIsDeterministic) {
+    REQUIRE_GPU();
+    for (LnShape s : ln_shapes) {
+        SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C);
+        const size_t NC = (size_t)s.N * s.C;
+        auto inp = bf16_round(random_normal(NC));
+        auto w = bf16_round(random_normal(s.C)), bias = bf16_round(random_normal(s.C));
+        auto dout = bf16_round(random_normal(NC));
+        // Saved statistics from the CPU forward, so the backward is checked on its own.
+        std::vector<float> out(NC), mean(s.N), rstd(s.N);
+        llmc::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), bias.data(), 1, s.N,
+                                     s.C);
+        auto dinp0 = bf16_round(random_normal(NC));
+        auto dw0 = bf16_round(random_normal(s.C)), db0 = bf16_round(random_normal(s.C));
+
+        DeviceBuffer<floatX> d_inp(to_bf16(inp)), d_w(to_bf16(w)), d_dout(to_bf16(dout));
+        DeviceBuffer<floatX> d_dinp(to_bf16(dinp0)), d_dw(to_bf16(dw0)), d_db(to_bf16(db0));
+        DeviceBuffer<float> d_mean(mean), d_rstd(rstd);
+        DeviceBuffer<float> scratch(llmc::layernorm_backward_scratch_floats(s.N, s.C));
+        scratch.poison(); // every partial the final pass reads must have been written
+        llmc::layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, d_mean, d_rstd, s.N, s.C, 0);
+        auto got_dinp = d_dinp.download(), got_dw = d_dw.download(), got_db = d_db.download();
+
+        std::vector<float> dinp = dinp0, dw = dw0, db = db0;
+        llmc::cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                                      rstd.data(), 1, s.N, s.C);
+        EXPECT_TRUE(close_rel(to_float(got_dinp), dinp, 1e-2, "ln dinp"));
+        EXPECT_TRUE(close_rel(to_float(got_dw), dw, 1e-2, "ln dweight"));
+        EXPECT_TRUE(close_rel(to_float(got_db), db, 1e-2, "ln dbias"));
+
+        d_dinp.upload(to_bf16(dinp0)), d_dw.upload(to_bf16(dw0)), d_db.upload(to_bf16(db0));
+        llmc::layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, d_mean, d_rstd, s.N, s.C, 0);
+        EXPECT_TRUE(same_bits(got_dinp, d_dinp.download())) << "dinp differs between two runs";
+        EXPECT_TRUE(same_bits(got_dw, d_dw.download())) << "dweight differs between two runs";
+        EXPECT_TRUE(same_bits(got_db, d_db.download())) << "dbias differs between two runs";
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------- gelu
+
+TEST(KernelsGelu, ForwardAndBackwardMatchCpu) {
+    REQUIRE_GPU();
+    for (size_t N : {(size_t)5, (size_t)8 * 1000 + 3, (size_t)4 * 768 * 64}) {
+        SCOPED_TRACE(testing::Message() << "N=" << N);
+        auto inp = bf16_round(random_normal(N, 2.0f));
+        auto d = bf16_round(random_normal(N));
+        DeviceBuffer<floatX> d_inp(to_bf16(inp)), d_out(N), d_d(to_bf16(d));
+        d_out.poison();
+        llmc::gelu_forward(d_out, d_inp, N, 0);
+        llmc::gelu_backward_inplace(d_d, d_inp, N, 0);
+
+        std::vector<float> out(N), dinp(N, 0.0f);
+        llmc::cpu::gelu_forward(out.data(), inp.data(), N);
+        llmc::cpu::gelu_backward(dinp.data(), inp.data(), d.data(), N); // accumulates into zeros: d * gelu'
+        EXPECT_TRUE(close_rel(download_float(d_out), out, 1e-2, "gelu out"));
+        EXPECT_TRUE(close_rel(download_float(d_d), dinp, 1e-2, "gelu dinp"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- classifier
+
+namespace {
+/*
+ * CPU reference through llmc/cpu/classifier.h: with C = Vp and wte = identity, the head's matmul returns the
+ * logits exactly (x*1 plus exact zeros), so classifier_forward/backward give probs, losses and dlogits of
+ * `logits` directly. Affordable for Vp up to a few thousand.
+ */
+void classifier_reference(const std::vector<float>& logits, const std::vector<int>& targets, float dloss, int BT,
+                          int V, int Vp, std::vector<float>* losses, std::vector<float>* dlogits) {
+    std::vector<float> eye((size_t)Vp * Vp, 0.0f);
+    for (int i = 0; i < Vp; i++) eye[(size_t)i * Vp + i] = 1.0f;
+    std::vector<float> probs((size_t)BT * Vp);
+    losses->assign(BT, 0.0f);
+    llmc::cpu::classifier_forward(probs.data(), losses->data(), logits.data(), eye.data(), targets.data(), 1, BT, Vp,
+                                  V, Vp);
+    std::vector<float> dinp((size_t)BT * Vp, 0.0f), dwte((size_t)Vp * Vp, 0.0f);
+    llmc::cpu::classifier_backward(dinp.data(), dwte.data(), probs.data(), logits.data(), eye.data(), targets.data(),
+                                   dloss, 1, BT, Vp, V, Vp);
+    *dlogits = probs; // turned into dlogits in place
+}
+
+// Direct double-precision softmax/cross-entropy for the GPT-2 vocabulary, where the identity trick is too big.
+void classifier_reference_direct(const std::vector<float>& logits, const std::vector<int>& targets, float dloss,
+                                 int BT, int V, int Vp, std::vector<float>* losses, std::vector<float>* dlogits) {
+    losses->assign(BT, 0.0f);
+    dlogits->assign((size_t)BT * Vp, 0.0f);
+    for (int r = 0; r < BT; r++) {
+        const float* x = logits.data() + (size_t)r * Vp;
+        double m = x[0];
+        for (int i = 1; i < V; i++) m = std::max(m, (double)x[i]);
+        double sum = 0;
+        for (int i = 0; i < V; i++) sum += std::exp(x[i] - m);
+        (*losses)[r] = (float)(std::log(sum) - (x[targets[r]] - m));
+        for (int i = 0; i < V; i++)
+            (*dlogits)[(size_t)r * Vp + i] = (float)((std::exp(x[i] - m) / sum - (i == targets[r])) * dloss);
+    }
+}
+} // namespace
+
+TEST(KernelsClassifier, LossAndDlogitsMatchCpu) {
+    REQUIRE_GPU();
+    struct Shape { int BT, V, Vp; };
+    for (Shape s : {Shape{37, 1000, 1024}, Shape{5, 4100, 4104}, Shape{3, 8, 8}, Shape{6, 50257, 50304}}) {
+        SCOPED_TRACE(testing::Message() << "BT=" << s.BT << " V=" << s.V << " Vp=" << s.Vp);
+        const size_t n = (size_t)s.BT * s.Vp;
+        auto logits = bf16_round(random_normal(n, 2.0f));
+        auto targets = random_tokens(s.BT, s.V);
+        const float dloss = 1.0f / s.BT;
+        std::vector<float> ref_loss, ref_dlogits;
+        if ((size_t)s.Vp * s.Vp <= (size_t)32 << 20)
+            classifier_reference(logits, targets, dloss, s.BT, s.V, s.Vp, &ref_loss, &ref_dlogits);
+        else
+            classifier_reference_direct(logits, targets, dloss, s.BT, s.V, s.Vp, &ref_loss, &ref_dlogits);
+
+        DeviceBuffer<floatX> d_logits(to_bf16(logits));
+        DeviceBuffer<int> d_targets(targets);
+        DeviceBuffer<float> d_loss(s.BT);
+
+        // Loss only: the logits must stay untouched.
+        d_loss.poison();
+        llmc::fused_classifier(d_logits, d_loss, d_targets, dloss, s.BT, s.V, s.Vp, false, 0);
+        EXPECT_TRUE(close_rel(d_loss.download(), ref_loss, 1e-5, "loss (no dlogits)"));
+        EXPECT_TRUE(same_bits(download_float(d_logits), logits)) << "logits changed without write_dlogits";
+
+        d_loss.poison();
+        llmc::fused_classifier(d_logits, d_loss, d_targets, dloss, s.BT, s.V, s.Vp, true, 0);
+        auto got_loss = d_loss.download();
+        auto got = download_float(d_logits);
+        EXPECT_TRUE(close_rel(got_loss, ref_loss, 1e-5, "loss"));
+        EXPECT_TRUE(close_rel(got, ref_dlogits, 1e-2, "dlogits"));
+        int nonzero_pad = 0;
+        for (int r = 0; r < s.BT; r++)
+            for (int i = s.V; i < s.Vp; i++) nonzero_pad += got[(size_t)r * s.Vp + i] != 0.0f;
+        EXPECT_EQ(nonzero_pad, 0) << "padded dlogits must be exactly 0";
+
+        // Deterministic: the same logits again give bitwise the same loss and dlogits.
+        d_logits.upload(to_bf16(logits));
+        llmc::fused_classifier(d_logits, d_loss, d_targets, dloss, s.BT, s.V, s.Vp, true, 0);
+        EXPECT_TRUE(same_bits(got_loss, d_loss.download())) << "loss differs between two runs";
+        EXPECT_TRUE(same_bits(got, download_float(d_logits))) << "dlogits differ between two runs";
+    }
+}
+
+// ----------------------------------------------------------------------------------------------- optimizer
+
+TEST(KernelsAdamW, GlobalNormMatchesDoubleSumAndIsDeterministic) {
+    REQUIRE_GPU();
+    for (size_t n : {(size_t)5, (size_t)1000003, (size_t)10 * 1000 * 1000 + 7}) {
+        SCOPED_TRACE(testing::Message() << "n=" << n);
+        auto g = bf16_round(random_normal(n));
+        DeviceBuffer<floatX> d_g(to_bf16(g));
+        DeviceBuffer<float> d_out(1), scratch(llmc::global_norm_scratch_floats());
+        d_out.poison();
+        llmc::global_norm_squared(d_out, scratch, d_g, n, 0);
+        const float got = d_out.download()[0];
+        const double norm = llmc::cpu::global_norm(g.data(), n);
+        EXPECT_TRUE(close_rel({got}, {(float)(norm * norm)}, 1e-5, "global norm^2"));
+        llmc::global_norm_squared(d_out, scratch, d_g, n, 0);
+        EXPECT_TRUE(same_bits(std::vector<float>{got}, d_out.download())) << "norm differs between two runs";
+    }
+}
+
+namespace {
+/*
+ * Three AdamW steps of a tiny model's parameters, on the GPU (one adamw_update per tensor, the tensor's decay)
+ * and on the CPU (cpu::adamw_update over the whole model, fp32 parameters = the master weights). When
+ * per_tensor is false the GPU updates the whole buffer in one call (needs weight_decay 0), which exercises
+ * an n that is not a multiple of 8.
+ */
+void check_adamw(const llmc::GPT2Config& cfg, const llmc::AdamWConfig& opt, bool per_tensor) {
+    const size_t n = llmc::num_parameters(cfg);
+    const auto sizes = llmc::parameter_sizes(cfg);
+    auto master0 = random_normal(n, 0.5f);
+    DeviceBuffer<float> d_master(master0), d_m(std::vector<float>(n, 0.0f)), d_v(std::vector<float>(n, 0.0f));
+    DeviceBuffer<floatX> d_params(n), d_grads(n);
+    DeviceBuffer<float> d_norm2(1), scratch(llmc::global_norm_scratch_floats());
+    d_params.poison();
+    llmc::copy_float_to_bf16(d_params, d_master, n, 0);
+    ASSERT_TRUE(same_bits(d_params.download(), to_bf16(master0))) << "copy_float_to_bf16 is not round-to-nearest";
+
+    std::vector<float> params = master0, m(n, 0.0f), v(n, 0.0f);
+    const float lr = 1e-3f;
+    for (int t = 1; t <= 3; t++) {
+        auto grads = bf16_round(random_normal(n));
+        d_grads.upload(to_bf16(grads));
+        llmc::global_norm_squared(d_norm2, scratch, d_grads, n, 0);
+        if (per_tensor) {
+            size_t off = 0;
+            for (int k = 0; k < llmc::NUM_PARAMETER_TENSORS; k++) {
+                const float wd = llmc::parameter_decays(k) ? opt.weight_decay : 0.0f;
+                llmc::adamw_update(d_params.ptr + off, d_master.ptr + off, d_grads.ptr + off, d_m.ptr + off,
+                                   d_v.ptr + off, sizes[k], lr, opt.beta1, opt.beta2, t, opt.eps, wd, d_norm2,
+                                   opt.grad_clip, 0);
+                off += sizes[k];
+            }
+        } else {
+            ASSERT_EQ(opt.weight_decay, 0.0f);
+            llmc::adamw_update(d_params, d_master, d_grads, d_m, d_v, n, lr, opt.beta1, opt.beta2, t, opt.eps, 0.0f,
+                               d_norm2, opt.grad_clip, 0);
+        }
+        llmc::cpu::adamw_update(params.data(), grads.data(), m.data(), v.data(), cfg, opt, lr, t,
+                                llmc::cpu::global_norm(grads.data(), n));
+    }
+    auto got_master = d_master.download();
+    EXPECT_TRUE(close_rel(got_master, params, 1e-6, "master weights"));
+    EXPECT_TRUE(close_rel(d_m.download(), m, 1e-6, "m"));
+    EXPECT_TRUE(close_rel(d_v.download(), v, 1e-6, "v"));
+    EXPECT_TRUE(same_bits(d_params.download(), to_bf16(got_master))) << "params are not bf16(master)";
+}
+
+llmc::GPT2Config tiny_config(int C, int V, int Vp, int maxT) {
+    llmc::GPT2Config c;
+    c.num_layers = 1;
+    c.num_heads = 1;
+    c.channels = C;
+    c.vocab_size = V;
+    c.padded_vocab_size = Vp;
+    c.max_seq_len = maxT;
+    return c;
+}
+} // namespace
+
+TEST(KernelsAdamW, ThreeStepsMatchCpu) {
+    REQUIRE_GPU();
+    llmc::AdamWConfig opt;
+    opt.weight_decay = 0.1f;
+    const auto cfg = tiny_config(16, 30, 32, 8);
+    {
+        SCOPED_TRACE("clipping on (norm >> clip)");
+        opt.grad_clip = 1.0f;
+        check_adamw(cfg, opt, true);
+    }
+    {
+        SCOPED_TRACE("clipping off (clip 0)");
+        opt.grad_clip = 0.0f;
+        check_adamw(cfg, opt, true);
+    }
+    {
+        SCOPED_TRACE("clip above the norm");
+        opt.grad_clip = 1e6f;
+        check_adamw(cfg, opt, true);
+    }
+    {
+        SCOPED_TRACE("one call over an odd-sized buffer");
+        opt.grad_clip = 1.0f;
+        opt.weight_decay = 0.0f;
+        const auto odd = tiny_config(3, 7, 7, 5);
+        ASSERT_NE(llmc::num_parameters(odd) % 8, 0u);
+        check_adamw(odd, opt, false);
+    }
+}
+
+TEST(KernelsAdamW, CopyFloatToBf16RoundsToNearest) {
+    REQUIRE_GPU();
+    for (size_t n : {(size_t)3, (size_t)1003, (size_t)1 << 20}) {
+        auto x = random_normal(n, 3.0f);
+        DeviceBuffer<float> d_x(x);
+        DeviceBuffer<floatX> d_y(n);
+        d_y.poison();
+        llmc::copy_float_to_bf16(d_y, d_x, n, 0);
+        EXPECT_TRUE(same_bits(d_y.download(), to_bf16(x))) << "n=" << n;
+    }
+}

@@ -1,0 +1,116 @@
+// Flag parsing (llmc/cli.h), LR schedules (llmc/schedulers.h) and the sampler (llmc/sampler.h).
+#include <cmath>
+#include <gtest/gtest.h>
+#include <string>
+#include <vector>
+
+#include "llmc/cli.h"
+#include "llmc/sampler.h"
+#include "llmc/schedulers.h"
+
+using namespace llmc;
+
+namespace {
+TrainOptions parse(std::vector<std::string> args) {
+    std::vector<char*> argv{(char*)"prog"};
+    for (auto& a : args) argv.push_back(a.data());
+    return parse_train_options((int)argv.size(), argv.data(), TrainOptions{});
+}
+std::string usage_error(std::vector<std::string> args) {
+    try {
+        parse(args);
+    } catch (const UsageError& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+} // namespace
+
+TEST(Cli, ShortAndLongFlags) {
+    TrainOptions o = parse({"-i", "a/b", "-e", "d4", "-b", "8", "--seq-len", "128", "-d", "2048", "--lr=1e-3", "-k",
+                            "linear", "-x", "50", "-y", "0", "--top-k", "40", "--temperature", "0.7"});
+    EXPECT_EQ(o.train_data, "a/b");
+    EXPECT_EQ(o.model, "d4");
+    EXPECT_EQ(o.B, 8);
+    EXPECT_EQ(o.T, 128);
+    EXPECT_EQ(o.total_batch, 2048);
+    EXPECT_FLOAT_EQ(o.lr, 1e-3f);
+    EXPECT_EQ(o.schedule, Schedule::linear);
+    EXPECT_EQ(o.max_steps, 50);
+    EXPECT_EQ(o.top_k, 40);
+    EXPECT_FLOAT_EQ(o.temperature, 0.7f);
+    EXPECT_FALSE(o.help);
+}
+
+TEST(Cli, TotalBatchDefaultsToOneMicroBatch) {
+    TrainOptions o = parse({"-b", "3", "-t", "16"});
+    EXPECT_EQ(o.total_batch, 48);
+}
+
+TEST(Cli, ErrorsNameTheFlag) {
+    EXPECT_EQ(usage_error({"--bogus"}), "unknown flag '--bogus' (see --help)");
+    EXPECT_NE(usage_error({"-b", "abc"}).find("-b: expected an integer"), std::string::npos);
+    EXPECT_NE(usage_error({"-b", "0"}).find("-b:"), std::string::npos);
+    EXPECT_NE(usage_error({"-l", "nan"}).find("-l:"), std::string::npos);
+    EXPECT_NE(usage_error({"-k", "step"}).find("-k: unknown scheduler 'step'"), std::string::npos);
+    EXPECT_NE(usage_error({"-x"}).find("-x: missing value"), std::string::npos);
+    EXPECT_NE(usage_error({"-b", "4", "-t", "64", "-d", "100"}).find("-d: total batch 100"), std::string::npos);
+    EXPECT_NE(usage_error({"-y", "1"}).find("-y:"), std::string::npos);
+    EXPECT_NE(usage_error({"-n", "5"}).find("-n:"), std::string::npos);
+    EXPECT_NE(usage_error({"-a", "2"}).find("-a:"), std::string::npos);
+}
+
+TEST(Cli, HelpListsEveryShortFlag) {
+    EXPECT_TRUE(parse({"-h"}).help);
+    std::string u = usage("prog", TrainOptions{});
+    for (const char* f : {"-i", "-j", "-e", "-o", "-b", "-t", "-d", "-l", "-u", "-q", "-k", "-c", "-x", "-v", "-m",
+                          "-s", "-g", "-n", "-y", "-a", "-h"})
+        EXPECT_NE(u.find(std::string("  ") + f + ","), std::string::npos) << f;
+}
+
+TEST(Schedulers, CosineWithWarmup) {
+    LRScheduler s{Schedule::cosine, 1.0f, 10, 0.1f, 110};
+    EXPECT_FLOAT_EQ(s.lr(0), 0.1f);  // (0+1)/10
+    EXPECT_FLOAT_EQ(s.lr(9), 1.0f);  // warmup done
+    EXPECT_FLOAT_EQ(s.lr(10), 1.0f); // cos(0)
+    EXPECT_NEAR(s.lr(60), 0.1f + 0.5f * 0.9f, 1e-6); // halfway: cos(pi/2) = 0
+    EXPECT_NEAR(s.lr(110), 0.1f, 1e-6);
+    EXPECT_NEAR(s.lr(35), 0.1f + 0.9f * 0.5f * (1 + std::cos(M_PI * 0.25)), 1e-6);
+}
+
+TEST(Schedulers, LinearAndConstant) {
+    LRScheduler lin{Schedule::linear, 2.0f, 0, 0.0f, 100};
+    EXPECT_FLOAT_EQ(lin.lr(0), 2.0f);
+    EXPECT_FLOAT_EQ(lin.lr(25), 1.5f);
+    EXPECT_FLOAT_EQ(lin.lr(100), 0.0f);
+    LRScheduler con{Schedule::constant, 0.5f, 4, 0.0f, 100};
+    EXPECT_FLOAT_EQ(con.lr(1), 0.25f);
+    EXPECT_FLOAT_EQ(con.lr(3), 0.5f);
+    EXPECT_FLOAT_EQ(con.lr(99), 0.5f);
+    EXPECT_THROW(parse_schedule("cosin"), UsageError);
+}
+
+TEST(Sampler, FollowsTheDistribution) {
+    // Counts over a uniform grid of coins reproduce the probabilities exactly (up to grid resolution).
+    std::vector<float> p{0.1f, 0.0f, 0.6f, 0.3f};
+    std::vector<int> counts(4, 0);
+    const int N = 10000;
+    for (int i = 0; i < N; i++) counts[sample_token(p.data(), 4, SamplerConfig{}, (i + 0.5f) / N)]++;
+    EXPECT_EQ(counts[0], 1000);
+    EXPECT_EQ(counts[1], 0);
+    EXPECT_EQ(counts[2], 6000);
+    EXPECT_EQ(counts[3], 3000);
+}
+
+TEST(Sampler, TemperatureAndTopK) {
+    std::vector<float> p{0.2f, 0.5f, 0.3f};
+    // top-1 always picks the mode.
+    for (float coin : {0.0f, 0.3f, 0.99f}) EXPECT_EQ(sample_token(p.data(), 3, SamplerConfig{1.0f, 1}, coin), 1);
+    // top-2 never picks the least likely token; the two kept share 0.5/0.8 and 0.3/0.8.
+    EXPECT_EQ(sample_token(p.data(), 3, SamplerConfig{1.0f, 2}, 0.62f), 1);
+    EXPECT_EQ(sample_token(p.data(), 3, SamplerConfig{1.0f, 2}, 0.63f), 2);
+    // temperature 0.5 squares probabilities: 0.04, 0.25, 0.09 -> normalised 0.105, 0.658, 0.237
+    EXPECT_EQ(sample_token(p.data(), 3, SamplerConfig{0.5f, 0}, 0.10f), 0);
+    EXPECT_EQ(sample_token(p.data(), 3, SamplerConfig{0.5f, 0}, 0.11f), 1);
+    EXPECT_EQ(sample_token(p.data(), 3, SamplerConfig{0.5f, 0}, 0.77f), 2);
+}

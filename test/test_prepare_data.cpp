@@ -1,0 +1,191 @@
+// The prepare_data program (dev/data/prepare_data.cpp), run as a subprocess from the repo root: its command line,
+// its errors, and the shards it writes, checked against tiktoken's reference in test/data/tokenizer_vectors.txt.
+#include <algorithm>
+#include <gtest/gtest.h>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "llmc/formats.h"
+#include "llmc/tokenizer.h"
+#include "test/test_util.h"
+
+using namespace llmc;
+
+namespace {
+
+std::string gpt2_dir() { return testutil::data_dir() + "/gpt2"; }
+std::string shakespeare() { return testutil::data_dir() + "/tinyshakespeare/input.txt"; }
+
+struct Fact {
+    size_t count;
+    std::string hash;
+};
+
+// The "shakespeare_*" lines of the reference: name, count, and for token streams their hash.
+const Fact& reference(const std::string& name) {
+    static const std::map<std::string, Fact> facts = [] {
+        std::map<std::string, Fact> m;
+        std::istringstream in(detail::read_text_file("test/data/tokenizer_vectors.txt"));
+        for (std::string line; std::getline(in, line);) {
+            if (line.rfind("shakespeare_", 0) != 0) continue;
+            std::istringstream f(line.substr(12));
+            std::string key;
+            Fact fact{0, ""};
+            f >> key >> fact.count >> fact.hash;
+            m[key] = fact;
+        }
+        return m;
+    }();
+    auto it = facts.find(name);
+    if (it == facts.end()) throw Error("test/data/tokenizer_vectors.txt: no shakespeare_" + name);
+    return it->second;
+}
+
+// 64-bit FNV-1a over the little-endian uint16 token stream, as in dev/data/gen_tokenizer_vectors.py.
+std::string fnv1a64(const std::vector<uint16_t>& tokens) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint16_t t : tokens)
+        for (int byte : {t & 0xff, t >> 8}) h = (h ^ (uint64_t)byte) * 0x100000001b3ull;
+    return strprintf("%016llx", (unsigned long long)h);
+}
+
+// Reads a data shard, checking its header against its size.
+std::vector<uint16_t> read_shard(const std::string& path) {
+    File f(path, "rb");
+    Header h = read_header(f, SHARD_MAGIC, "data shard");
+    EXPECT_EQ(h[1], SHARD_VERSION) << path;
+    EXPECT_EQ(f.size(), HEADER_BYTES + 2 * (size_t)h[2]) << path;
+    std::vector<uint16_t> tokens(h[2]);
+    f.read(tokens.data(), tokens.size() * 2, "tokens");
+    return tokens;
+}
+
+int count_lines(const std::string& s) { return (int)std::count(s.begin(), s.end(), '\n'); }
+
+} // namespace
+
+TEST(PrepareDataCli, Help) {
+    for (const char* flag : {"--help", "-h"}) {
+        auto r = testutil::run(std::string("./prepare_data ") + flag);
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_EQ(r.output.rfind("usage: prepare_data", 0), 0u) << r.output;
+        EXPECT_NE(r.output.find("--tinyshakespeare"), std::string::npos) << r.output;
+    }
+}
+
+TEST(PrepareDataCli, UnknownFlag) {
+    auto r = testutil::run("./prepare_data --bogus in.txt out.bin");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(r.output.rfind("error: unknown flag --bogus", 0), 0u) << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+}
+
+TEST(PrepareDataCli, MissingArguments) {
+    for (const char* args : {"", "in.txt", "--tinyshakespeare in.txt", "in.txt out.bin extra", "--gpt2-dir"}) {
+        auto r = testutil::run(std::string("./prepare_data ") + args);
+        EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+        EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
+        EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    }
+}
+
+TEST(PrepareDataCli, MissingInputFile) {
+    testutil::TempDir dir;
+    auto r = testutil::run("./prepare_data --gpt2-dir " + gpt2_dir() + " " + (dir / "nope.txt") + " " + (dir / "o.bin"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output.rfind("error: " + (dir / "nope.txt") + ": cannot open", 0), 0u) << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_FALSE(file_exists(dir / "o.bin"));
+}
+
+TEST(PrepareDataCli, MissingVocabularyNamesFileAndRemedy) {
+    testutil::TempDir dir;
+    auto r = testutil::run("GPT2_VOCAB_DIR=" + dir.path + " ./prepare_data " + shakespeare() + " " + (dir / "o.bin"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output.rfind("error: " + (dir / "encoder.json") + ": not found", 0), 0u) << r.output;
+    EXPECT_NE(r.output.find("dev/data/tinyshakespeare.sh"), std::string::npos) << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+}
+
+TEST(PrepareDataCli, InvalidUtf8Input) {
+    testutil::TempDir dir;
+    std::string in = dir / "bad.txt";
+    {
+        File f(in, "wb");
+        f.write("good text\n\xc3(", 12);
+        f.close();
+    }
+    auto r = testutil::run("./prepare_data --gpt2-dir " + gpt2_dir() + " " + in + " " + (dir / "o.bin"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("error: " + in + ": invalid UTF-8 in the input at byte offset 10"), std::string::npos)
+        << r.output;
+    EXPECT_FALSE(file_exists(dir / "o.bin"));
+}
+
+TEST(PrepareDataShards, PlainEncoding) {
+    testutil::TempDir dir;
+    std::string out = dir / "plain.bin";
+    auto r = testutil::run("./prepare_data --gpt2-dir " + gpt2_dir() + " " + shakespeare() + " " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("wrote 338025 tokens to " + out), std::string::npos) << r.output;
+    std::vector<uint16_t> tokens = read_shard(out);
+    EXPECT_EQ(tokens.size(), reference("plain").count);
+    EXPECT_EQ(fnv1a64(tokens), reference("plain").hash);
+}
+
+TEST(PrepareDataShards, TinyShakespeareLayout) {
+    testutil::TempDir dir;
+    std::string out = dir / "new/tinyshakespeare"; // created by prepare_data, parents included
+    auto r = testutil::run("GPT2_VOCAB_DIR=" + gpt2_dir() + " ./prepare_data --tinyshakespeare " + shakespeare() + " " +
+                           out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(" ms"), std::string::npos) << "no encode time in: " << r.output;
+
+    std::vector<uint16_t> val = read_shard(out + "/tiny_shakespeare_val.bin");
+    std::vector<uint16_t> train = read_shard(out + "/tiny_shakespeare_train.bin");
+    EXPECT_EQ(val.size(), 32768u);
+    EXPECT_EQ(val.size(), reference("val").count);
+    EXPECT_EQ(train.size(), reference("train").count);
+    EXPECT_EQ(fnv1a64(val), reference("val").hash);
+    EXPECT_EQ(fnv1a64(train), reference("train").hash);
+    EXPECT_NE(r.output.find(strprintf("wrote %zu tokens to %s/tiny_shakespeare_val.bin", val.size(), out.c_str())),
+              std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(strprintf("wrote %zu tokens to %s/tiny_shakespeare_train.bin", train.size(), out.c_str())),
+              std::string::npos) << r.output;
+
+    // Document structure, decoded with the tokenizer file written alongside: each section of the text, split as
+    // Python's str.split("\n\n"), is EOT followed by the tokens of the section and its separator.
+    ASSERT_FALSE(val.empty());
+    EXPECT_EQ(val[0], GPT2_EOT);
+    GPT2Tokenizer tok = GPT2Tokenizer::from_llmc_file(out + "/gpt2_tokenizer.bin");
+    EXPECT_EQ(tok.vocab_size(), GPT2_VOCAB_SIZE);
+    EXPECT_EQ(tok.eot(), GPT2_EOT);
+    std::string text = detail::read_text_file(shakespeare());
+    std::vector<std::string> sections;
+    for (size_t start = 0;;) {
+        size_t sep = text.find("\n\n", start);
+        sections.push_back(text.substr(start, sep == std::string::npos ? std::string::npos : sep + 2 - start));
+        if (sep == std::string::npos) break;
+        start = sep + 2;
+    }
+    EXPECT_EQ(sections.size(), reference("sections").count);
+
+    std::vector<int> all(val.begin(), val.end());
+    all.insert(all.end(), train.begin(), train.end());
+    std::vector<std::string> docs;
+    for (size_t i = 0; i < all.size(); i++) {
+        if (all[i] == GPT2_EOT) {
+            docs.emplace_back();
+        } else {
+            ASSERT_FALSE(docs.empty()) << "tokens before the first EOT";
+            docs.back() += tok.token_bytes(all[i]);
+        }
+    }
+    ASSERT_EQ(docs.size(), sections.size());
+    int mismatched = 0;
+    for (size_t i = 0; i < docs.size(); i++)
+        if (docs[i] != sections[i] && mismatched++ < 3) ADD_FAILURE() << "section " << i << " differs";
+    EXPECT_EQ(mismatched, 0);
+}

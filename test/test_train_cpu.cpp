@@ -1,0 +1,196 @@
+// train_gpt2 end to end, as a user runs it: flags and exit codes, overfitting one batch, gradient
+// accumulation, bit-exact resume, checkpoints as -e input. Uses a small-vocabulary model file so each
+// run takes well under a second.
+#include <cmath>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "llmc/checkpoint.h"
+#include "llmc/gpt2_cpu.h"
+#include "test/test_util.h"
+
+using namespace llmc;
+using testutil::run;
+using testutil::TempDir;
+
+namespace {
+
+struct Step {
+    int step;
+    double loss, norm;
+    std::string line_without_timing;
+};
+
+std::vector<Step> parse_steps(const std::string& out) {
+    std::vector<Step> steps;
+    std::regex re(R"((step +(\d+)/\d+ \| loss ([-0-9.naif]+) \| norm ([-0-9.naif]+) \| lr [^|]+)\|)");
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
+        steps.push_back({std::stoi((*it)[2]), std::stod((*it)[3]), std::stod((*it)[4]), (*it)[1]});
+    return steps;
+}
+
+std::vector<double> parse_val(const std::string& out) {
+    std::vector<double> v;
+    std::regex re(R"(val loss ([0-9.]+))");
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
+        v.push_back(std::stod((*it)[1]));
+    return v;
+}
+
+std::string slurp(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// A data directory with train and val shards of token ids < 60, and a V=60 (Vp=64) model file.
+class TrainCpu : public testing::Test {
+protected:
+    void SetUp() override {
+        std::mt19937 g(42);
+        // Low-entropy text (a repeating pattern with noise) so that val loss falls as the model learns.
+        auto make = [&](size_t n) {
+            std::vector<uint16_t> t(n);
+            for (size_t i = 0; i < n; i++) t[i] = (uint16_t)(g() % 8 == 0 ? g() % 60 : (i * 7) % 23);
+            return t;
+        };
+        write_shard(dir / "toy_train.bin", make(20000));
+        write_shard(dir / "toy_val.bin", make(4000));
+        GPT2Config c;
+        c.max_seq_len = 32;
+        c.vocab_size = 60;
+        c.padded_vocab_size = 64;
+        c.num_layers = 2;
+        c.num_heads = 2;
+        c.channels = 32;
+        GPT2CPU<float> m(c);
+        m.init_random(7);
+        save_model(model_path(), c, m.params_memory.data());
+    }
+    std::string model_path() const { return dir / "toy_model.bin"; }
+    std::string train(const std::string& args) const {
+        return "./train_gpt2 -i " + dir.path + " -e " + model_path() + " -b 4 -t 16 -s 0 " + args;
+    }
+    TempDir dir;
+};
+
+} // namespace
+
+TEST(TrainCpuCli, HelpAndUsageErrors) {
+    auto h = run("./train_gpt2 --help");
+    EXPECT_EQ(h.exit_code, 0);
+    EXPECT_NE(h.output.find("--checkpoint-every"), std::string::npos);
+    auto bad = run("./train_gpt2 --nope");
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_EQ(bad.output, "error: unknown flag '--nope' (see --help)\n");
+    auto val = run("./train_gpt2 -b -3");
+    EXPECT_EQ(val.exit_code, 2);
+    EXPECT_NE(val.output.find("error: -b:"), std::string::npos);
+    auto model = run("./train_gpt2 -e gpt5");
+    EXPECT_EQ(model.exit_code, 2);
+    EXPECT_NE(model.output.find("-e: 'gpt5' is neither dN"), std::string::npos);
+}
+
+TEST(TrainCpuCli, MissingDataSaysHowToPrepareIt) {
+    auto r = run("./train_gpt2 -e d1 -i data/tinyshakespeare_absent");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find("data/tinyshakespeare_absent: not found; prepare it with `make tinyshakespeare`"),
+              std::string::npos)
+        << r.output;
+}
+
+TEST_F(TrainCpu, RejectsOutOfRangeTokensAndTooLongSequences) {
+    std::vector<uint16_t> bad(200, 3);
+    bad[150] = 60;
+    write_shard(dir / "bad_train.bin", bad);
+    auto r = run("./train_gpt2 -i " + (dir / "bad_train.bin") + " -e " + model_path() + " -b 1 -t 8 -x 1 -v 0 -s 0");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find("bad_train.bin: token 150 has id 60"), std::string::npos) << r.output;
+    auto t = run(train("-t 64 -x 1"));
+    EXPECT_EQ(t.exit_code, 2);
+    EXPECT_NE(t.output.find("-t: sequence length 64 exceeds the model's maximum 32"), std::string::npos) << t.output;
+}
+
+TEST_F(TrainCpu, OverfitsOneBatch) {
+    auto r = run(train("-a 1 -x 40 -l 3e-3 -v 0"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto steps = parse_steps(r.output);
+    ASSERT_EQ(steps.size(), 40u);
+    EXPECT_NEAR(steps[0].loss, std::log(60.0), 0.3); // near-uniform predictions at init
+    EXPECT_LT(steps.back().loss, 0.3 * steps[0].loss) << r.output;
+}
+
+TEST_F(TrainCpu, ValLossFallsAndLogIsWritten) {
+    auto r = run(train("-x 60 -l 3e-3 -v 30 -m 4 -o " + (dir / "out")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto val = parse_val(r.output);
+    ASSERT_EQ(val.size(), 3u); // steps 0, 30, 60
+    EXPECT_LT(val[2], val[0] - 0.5) << r.output;
+    std::string log = slurp(dir / "out/main.log");
+    EXPECT_NE(log.find("s:1 trl:"), std::string::npos);
+    EXPECT_NE(log.find("s:60 tel:"), std::string::npos);
+    // The per-sub-block table closes the run, every model sub-block present.
+    for (const char* s : {"encoder", "ln1", "qkv", "attention", "attn_proj", "residual1", "ln2", "fc ", "gelu",
+                          "fc_proj", "residual2", "lnf", "classifier", "optimizer", "grad_norm"})
+        EXPECT_NE(r.output.find(std::string("\n") + s), std::string::npos) << s;
+}
+
+TEST_F(TrainCpu, GradientAccumulationMatchesTheBigBatch) {
+    auto big = run(train("-x 3 -v 0 -b 4 -d 64"));
+    auto acc = run(train("-x 3 -v 0 -b 2 -d 64"));
+    ASSERT_EQ(big.exit_code, 0) << big.output;
+    ASSERT_EQ(acc.exit_code, 0) << acc.output;
+    EXPECT_NE(acc.output.find("| B / T / grad accum    | 2 / 16 / 2"), std::string::npos);
+    auto a = parse_steps(big.output), b = parse_steps(acc.output);
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), 3u);
+    for (int i = 0; i < 3; i++) {
+        // Same tokens, same math, different summation order: fp32 rounding only.
+        EXPECT_NEAR(a[i].loss, b[i].loss, 1e-4 * a[i].loss) << i;
+        EXPECT_NEAR(a[i].norm, b[i].norm, 1e-3 * a[i].norm) << i;
+    }
+}
+
+TEST_F(TrainCpu, ResumeIsBitExact) {
+    // N steps straight, checkpointing at N/2 ...
+    std::string flags = " -x 8 -l 1e-3 -u 2 -k cosine -q 0.1 -c 0.1 -v 4 -s 4 -g 8 -n 4 ";
+    auto straight = run(train(flags + "-o " + (dir / "a")));
+    ASSERT_EQ(straight.exit_code, 0) << straight.output;
+    // ... against N/2 steps, save, resume from that checkpoint alone, N/2 more steps.
+    ASSERT_EQ(run("mkdir -p " + (dir / "b") + " && cp " + (dir / "a/model_00000004.bin") + " " +
+                  (dir / "a/state_00000004.bin") + " " + (dir / "b/"))
+                  .exit_code,
+              0);
+    auto resumed = run(train(flags + "-y 1 -o " + (dir / "b")));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resumed from"), std::string::npos);
+    auto a = parse_steps(straight.output), b = parse_steps(resumed.output);
+    ASSERT_EQ(a.size(), 8u);
+    ASSERT_EQ(b.size(), 4u);
+    for (int i = 0; i < 4; i++) EXPECT_EQ(a[4 + i].line_without_timing, b[i].line_without_timing);
+    EXPECT_EQ(slurp(dir / "a/model_00000008.bin"), slurp(dir / "b/model_00000008.bin"));
+    EXPECT_EQ(slurp(dir / "a/state_00000008.bin"), slurp(dir / "b/state_00000008.bin"));
+    // Samples after the resume point use the restored RNG: the step-8 sample is the same text.
+    auto last_sample = [](const std::string& out) {
+        size_t begin = out.rfind("---- sample ----"), end = out.find("----------------", begin + 16);
+        return out.substr(begin, end - begin);
+    };
+    EXPECT_NE(last_sample(straight.output).size(), 0u);
+    EXPECT_EQ(last_sample(straight.output), last_sample(resumed.output));
+}
+
+TEST_F(TrainCpu, CheckpointLoadsAsModel) {
+    auto r = run(train("-x 2 -v 0 -n 2 -o " + (dir / "c")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto again = run("./train_gpt2 -i " + dir.path + " -e " + (dir / "c/model_00000002.bin") + " -b 4 -t 16 -x 1 -v 0 -s 0");
+    ASSERT_EQ(again.exit_code, 0) << again.output;
+    auto s = parse_steps(again.output);
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_TRUE(std::isfinite(s[0].loss));
+}

@@ -1,0 +1,132 @@
+/*
+ * train_gpt2cu: the GPU trainer. bf16 parameters, activations and gradients; fp32 master weights, AdamW
+ * moments, layernorm statistics and losses; cuBLASLt matmuls with fused epilogues; our own fused kernels for
+ * the rest (one header per op in llmc/). The loop, flags and files are the CPU reference's (llmc/train_loop.h), so every
+ * result can be checked against ./train_gpt2 and checkpoints move freely between the two.
+ *
+ *   make train_gpt2cu && ./train_gpt2cu -i data/tinyshakespeare
+ *
+ * A step queues all its kernels without waiting; the one synchronisation is reading the step's loss and
+ * grad norm at its end.
+ */
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "llmc/device_specs.h"
+#include "llmc/gpt2.cuh"
+#include "llmc/optimizer.h"
+#include "llmc/train_loop.h"
+
+using namespace llmc;
+
+class GPUBackend {
+public:
+    GPUBackend(const GPT2Config& c, const TrainOptions& opt) : model_(c, opt.B, opt.T), B_(opt.B), T_(opt.T) {
+        adam_.weight_decay = opt.weight_decay;
+        cudaDeviceProp p;
+        CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+        name_ = strprintf("GPU bf16, %s", p.name);
+        spec_ = lookup_device_spec(p.name);
+    }
+    const char* name() const { return name_.c_str(); }
+    void load_weights(const std::vector<float>& w) { model_.set_parameters(w.data()); }
+    std::vector<float> weights() { return model_.get_master_weights(); }
+    int model_file_version() const { return MODEL_VERSION_BF16; }
+    void get_moments(std::vector<float>& m, std::vector<float>& v) {
+        m = model_.get_moments_m();
+        v = model_.get_moments_v();
+    }
+    void set_moments(const std::vector<float>& m, const std::vector<float>& v) { model_.set_moments(m, v); }
+    const SubBlockTimes* timings() const { return nullptr; } // per-kernel GPU timing is the profiler's job
+    // MFU against the datasheet bf16 peak, and device memory in use (everything is allocated up front, so
+    // this is the run's peak).
+    std::string step_extras(double ms, long tokens) const {
+        std::string s;
+        if (spec_) {
+            const GPT2Config& c = model_.config;
+            double flops = gpt2_flops_per_token(model_.num_params, c.num_layers, c.channels, T_) * tokens;
+            s += strprintf(" | MFU %.1f%%", 100.0 * flops / (ms * 1e-3) / (spec_->bf16_tflops * 1e12));
+        }
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+            s += strprintf(" | mem %.2f GiB", (total_b - free_b) / 1073741824.0);
+        return s;
+    }
+    void print_memory() const {
+        const GPUMemoryPlan& p = model_.memory;
+        auto mib = [](size_t b) { return b / 1048576.0; };
+        printf("GPU memory: params %.0f MiB, grads %.0f MiB, optimizer (master, m, v) %.0f MiB, activations %.0f MiB "
+               "(of %.0f MiB free); largest micro-batch at T=%d: %d\n",
+               mib(p.params), mib(p.grads), mib(p.optimizer), mib(p.activations), mib(p.free_before), T_, p.max_batch);
+    }
+
+    StepStats train_step(DataLoader& train, int grad_accum, float lr, int t) {
+        Range step("step");
+        model_.zero_grad();
+        model_.zero_loss();
+        float scale = 1.0f / ((float)B_ * T_ * grad_accum); // mean over every position of every micro-batch
+        for (int micro = 0; micro < grad_accum; micro++) {
+            train.next_batch();
+            model_.forward(train.inputs(), train.targets(), B_, T_, scale, scale);
+            model_.backward();
+        }
+        {
+            Range opt("optimizer", -1, Phase::opt);
+            model_.update(lr, adam_.beta1, adam_.beta2, adam_.eps, adam_.weight_decay, adam_.grad_clip, t);
+        }
+        model_.fetch_scalars();
+        auto [loss, norm] = model_.read_scalars();
+        return {loss, norm};
+    }
+
+    float val_loss(DataLoader& val, int batches) {
+        val.restore(DataPosition{}); // the same batches every time
+        model_.zero_loss();
+        for (int i = 0; i < batches; i++) {
+            val.next_batch();
+            model_.forward(val.inputs(), val.targets(), B_, T_, 1.0f / ((float)B_ * T_ * batches), 0.0f);
+        }
+        model_.fetch_scalars();
+        return model_.read_scalars().first;
+    }
+
+    std::vector<float> next_token_probs(const std::vector<int>& ids) {
+        int t = (int)ids.size();
+        model_.forward(ids.data(), nullptr, 1, t, 0.0f, 0.0f);
+        std::vector<float> logits = model_.logits_row(t - 1);
+        int V = model_.config.vocab_size;
+        float mx = *std::max_element(logits.begin(), logits.begin() + V);
+        double sum = 0;
+        std::vector<float> p(V);
+        for (int i = 0; i < V; i++) sum += p[i] = std::exp(logits[i] - mx);
+        for (float& x : p) x = (float)(x / sum);
+        return p;
+    }
+
+private:
+    GPT2GPU model_;
+    int B_, T_;
+    AdamWConfig adam_;
+    std::string name_;
+    const DeviceSpec* spec_ = nullptr;
+};
+
+int main(int argc, char** argv) {
+    return main_guard([&] {
+        TrainOptions defaults; // GPT-2 124M, B=4, T=1024 (llm.c's defaults)
+        bool help = false;
+        for (int i = 1; i < argc; i++) help |= std::string(argv[i]) == "-h" || std::string(argv[i]) == "--help";
+        if (!help) {
+            if (cuda_device_count() == 0)
+                throw Error("no CUDA device found: train_gpt2cu needs an NVIDIA GPU (sm_80 or newer); "
+                            "./train_gpt2 is the CPU trainer with the same flags");
+            cudaDeviceProp p;
+            CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+            if (p.major < 8)
+                throw Error(strprintf("%s is sm_%d%d: train_gpt2cu needs sm_80 or newer (bf16 tensor cores)", p.name,
+                                      p.major, p.minor));
+        }
+        return run_training<GPUBackend>("train_gpt2cu", argc, argv, defaults);
+    });
+}
