@@ -2,6 +2,7 @@
 #   make train_gpt2      CPU fp32 reference trainer (OpenMP)
 #   make prepare_data    GPT-2 tokenizer + shard writer
 #   make train_gpt2cu    GPU trainer (needs nvcc; runs on sm_80 and newer)
+#   make profile_gpt2cu  runs a few GPU training steps traced with CUPTI and writes a profile directory
 #   make dev_cuda        kernel benchmarks in dev/cuda/ (build/dev/cuda/<name>)
 #   make test            GoogleTest suite (GPU tests skip without a device)
 #   make tinyshakespeare prepares data/tinyshakespeare (TINYSHAKESPEARE=/path/input.txt to skip the download)
@@ -26,6 +27,8 @@ NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -lineinfo -I. \
              -Xcompiler -fopenmp,-Wall --expt-relaxed-constexpr
 CUDA_LIBS := -lcublasLt -lcublas
+# The in-process profiler (llmc/cupti_collector.cuh): train_gpt2cu --profile, profile_gpt2cu, the GPU tests.
+CUPTI_LIBS := -lcupti
 
 HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h)
 CUDA_HEADERS := $(wildcard llmc/*.cuh)
@@ -33,7 +36,7 @@ CUDA_HEADERS := $(wildcard llmc/*.cuh)
 .PHONY: all test clean tinyshakespeare dev_cuda
 all: train_gpt2 prepare_data
 ifneq ($(HAVE_NVCC),)
-all: train_gpt2cu dev_cuda
+all: train_gpt2cu profile_gpt2cu dev_cuda
 endif
 
 train_gpt2: train_gpt2.cpp $(HEADERS)
@@ -43,7 +46,10 @@ prepare_data: dev/data/prepare_data.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS_PCRE)
 
 train_gpt2cu: train_gpt2.cu $(HEADERS) $(CUDA_HEADERS)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_PCRE) -lgomp
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
+
+profile_gpt2cu: profile_gpt2.cu $(HEADERS) $(CUDA_HEADERS)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
 
 # ---- kernel benchmarks: one program per dev/cuda/*.cu ----
 DEV_CUDA_SRCS := $(wildcard dev/cuda/*.cu)
@@ -61,11 +67,11 @@ $(BUILD)/test/%.o: test/%.cpp $(HEADERS) $(wildcard test/*.h)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 ifneq ($(HAVE_NVCC),)
 GPU_TEST_OBJS := $(patsubst test/gpu/%.cu,$(BUILD)/test/gpu/%.o,$(wildcard test/gpu/test_*.cu))
-$(BUILD)/test/gpu/%.o: test/gpu/%.cu $(HEADERS) $(CUDA_HEADERS) $(wildcard test/gpu/*.cuh test/*.h)
+$(BUILD)/test/gpu/%.o: test/gpu/%.cu $(HEADERS) $(CUDA_HEADERS) $(wildcard test/gpu/*.cuh test/*.h dev/cuda/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 $(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) -lgomp -lpthread
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) -lgomp -lpthread
 else
 $(BUILD)/run_tests: $(TEST_OBJS)
 	@echo "note: nvcc not found; building the CPU tests only"
@@ -74,7 +80,7 @@ endif
 
 # Tests find the tinyshakespeare text and GPT-2 vocabulary files through LLMC_DATA (default ../shared/data).
 LLMC_DATA ?= ../shared/data
-TEST_PROGRAMS := train_gpt2 prepare_data $(if $(HAVE_NVCC),train_gpt2cu)
+TEST_PROGRAMS := train_gpt2 prepare_data $(if $(HAVE_NVCC),train_gpt2cu profile_gpt2cu)
 test: $(BUILD)/run_tests $(TEST_PROGRAMS)
 	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/run_tests
 
@@ -82,4 +88,4 @@ tinyshakespeare: prepare_data
 	bash dev/data/tinyshakespeare.sh
 
 clean:
-	rm -rf $(BUILD) train_gpt2 prepare_data train_gpt2cu
+	rm -rf $(BUILD) train_gpt2 prepare_data train_gpt2cu profile_gpt2cu

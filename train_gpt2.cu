@@ -7,22 +7,107 @@
  *   make train_gpt2cu && ./train_gpt2cu -i data/tinyshakespeare
  *
  * A step queues all its kernels without waiting; the one synchronisation is reading the step's loss and
- * grad norm at its end.
+ * grad norm at its end. With --profile DIR a window of steps is traced in-process with CUPTI (the same
+ * collector and report as profile_gpt2cu) and DIR is written when the window closes.
  */
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
+#include "llmc/calibrate.cuh"
+#include "llmc/cupti_collector.cuh"
 #include "llmc/device_specs.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/optimizer.h"
+#include "llmc/profile_report.h"
+#include "llmc/profile_writers.h"
 #include "llmc/train_loop.h"
 
 using namespace llmc;
 
+/*
+ * --profile DIR: the run's steps [--profile-start, --profile-start + --profile-steps) traced with CUPTI.
+ * Everything the profiler adds to the loop happens between steps, after the step line is printed: the
+ * collector starts before the window's first step, each traced step is flushed after its loss read, and
+ * the profile is written when the window closes (or the run ends inside it). The ceilings are measured
+ * (or read from their cache) at construction, before the model takes the device memory.
+ */
+class ProfileWindow {
+public:
+    ProfileWindow(const GPT2Config& c, const TrainOptions& opt)
+        : dir_(opt.profile_dir), first_(opt.profile_start), count_(opt.profile_steps), config_(c), B_(opt.B),
+          T_(opt.T), grad_accum_((int)(opt.total_batch / ((long)opt.B * opt.T))),
+          ceilings_(prof::measure_ceilings(true)) {
+        printf("profile: steps %d-%d into %s/; ceilings bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n", first_ + 1,
+               first_ + count_, dir_.c_str(), ceilings_.bf16_tflops, ceilings_.dram_gbps, ceilings_.source.c_str());
+        if (first_ == 0) arm();
+    }
+    // Brackets a step's work; step is the run's 0-based step index.
+    void begin(int step) {
+        last_step_ = step;
+        in_window_ = collector_ && collector_->running() && step >= first_ && step < first_ + count_;
+        if (in_window_) collector_->begin_step(step - first_);
+    }
+    void end(long tokens) {
+        if (!in_window_) return;
+        collector_->end_step(tokens);
+        traced_++;
+        in_window_ = false;
+    }
+    void step_done(bool last_step) {
+        if (done_) return;
+        if (collector_ && collector_->running()) {
+            collector_->flush();
+            if (last_step || last_step_ + 1 >= first_ + count_) finish();
+        } else if (!collector_ && last_step_ + 1 == first_ && !last_step) {
+            arm();
+        } else if (last_step) {
+            printf("profile: the run ended before step %d; nothing written to %s\n", first_ + 1, dir_.c_str());
+            done_ = true;
+        }
+    }
+
+private:
+    void arm() {
+        collector_ = std::make_unique<prof::CuptiCollector>();
+        if (!collector_->start()) done_ = true; // another tool holds CUPTI: train on, untraced
+    }
+    void finish() {
+        collector_->stop();
+        done_ = true;
+        if (traced_ == 0) {
+            printf("profile: no step traced; nothing written to %s\n", dir_.c_str());
+            return;
+        }
+        prof::ProfileRecords records = collector_->take();
+        collector_.reset();
+        prof::ProfileContext ctx = prof::gpu_profile_context("train_gpt2cu", config_, B_, T_, grad_accum_);
+        ctx.ceilings = ceilings_;
+        prof::Report report = prof::build_report(records, ctx);
+        printf("%s", prof::format_summary(report).c_str());
+        prof::write_profile_dir(dir_, report, records);
+        std::string dropped = records.dropped_records ? strprintf(" (%llu CUPTI records dropped: incomplete)",
+                                                                 (unsigned long long)records.dropped_records)
+                                                      : "";
+        printf("profile: steps %d-%d written to %s/%s\n", first_ + 1, first_ + traced_, dir_.c_str(), dropped.c_str());
+    }
+
+    std::string dir_;
+    int first_, count_;
+    GPT2Config config_;
+    int B_, T_, grad_accum_;
+    prof::Ceilings ceilings_;
+    std::unique_ptr<prof::CuptiCollector> collector_;
+    int traced_ = 0, last_step_ = -1;
+    bool in_window_ = false, done_ = false;
+};
+
 class GPUBackend {
 public:
-    GPUBackend(const GPT2Config& c, const TrainOptions& opt) : model_(c, opt.B, opt.T), B_(opt.B), T_(opt.T) {
+    GPUBackend(const GPT2Config& c, const TrainOptions& opt)
+        : profile_(opt.profile_dir.empty() ? nullptr : std::make_unique<ProfileWindow>(c, opt)),
+          model_(c, opt.B, opt.T), B_(opt.B), T_(opt.T) {
         adam_.weight_decay = opt.weight_decay;
         cudaDeviceProp p;
         CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
@@ -62,22 +147,13 @@ public:
     }
 
     StepStats train_step(DataLoader& train, int grad_accum, float lr, int t) {
-        Range step("step");
-        model_.zero_grad();
-        model_.zero_loss();
-        float scale = 1.0f / ((float)B_ * T_ * grad_accum); // mean over every position of every micro-batch
-        for (int micro = 0; micro < grad_accum; micro++) {
-            train.next_batch();
-            model_.forward(train.inputs(), train.targets(), B_, T_, scale, scale);
-            model_.backward();
-        }
-        {
-            Range opt("optimizer", -1, Phase::opt);
-            model_.update(lr, adam_.beta1, adam_.beta2, adam_.eps, adam_.weight_decay, adam_.grad_clip, t);
-        }
-        model_.fetch_scalars();
-        auto [loss, norm] = model_.read_scalars();
-        return {loss, norm};
+        if (profile_) profile_->begin(t - 1);
+        StepStats s = run_step(train, grad_accum, lr, t);
+        if (profile_) profile_->end((long)grad_accum * B_ * T_);
+        return s;
+    }
+    void profile_step_done(bool last_step) {
+        if (profile_) profile_->step_done(last_step);
     }
 
     float val_loss(DataLoader& val, int batches) {
@@ -105,6 +181,26 @@ public:
     }
 
 private:
+    StepStats run_step(DataLoader& train, int grad_accum, float lr, int t) {
+        Range step("step");
+        model_.zero_grad();
+        model_.zero_loss();
+        float scale = 1.0f / ((float)B_ * T_ * grad_accum); // mean over every position of every micro-batch
+        for (int micro = 0; micro < grad_accum; micro++) {
+            train.next_batch();
+            model_.forward(train.inputs(), train.targets(), B_, T_, scale, scale);
+            model_.backward();
+        }
+        {
+            Range opt("optimizer", -1, Phase::opt);
+            model_.update(lr, adam_.beta1, adam_.beta2, adam_.eps, adam_.weight_decay, adam_.grad_clip, t);
+        }
+        model_.fetch_scalars();
+        auto [loss, norm] = model_.read_scalars();
+        return {loss, norm};
+    }
+
+    std::unique_ptr<ProfileWindow> profile_; // before model_: the ceilings are measured before it is allocated
     GPT2GPU model_;
     int B_, T_;
     AdamWConfig adam_;

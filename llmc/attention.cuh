@@ -147,6 +147,63 @@ __device__ __forceinline__ void store_strip(floatX* __restrict__ dst, size_t str
     }
 }
 
+// The warp's 16-row strips of two bf16 tiles staged in shared memory (row stride LD) as A fragments, kept in
+// registers: a1[k], a2[k] hold columns 16k .. 16k+15.
+template <int NK, int LD>
+__device__ __forceinline__ void load_strip_frags(FragA (&a1)[NK], FragA (&a2)[NK], const floatX* s1, const floatX* s2) {
+#pragma unroll
+    for (int k = 0; k < NK; k++) {
+        wmma::load_matrix_sync(a1[k], s1 + k * 16, LD);
+        wmma::load_matrix_sync(a2[k], s2 + k * 16, LD);
+    }
+}
+
+// Query-row statistics of rows q0 .. q0+ROWS-1 into shared memory: lse in the log2 domain, and D. Rows at or
+// past T get 0 (their scores are masked).
+template <int ROWS>
+__device__ __forceinline__ void load_row_stats(float* lse2s, float* Ds, const float* __restrict__ lse,
+                                               const float* __restrict__ D, size_t row_stats, int q0, int T) {
+    for (int i = threadIdx.x; i < ROWS; i += kThreads) {
+        const bool ok = q0 + i < T;
+        lse2s[i] = ok ? lse[row_stats + q0 + i] * kLog2e : 0.0f;
+        Ds[i] = ok ? D[row_stats + q0 + i] : 0.0f;
+    }
+}
+
+/*
+ * Both products of a backward step for the warp's 16 rows x NB*16 columns, into fp32 strips (row stride
+ * LDF): F1w = A1 B1^T and F2w = A2 B2^T, the B tiles stored row-major (column, dim) with row stride LDH and
+ * read as col_major matrix_b. S and dP (dQ kernel), or S^T and dP^T (dK/dV kernel).
+ */
+template <int NB, int NK, int LDH, int LDF>
+__device__ __forceinline__ void strip_products(float* F1w, float* F2w, const FragA (&a1)[NK], const floatX* b1,
+                                               const FragA (&a2)[NK], const floatX* b2) {
+#pragma unroll
+    for (int n = 0; n < NB; n++) {
+        FragAcc p1, p2;
+        wmma::fill_fragment(p1, 0.0f);
+        wmma::fill_fragment(p2, 0.0f);
+#pragma unroll
+        for (int k = 0; k < NK; k++) {
+            FragBCol f1, f2;
+            wmma::load_matrix_sync(f1, b1 + n * 16 * LDH + k * 16, LDH);
+            wmma::mma_sync(p1, a1[k], f1, p1);
+            wmma::load_matrix_sync(f2, b2 + n * 16 * LDH + k * 16, LDH);
+            wmma::mma_sync(p2, a2[k], f2, p2);
+        }
+        wmma::store_matrix_sync(F1w + n * 16, p1, LDF, wmma::mem_row_major);
+        wmma::store_matrix_sync(F2w + n * 16, p2, LDF, wmma::mem_row_major);
+    }
+}
+
+// acc *= s, elementwise (the layout is opaque, but a uniform scale does not need it).
+template <int N> __device__ __forceinline__ void scale_frags(FragAcc (&acc)[N], float s) {
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int i = 0; i < acc[n].num_elements; i++) acc[n].x[i] *= s;
+}
+
 // ------------------------------------------------------------------------------------------------------
 // Forward. Grid (B*NH, ceil(T/64)); the y index is reversed so the longest (last) query tiles start first.
 // ------------------------------------------------------------------------------------------------------
@@ -377,11 +434,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     FragA ka[NK], va[NK];
-#pragma unroll
-    for (int k = 0; k < NK; k++) {
-        wmma::load_matrix_sync(ka[k], reinterpret_cast<const floatX*>(F1) + warp * kStrip * LDH + k * 16, LDH);
-        wmma::load_matrix_sync(va[k], reinterpret_cast<const floatX*>(F2) + warp * kStrip * LDH + k * 16, LDH);
-    }
+    load_strip_frags<NK, LDH>(ka, va, reinterpret_cast<const floatX*>(F1) + warp * kStrip * LDH,
+                              reinterpret_cast<const floatX*>(F2) + warp * kStrip * LDH);
     __syncthreads(); // every warp holds its fragments before any warp writes scores into F1/F2
 
     FragAcc dk[HS / 16], dv[HS / 16];
@@ -398,33 +452,14 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads(); // every warp is done with the previous Q / dO / lse / D tile
         load_tile<BQ, HS, LDH>(Qs, base, C3, q0, T);
         load_tile<BQ, HS, LDH>(dOs, dobase, C, q0, T);
-        for (int i = threadIdx.x; i < BQ; i += kThreads) {
-            const bool ok = q0 + i < T;
-            lse2s[i] = ok ? lse[row_stats + q0 + i] * kLog2e : 0.0f;
-            Ds[i] = ok ? D[row_stats + q0 + i] : 0.0f;
-        }
+        load_row_stats<BQ>(lse2s, Ds, lse, D, row_stats, q0, T);
         __syncthreads();
         // Warp-uniform skip: keys past T are never stored; if the last query of the tile is below the
         // warp's first key, every (key, query) pair is masked. No block barrier below this point.
         if (kw >= T || q0 + BQ - 1 < kw) continue;
 
-        // S^T (16 keys x BQ queries) and dP^T: Q and dO stored row-major (query, dim) read as col_major B.
-#pragma unroll
-        for (int n = 0; n < NB; n++) {
-            FragAcc s, dp;
-            wmma::fill_fragment(s, 0.0f);
-            wmma::fill_fragment(dp, 0.0f);
-#pragma unroll
-            for (int k = 0; k < NK; k++) {
-                FragBCol qb, gb;
-                wmma::load_matrix_sync(qb, Qs + n * 16 * LDH + k * 16, LDH);
-                wmma::mma_sync(s, ka[k], qb, s);
-                wmma::load_matrix_sync(gb, dOs + n * 16 * LDH + k * 16, LDH);
-                wmma::mma_sync(dp, va[k], gb, dp);
-            }
-            wmma::store_matrix_sync(F1w + n * 16, s, LDF, wmma::mem_row_major);
-            wmma::store_matrix_sync(F2w + n * 16, dp, LDF, wmma::mem_row_major);
-        }
+        // S^T = K Q^T (16 keys x BQ queries) into F1w, dP^T = V dO^T into F2w.
+        strip_products<NB, NK, LDH, LDF>(F1w, F2w, ka, Qs, va, dOs);
         __syncwarp();
 
         // P^T and dS^T, elementwise; column = query. Masked pairs give p = 0, hence ds = 0.
@@ -460,10 +495,7 @@ __global__ void __launch_bounds__(kThreads)
     }
 
     // Epilogue: stage dK, dV in the warp's own F1/F2 strips (16 x LDF, LDF >= HS + 4), then store bf16.
-#pragma unroll
-    for (int n = 0; n < HS / 16; n++)
-#pragma unroll
-        for (int i = 0; i < dk[n].num_elements; i++) dk[n].x[i] *= scale;
+    scale_frags(dk, scale);
     __syncwarp(); // other lanes' last reads of F1w/F2w (elementwise pass) precede these stores
 #pragma unroll
     for (int n = 0; n < HS / 16; n++) {
@@ -514,18 +546,11 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<kRows, HS, LDH>(reinterpret_cast<floatX*>(F1), base, C3, q0, T);
     load_tile<kRows, HS, LDH>(reinterpret_cast<floatX*>(F2), dout + (size_t)b * T * C + (size_t)h * HS, C, q0, T);
     const size_t row_stats = (size_t)bh * T;
-    for (int i = threadIdx.x; i < kRows; i += kThreads) {
-        const bool ok = q0 + i < T;
-        lse2s[i] = ok ? lse[row_stats + q0 + i] * kLog2e : 0.0f;
-        Ds[i] = ok ? D[row_stats + q0 + i] : 0.0f;
-    }
+    load_row_stats<kRows>(lse2s, Ds, lse, D, row_stats, q0, T);
     __syncthreads();
     FragA qa[NK], ga[NK];
-#pragma unroll
-    for (int k = 0; k < NK; k++) {
-        wmma::load_matrix_sync(qa[k], reinterpret_cast<const floatX*>(F1) + warp * kStrip * LDH + k * 16, LDH);
-        wmma::load_matrix_sync(ga[k], reinterpret_cast<const floatX*>(F2) + warp * kStrip * LDH + k * 16, LDH);
-    }
+    load_strip_frags<NK, LDH>(qa, ga, reinterpret_cast<const floatX*>(F1) + warp * kStrip * LDH,
+                              reinterpret_cast<const floatX*>(F2) + warp * kStrip * LDH);
     __syncthreads(); // every warp holds its fragments before any warp writes scores into F1/F2
 
     FragAcc dq[HS / 16];
@@ -543,23 +568,8 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
         if (qw >= T || k0 > qw + kStrip - 1) continue; // warp-uniform; no block barrier below
 
-        // S = Q K^T and dP = dO V^T (K, V row-major (key, dim) read as col_major B).
-#pragma unroll
-        for (int n = 0; n < NB; n++) {
-            FragAcc s, dp;
-            wmma::fill_fragment(s, 0.0f);
-            wmma::fill_fragment(dp, 0.0f);
-#pragma unroll
-            for (int k = 0; k < NK; k++) {
-                FragBCol kb, vb;
-                wmma::load_matrix_sync(kb, Ks + n * 16 * LDH + k * 16, LDH);
-                wmma::mma_sync(s, qa[k], kb, s);
-                wmma::load_matrix_sync(vb, Vs + n * 16 * LDH + k * 16, LDH);
-                wmma::mma_sync(dp, ga[k], vb, dp);
-            }
-            wmma::store_matrix_sync(F1w + n * 16, s, LDF, wmma::mem_row_major);
-            wmma::store_matrix_sync(F2w + n * 16, dp, LDF, wmma::mem_row_major);
-        }
+        // S = Q K^T (16 queries x BK keys) into F1w, dP = dO V^T into F2w.
+        strip_products<NB, NK, LDH, LDF>(F1w, F2w, qa, Ks, ga, Vs);
         __syncwarp();
 
 #pragma unroll
@@ -590,10 +600,7 @@ __global__ void __launch_bounds__(kThreads)
         }
     }
 
-#pragma unroll
-    for (int n = 0; n < HS / 16; n++)
-#pragma unroll
-        for (int i = 0; i < dq[n].num_elements; i++) dq[n].x[i] *= scale;
+    scale_frags(dq, scale);
     __syncwarp(); // other lanes' last reads of F1w (elementwise pass) precede these stores
 #pragma unroll
     for (int n = 0; n < HS / 16; n++) wmma::store_matrix_sync(F1w + n * 16, dq[n], LDF, wmma::mem_row_major);

@@ -39,6 +39,9 @@ struct TrainOptions {
     unsigned long long seed = 1337;                   // --seed: init and sampling
     float temperature = 1.0f;                         // --temperature
     int top_k = 0;                                    // --top-k
+    std::string profile_dir;                          // --profile ("" = off; train_gpt2cu only)
+    int profile_start = 5;                            // --profile-start: first profiled step, from 0
+    int profile_steps = 5;                            // --profile-steps
     bool help = false;                                // -h
 };
 
@@ -70,10 +73,14 @@ inline std::string usage(const char* program, const TrainOptions& d) {
                      "  -a, --overfit 0|1          every step uses the first batch of the first shard [0]\n"
                      "      --seed N               seed for init and sampling [%llu]\n"
                      "      --temperature X        sampling temperature [%g]\n"
-                     "      --top-k N              sample from the N most likely tokens, 0 = all [%d]\n"
-                     "  -h, --help                 this help\n",
+                     "      --top-k N              sample from the N most likely tokens, 0 = all [%d]\n",
                      d.val_every, d.val_batches, d.sample_every, d.gen_tokens, d.checkpoint_every, d.seed,
-                     d.temperature, d.top_k);
+                     d.temperature, d.top_k) +
+           strprintf("      --profile DIR          trace a window of steps with CUPTI, write the profile to DIR [off]\n"
+                     "      --profile-start N      first profiled step, counted from 0 [%d]\n"
+                     "      --profile-steps N      profiled steps [%d]\n"
+                     "  -h, --help                 this help\n",
+                     d.profile_start, d.profile_steps);
 }
 
 namespace detail {
@@ -117,7 +124,8 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
             {"-u", "--warmup"},       {"-q", "--final-lr-frac"}, {"-k", "--scheduler"},      {"-c", "--weight-decay"},
             {"-x", "--max-steps"},    {"-v", "--val-every"},    {"-m", "--val-batches"},     {"-s", "--sample-every"},
             {"-g", "--gen-tokens"},   {"-n", "--checkpoint-every"}, {"-y", "--resume"},      {"-a", "--overfit"},
-            {"--seed", "--seed"},     {"--temperature", "--temperature"}, {"--top-k", "--top-k"}};
+            {"--seed", "--seed"},     {"--temperature", "--temperature"}, {"--top-k", "--top-k"},
+            {"--profile", "--profile"}, {"--profile-start", "--profile-start"}, {"--profile-steps", "--profile-steps"}};
         const char* key = nullptr;
         for (auto& row : table)
             if (flag == row[0] || flag == row[1]) key = row[0];
@@ -150,6 +158,9 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
         else if (k == "--seed") opt.seed = (unsigned long long)parse_long(flag, value, 0, IMAX);
         else if (k == "--temperature") opt.temperature = parse_float(flag, value, 1e-3f, 100.0f);
         else if (k == "--top-k") opt.top_k = (int)parse_long(flag, value, 0, IMAX);
+        else if (k == "--profile") opt.profile_dir = value;
+        else if (k == "--profile-start") opt.profile_start = (int)parse_long(flag, value, 0, IMAX);
+        else if (k == "--profile-steps") opt.profile_steps = (int)parse_long(flag, value, 1, IMAX);
     }
     if (opt.total_batch == -1) opt.total_batch = (long)opt.B * opt.T;
     if (opt.total_batch <= 0 || opt.total_batch % ((long)opt.B * opt.T) != 0)

@@ -118,6 +118,20 @@ struct EncoderBackwardScratch {
     EncoderBackwardScratch& operator=(const EncoderBackwardScratch&) = delete;
 };
 
+// acc[k] += g[k], in fp32.
+static __device__ __forceinline__ void accumulate_chunk(float* acc, const x128& g) {
+#pragma unroll
+    for (int k = 0; k < x128::size; k++) acc[k] += __bfloat162float(g[k]);
+}
+
+// d[0..8) += acc: the fp32 sum is added to the bf16 gradient once, so it is rounded once.
+static __device__ __forceinline__ void add_chunk_to_grad(floatX* d, const float* acc) {
+    x128 w = load128(d);
+#pragma unroll
+    for (int k = 0; k < x128::size; k++) w[k] = __float2bfloat16(__bfloat162float(w[k]) + acc[k]);
+    store128(d, w);
+}
+
 /*
  * dwte[unique_tok[r]] += sum of dout rows at sorted_pos[run_offset[r] .. + run_count[r]), in that order.
  * Grid: BT blocks (the most runs there can be); blocks r >= *num_runs exit. Each thread owns 8-channel
@@ -135,15 +149,9 @@ static __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* d
 #pragma unroll 8
         for (int j = 0; j < count; j++) {
             const int pos = sorted_pos[start + j]; // same address for the whole block: a broadcast
-            x128 g = load128(dout + (size_t)pos * C + c);
-#pragma unroll
-            for (int k = 0; k < x128::size; k++) acc[k] += __bfloat162float(g[k]);
+            accumulate_chunk(acc, load128(dout + (size_t)pos * C + c));
         }
-        floatX* d = dwte + (size_t)token * C + c;
-        x128 w = load128(d);
-#pragma unroll
-        for (int k = 0; k < x128::size; k++) w[k] = __float2bfloat16(__bfloat162float(w[k]) + acc[k]);
-        store128(d, w);
+        add_chunk_to_grad(dwte + (size_t)token * C + c, acc);
     }
 }
 
@@ -155,16 +163,8 @@ static __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* d
     const int t = (int)(idx / chunks), c = (int)(idx % chunks) * x128::size;
     float acc[x128::size] = {};
 #pragma unroll 4
-    for (int b = 0; b < B; b++) {
-        x128 g = load128(dout + ((size_t)b * T + t) * C + c);
-#pragma unroll
-        for (int k = 0; k < x128::size; k++) acc[k] += __bfloat162float(g[k]);
-    }
-    floatX* d = dwpe + (size_t)t * C + c;
-    x128 w = load128(d);
-#pragma unroll
-    for (int k = 0; k < x128::size; k++) w[k] = __float2bfloat16(__bfloat162float(w[k]) + acc[k]);
-    store128(d, w);
+    for (int b = 0; b < B; b++) accumulate_chunk(acc, load128(dout + ((size_t)b * T + t) * C + c));
+    add_chunk_to_grad(dwpe + (size_t)t * C + c, acc);
 }
 
 // Accumulates dwte (Vp, C) and dwpe (maxT, C) from dout (B, T, C); inp (B, T) token ids in [0, Vp).

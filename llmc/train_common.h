@@ -15,16 +15,6 @@
 
 namespace llmc {
 
-inline void make_dirs(const std::string& path) {
-    for (size_t i = 1; i <= path.size(); i++) {
-        if (i < path.size() && path[i] != '/') continue;
-        std::string p = path.substr(0, i);
-        if (mkdir(p.c_str(), 0755) != 0 && errno != EEXIST)
-            throw Error(strprintf("%s: cannot create directory (%s)", p.c_str(), strerror(errno)));
-    }
-    if (!is_directory(path)) throw Error(strprintf("%s: exists and is not a directory", path.c_str()));
-}
-
 inline std::string dirname_of(const std::string& path) {
     size_t slash = path.find_last_of('/');
     return slash == std::string::npos ? "." : path.substr(0, slash);

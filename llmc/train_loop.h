@@ -16,6 +16,7 @@
  *   const SubBlockTimes* timings() const;                        // per-sub-block wall time, or null
  *   std::string step_extras(double ms, long tokens) const;       // more step-line fields ("" for none)
  *   void print_memory() const;
+ *   void profile_step_done(bool last_step);  // optional: --profile; called after each step is timed and printed
  */
 #pragma once
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "llmc/checkpoint.h"
@@ -43,6 +45,11 @@ struct StepStats {
 };
 
 namespace detail {
+
+// Backends that implement profile_step_done() support --profile; the others reject it.
+template <typename B, typename = void> struct can_profile : std::false_type {};
+template <typename B>
+struct can_profile<B, std::void_t<decltype(std::declval<B&>().profile_step_done(true))>> : std::true_type {};
 
 // Generates from an EOT prompt and prints the text (token ids without a tokenizer).
 template <typename Backend>
@@ -75,6 +82,8 @@ template <typename Backend> int run_training(const char* program, int argc, char
         printf("%s", usage(program, defaults).c_str());
         return 0;
     }
+    if (!opt.profile_dir.empty() && !detail::can_profile<Backend>::value)
+        throw UsageError(strprintf("--profile: not supported by %s yet", program));
     if (!opt.output_dir.empty()) make_dirs(opt.output_dir);
 
     // ---- model: random init (dN), a model file, or the latest checkpoint when resuming ----
@@ -178,25 +187,10 @@ template <typename Backend> int run_training(const char* program, int argc, char
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s%s\n", step + 1, max_steps, s.loss,
                s.grad_norm, lr, ms, opt.total_batch / (ms / 1e3), be.step_extras(ms, opt.total_batch).c_str());
         log.train(step + 1, s.loss, lr, s.grad_norm);
+        if constexpr (detail::can_profile<Backend>::value) be.profile_step_done(step + 1 == max_steps);
     }
     if (const SubBlockTimes* t = be.timings()) print_subblock_table(*t, trained);
     return 0;
-}
-
-// Program entry: one-line errors, exit 2 for usage, 1 for everything else.
-template <typename Fn> int main_guard(Fn&& fn) {
-    try {
-        return fn();
-    } catch (const UsageError& e) {
-        fprintf(stderr, "error: %s\n", e.what());
-        return 2;
-    } catch (const Error& e) {
-        fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-    } catch (const std::bad_alloc&) {
-        fprintf(stderr, "error: out of memory (try a smaller -b, -t or model)\n");
-        return 1;
-    }
 }
 
 } // namespace llmc

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
@@ -112,5 +114,30 @@ private:
 };
 
 inline bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// mkdir -p; an error names the path.
+inline void make_dirs(const std::string& path) {
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    if (ec || !std::filesystem::is_directory(path))
+        throw Error(strprintf("%s: cannot create directory (%s)", path.c_str(),
+                              ec ? ec.message().c_str() : "exists and is not a directory"));
+}
+
+// Program entry: runs fn, turning errors into one line on stderr and exit 2 (usage) or 1 (anything else).
+template <typename Fn> int main_guard(Fn&& fn) {
+    try {
+        return fn();
+    } catch (const UsageError& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    } catch (const Error& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc&) {
+        fprintf(stderr, "error: out of memory (try a smaller -b, -t or model)\n");
+        return 1;
+    }
+}
 
 } // namespace llmc

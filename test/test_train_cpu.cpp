@@ -194,3 +194,24 @@ TEST_F(TrainCpu, CheckpointLoadsAsModel) {
     ASSERT_EQ(s.size(), 1u);
     EXPECT_TRUE(std::isfinite(s[0].loss));
 }
+
+TEST_F(TrainCpu, NonFiniteLossStopsWithoutCheckpointing) {
+    // A model whose final LayerNorm weight is NaN produces a NaN loss on the first step.
+    ModelFile mf = load_model(model_path());
+    size_t lnfw = 0;
+    auto sizes = parameter_sizes(mf.config);
+    for (int i = 0; i < LNFW; i++) lnfw += sizes[i];
+    mf.params[lnfw] = NAN;
+    save_model(dir / "nan_model.bin", mf.config, mf.params.data());
+    auto r = run("./train_gpt2 -i " + dir.path + " -e " + (dir / "nan_model.bin") + " -b 4 -t 16 -s 0 -v 0 -x 4 -n 1 -o " +
+                 (dir / "nan_out"));
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find("error: loss is nan at step 1; stopping"), std::string::npos) << r.output;
+    EXPECT_EQ(find_latest_checkpoint(dir / "nan_out"), -1);
+}
+
+TEST_F(TrainCpu, ExplicitValDataMustExist) {
+    auto r = run(train("-x 1 -j " + (dir / "no_such_val.bin")));
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find("no_such_val.bin: no such file or directory"), std::string::npos) << r.output;
+}

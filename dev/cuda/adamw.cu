@@ -15,8 +15,7 @@
  * gradient (2), master, m, v (12) and writes master, m, v (12) and the bf16 parameter (2): 28 bytes.
  */
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <string>
 #include <vector>
 
 #include "dev/cuda/bench_common.cuh"
@@ -27,59 +26,9 @@
 using llmc::f128;
 using llmc::floatX;
 using llmc::x128;
+using namespace devutil;
 
 namespace {
-
-template <typename T> struct DevArray {
-    T* p = nullptr;
-    explicit DevArray(size_t n) { CUDA_CHECK(cudaMalloc(&p, n * sizeof(T) + 16)); }
-    ~DevArray() { cudaFree(p); }
-    DevArray(const DevArray&) = delete;
-    operator T*() const { return p; }
-};
-
-std::vector<float> round_bf16(const std::vector<float>& x) {
-    std::vector<float> r(x.size());
-    for (size_t i = 0; i < x.size(); i++) r[i] = __bfloat162float(__float2bfloat16(x[i]));
-    return r;
-}
-void upload(floatX* d, const std::vector<float>& x) {
-    std::vector<floatX> b(x.size());
-    for (size_t i = 0; i < x.size(); i++) b[i] = __float2bfloat16(x[i]);
-    CUDA_CHECK(cudaMemcpy(d, b.data(), b.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-}
-void upload(float* d, const std::vector<float>& x) {
-    CUDA_CHECK(cudaMemcpy(d, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
-}
-std::vector<float> download(const floatX* d, size_t n) {
-    std::vector<floatX> b(n);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(b.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> r(n);
-    for (size_t i = 0; i < n; i++) r[i] = __bfloat162float(b[i]);
-    return r;
-}
-std::vector<float> download(const float* d, size_t n) {
-    std::vector<float> r(n);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(r.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return r;
-}
-
-// Deterministic pseudo-random values on the device, uniform in [lo, hi].
-__device__ float hash_uniform(size_t i, unsigned seed, float lo, float hi) {
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 16, h *= 0x7feb352du, h ^= h >> 15, h *= 0x846ca68bu, h ^= h >> 16;
-    return lo + (hi - lo) * ((h >> 8) / 16777216.0f);
-}
-__global__ void fill_bf16_kernel(floatX* x, size_t n, float lo, float hi, unsigned seed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = __float2bfloat16(hash_uniform(i, seed, lo, hi));
-}
-__global__ void fill_float_kernel(float* x, size_t n, float lo, float hi, unsigned seed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = hash_uniform(i, seed, lo, hi);
-}
 
 // ---- unfused path ----
 
@@ -148,13 +97,13 @@ bool validate_small() {
     const float lr = 1e-3f;
     const size_t n = llmc::num_parameters(cfg);
     const auto sizes = llmc::parameter_sizes(cfg);
-    auto master0 = bench::random_normal(n, 0.5f, 1);
+    auto master0 = random_normal(n, 0.5f, 1);
 
-    DevArray<floatX> params(n), grads(n);
-    DevArray<float> master(n), m(n), v(n), norm2(1), scale(1), scratch(llmc::global_norm_scratch_floats());
+    DeviceBuffer<floatX> params(n), grads(n);
+    DeviceBuffer<float> master(n), m(n), v(n), norm2(1), scale(1), scratch(llmc::global_norm_scratch_floats());
     bool ok = true;
     for (int fused = 0; fused < 2; fused++) {
-        upload(master, master0);
+        master.upload(master0);
         CUDA_CHECK(cudaMemset(m, 0, n * sizeof(float)));
         CUDA_CHECK(cudaMemset(v, 0, n * sizeof(float)));
         llmc::copy_float_to_bf16(params, master, n, 0);
@@ -162,76 +111,59 @@ bool validate_small() {
         float norm2_got = 0.0f;
         double norm_ref = 0.0;
         for (int t = 1; t <= 3; t++) {
-            auto g = round_bf16(bench::random_normal(n, 1.0f, 10 + t));
-            upload(grads, g);
+            auto g = bf16_round(random_normal(n, 1.0f, 10 + t));
+            grads.upload(to_bf16(g));
             llmc::global_norm_squared(norm2, scratch, grads, n, 0);
             size_t off = 0;
             for (int k = 0; k < llmc::NUM_PARAMETER_TENSORS; k++) {
                 const float wd = llmc::parameter_decays(k) ? opt.weight_decay : 0.0f;
                 if (fused)
-                    llmc::adamw_update(params.p + off, master.p + off, grads.p + off, m.p + off, v.p + off, sizes[k],
-                                       lr, opt.beta1, opt.beta2, t, opt.eps, wd, norm2, opt.grad_clip, 0);
+                    llmc::adamw_update(params.ptr + off, master.ptr + off, grads.ptr + off, m.ptr + off, v.ptr + off,
+                                       sizes[k], lr, opt.beta1, opt.beta2, t, opt.eps, wd, norm2, opt.grad_clip, 0);
                 else
-                    unfused_adamw(params.p + off, master.p + off, grads.p + off, m.p + off, v.p + off, sizes[k], lr,
-                                  opt.beta1, opt.beta2, t, opt.eps, wd, norm2, opt.grad_clip, scale);
+                    unfused_adamw(params.ptr + off, master.ptr + off, grads.ptr + off, m.ptr + off, v.ptr + off,
+                                  sizes[k], lr, opt.beta1, opt.beta2, t, opt.eps, wd, norm2, opt.grad_clip, scale);
                 off += sizes[k];
             }
-            norm2_got = download(norm2.p, 1)[0];
+            norm2_got = norm2.download()[0];
             norm_ref = llmc::cpu::global_norm(g.data(), n);
             llmc::cpu::adamw_update(ref.data(), g.data(), ref_m.data(), ref_v.data(), cfg, opt, lr, t, norm_ref);
         }
-        const char* tag = fused ? "fused" : "unfused";
-        char name[64];
+        const std::string tag = fused ? "fused" : "unfused";
         if (fused) ok &= bench::validate("global_norm_squared", {norm2_got}, {(float)(norm_ref * norm_ref)}, 1e-5);
-        auto got_master = download(master.p, n);
-        snprintf(name, sizeof name, "%s master (3 steps)", tag);
-        ok &= bench::validate(name, got_master, ref, 1e-6);
-        snprintf(name, sizeof name, "%s m", tag);
-        ok &= bench::validate(name, download(m.p, n), ref_m, 1e-6);
-        snprintf(name, sizeof name, "%s v", tag);
-        ok &= bench::validate(name, download(v.p, n), ref_v, 1e-6);
-        snprintf(name, sizeof name, "%s params = bf16(master)", tag);
-        ok &= bench::validate(name, download(params.p, n), round_bf16(got_master), 0.0);
+        auto got_master = master.download();
+        ok &= bench::validate(tag + " master (3 steps)", got_master, ref, 1e-6);
+        ok &= bench::validate(tag + " m", m.download(), ref_m, 1e-6);
+        ok &= bench::validate(tag + " v", v.download(), ref_v, 1e-6);
+        ok &= bench::validate(tag + " params = bf16(master)", to_float(params.download()), bf16_round(got_master), 0.0);
     }
     return ok;
 }
 
 int run(int argc, char** argv) {
-    for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "-b") || !strcmp(argv[i], "-t")) && i + 1 < argc && atoi(argv[i + 1]) > 0) i++;
-        else {
-            fprintf(stderr, "usage: %s [-b batch] [-t seq_len]   (accepted; the optimizer does not use them)\n",
-                    argv[0]);
-            return 2;
-        }
-    }
+    bench::parse_shape(argc, argv, "   (accepted; the optimizer does not use them)");
     const bench::Ceilings ceilings = bench::require_device(argv[0]);
 
-    if (!validate_small()) {
-        fprintf(stderr, "validation FAILED\n");
-        return 1;
-    }
+    if (!validate_small()) return bench::validation_failed();
 
     const size_t n = llmc::num_parameters(llmc::gpt2_config_for_depth(12));
     printf("\ntiming n=%zu parameters (GPT-2 124M) as one tensor (median of 20 after 5 warmup)\n", n);
-    DevArray<floatX> params(n), grads(n);
-    DevArray<float> master(n), m(n), v(n), norm2(1), scale(1), scratch(llmc::global_norm_scratch_floats());
-    const unsigned grid = (unsigned)llmc::ceil_div(n, (size_t)256);
-    fill_bf16_kernel<<<grid, 256>>>(grads, n, -1e-2f, 1e-2f, 1);
-    fill_float_kernel<<<grid, 256>>>(master, n, -0.1f, 0.1f, 2);
-    fill_float_kernel<<<grid, 256>>>(m, n, -1e-3f, 1e-3f, 3);
-    fill_float_kernel<<<grid, 256>>>(v, n, 0.0f, 1e-5f, 4);
-    CUDA_LAUNCH_CHECK();
+    DeviceBuffer<floatX> params(n), grads(n);
+    DeviceBuffer<float> master(n), m(n), v(n), norm2(1), scale(1), scratch(llmc::global_norm_scratch_floats());
+    bench::fill(grads, 0.0f, 1e-2f, 1);
+    bench::fill(master, 0.0f, 0.1f, 2);
+    bench::fill(m, 0.0f, 1e-3f, 3);
+    bench::fill(v, 5e-6f, 5e-6f, 4); // second moments are >= 0
 
     const float lr = 6e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f, clip = 1.0f;
-    const double t_norm = bench::time_ms([&] { llmc::global_norm_squared(norm2, scratch, grads, n, 0); });
-    bench::report("global_norm_squared", t_norm, 0, 2.0 * n, ceilings);
-    const double t_unfused = bench::time_ms(
-        [&] { unfused_adamw(params, master, grads, m, v, n, lr, beta1, beta2, 10, eps, wd, norm2, clip, scale); });
-    bench::report("adamw unfused (3 kernels)", t_unfused, 0, 28.0 * n, ceilings);
-    const double t_fused = bench::time_ms(
-        [&] { llmc::adamw_update(params, master, grads, m, v, n, lr, beta1, beta2, 10, eps, wd, norm2, clip, 0); });
-    bench::report("adamw_update (fused)", t_fused, 0, 28.0 * n, ceilings);
+    bench::measure("global_norm_squared", 0, 2.0 * n, ceilings,
+                   [&] { llmc::global_norm_squared(norm2, scratch, grads, n, 0); });
+    const double t_unfused = bench::measure("adamw unfused (3 kernels)", 0, 28.0 * n, ceilings, [&] {
+        unfused_adamw(params, master, grads, m, v, n, lr, beta1, beta2, 10, eps, wd, norm2, clip, scale);
+    });
+    const double t_fused = bench::measure("adamw_update (fused)", 0, 28.0 * n, ceilings, [&] {
+        llmc::adamw_update(params, master, grads, m, v, n, lr, beta1, beta2, 10, eps, wd, norm2, clip, 0);
+    });
     CUDA_CHECK(cudaDeviceSynchronize());
     printf("unfused/fused: %.2fx\n", t_unfused / t_fused);
     return 0;
@@ -239,11 +171,4 @@ int run(int argc, char** argv) {
 
 } // namespace
 
-int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const llmc::Error& e) {
-        fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return bench::run_main(run, argc, argv); }

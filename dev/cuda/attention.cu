@@ -12,8 +12,6 @@
  * the naive path computes the full T x T but is credited the same), backward 2.5x the forward.
  */
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <cublas_v2.h>
 #include <vector>
 
@@ -22,6 +20,7 @@
 #include "llmc/cpu/attention.h"
 
 using llmc::floatX;
+using namespace devutil;
 
 #define CUBLAS_CHECK(call)                                                                                            \
     do {                                                                                                              \
@@ -32,18 +31,22 @@ using llmc::floatX;
 
 // ---- naive path ----
 
-// qkv (B, T, 3, NH, HS) -> q, k, v each (B, NH, T, HS); one thread per element.
-__global__ void permute_kernel(floatX* q, floatX* k, floatX* v, const floatX* qkv, int B, int T, int NH, int HS) {
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * NH * T * HS) return;
+// Offset of element idx of a (B, NH, T, HS) tensor in a (B, T, parts, NH, HS) one, within part 0.
+__device__ size_t token_major_offset(size_t idx, int T, int NH, int HS, int parts) {
     const int d = (int)(idx % HS);
     size_t r = idx / HS;
     const int t = (int)(r % T);
     r /= T;
     const int h = (int)(r % NH);
     const size_t b = r / NH;
-    const size_t C = (size_t)NH * HS;
-    const size_t src = (b * T + t) * 3 * C + (size_t)h * HS + d;
+    return (b * T + t) * parts * NH * HS + (size_t)h * HS + d;
+}
+
+// qkv (B, T, 3, NH, HS) -> q, k, v each (B, NH, T, HS); one thread per element.
+__global__ void permute_kernel(floatX* q, floatX* k, floatX* v, const floatX* qkv, int B, int T, int NH, int HS) {
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * NH * T * HS) return;
+    const size_t C = (size_t)NH * HS, src = token_major_offset(idx, T, NH, HS, 3);
     q[idx] = qkv[src];
     k[idx] = qkv[src + C];
     v[idx] = qkv[src + 2 * C];
@@ -53,13 +56,7 @@ __global__ void permute_kernel(floatX* q, floatX* k, floatX* v, const floatX* qk
 __global__ void unpermute_kernel(floatX* out, const floatX* y, int B, int T, int NH, int HS) {
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * NH * T * HS) return;
-    const int d = (int)(idx % HS);
-    size_t r = idx / HS;
-    const int t = (int)(r % T);
-    r /= T;
-    const int h = (int)(r % NH);
-    const size_t b = r / NH;
-    out[((b * T + t) * NH + h) * HS + d] = y[idx];
+    out[token_major_offset(idx, T, NH, HS, 1)] = y[idx];
 }
 
 // One warp per row of scores (BNH*T rows of T, already scaled): att = softmax over t2 <= t, zeros above.
@@ -83,22 +80,14 @@ __global__ void causal_softmax_kernel(floatX* att, const float* scores, int BNH,
 struct Naive {
     int B, T, NH, HS;
     cublasHandle_t handle;
-    floatX *q, *k, *v, *att, *y;
-    float* scores;
-    Naive(int B_, int T_, int NH_, int HS_) : B(B_), T(T_), NH(NH_), HS(HS_) {
-        const size_t n = (size_t)B * NH * T * HS, nn = (size_t)B * NH * T * T;
+    DeviceBuffer<floatX> q, k, v, y, att; // q, k, v, y (B, NH, T, HS); att (B, NH, T, T)
+    DeviceBuffer<float> scores;           // (B, NH, T, T)
+    Naive(int B_, int T_, int NH_, int HS_)
+        : B(B_), T(T_), NH(NH_), HS(HS_), q((size_t)B * NH * T * HS), k(q.n), v(q.n), y(q.n),
+          att((size_t)B * NH * T * T), scores(att.n) {
         CUBLAS_CHECK(cublasCreate(&handle));
-        CUDA_CHECK(cudaMalloc(&q, n * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&k, n * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&v, n * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&y, n * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&att, nn * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&scores, nn * sizeof(float)));
     }
-    ~Naive() {
-        cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(y), cudaFree(att), cudaFree(scores);
-        cublasDestroy(handle);
-    }
+    ~Naive() { cublasDestroy(handle); }
     void forward(floatX* out, const floatX* qkv) {
         const size_t n = (size_t)B * NH * T * HS;
         const int block = 256, BNH = B * NH;
@@ -124,46 +113,20 @@ struct Naive {
     }
 };
 
-// ---- helpers ----
-
-std::vector<float> download_bf16(const floatX* d, size_t n) {
-    std::vector<floatX> h(n);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> r(n);
-    for (size_t i = 0; i < n; i++) r[i] = __bfloat162float(h[i]);
-    return r;
-}
+// ---- inputs and outputs of both paths ----
 
 struct Buffers {
-    size_t n_qkv, n_out, n_lse;
-    floatX *qkv, *out, *dout, *dqkv, *out_naive;
-    float *lse, *scratch;
-    Buffers(int B, int T, int NH, int HS) {
-        n_qkv = (size_t)B * T * 3 * NH * HS, n_out = (size_t)B * T * NH * HS, n_lse = (size_t)B * NH * T;
-        CUDA_CHECK(cudaMalloc(&qkv, n_qkv * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&dqkv, n_qkv * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&out, n_out * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&out_naive, n_out * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&dout, n_out * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&lse, n_lse * sizeof(float)));
-        CUDA_CHECK(cudaMalloc(&scratch, llmc::attention_backward_scratch_floats(B, T, NH) * sizeof(float)));
-    }
-    ~Buffers() {
-        cudaFree(qkv), cudaFree(dqkv), cudaFree(out), cudaFree(out_naive), cudaFree(dout), cudaFree(lse);
-        cudaFree(scratch);
-    }
+    DeviceBuffer<floatX> qkv, dqkv, out, out_naive, dout; // qkv, dqkv (B, T, 3C); out, out_naive, dout (B, T, C)
+    DeviceBuffer<float> lse, scratch;                     // lse (B, NH, T)
+    Buffers(int B, int T, int NH, int HS)
+        : qkv((size_t)B * T * 3 * NH * HS), dqkv(qkv.n), out((size_t)B * T * NH * HS), out_naive(out.n), dout(out.n),
+          lse((size_t)B * NH * T), scratch(llmc::attention_backward_scratch_floats(B, T, NH)) {}
     // Returns the bf16-rounded host copies of what was uploaded.
     void fill(std::vector<float>& h_qkv, std::vector<float>& h_dout, uint64_t seed) {
-        h_qkv = bench::random_normal(n_qkv, 1.0f, seed);
-        h_dout = bench::random_normal(n_out, 1.0f, seed + 1);
-        upload(qkv, h_qkv);
-        upload(dout, h_dout);
-    }
-    static void upload(floatX* d, std::vector<float>& h) {
-        std::vector<floatX> b(h.size());
-        for (size_t i = 0; i < h.size(); i++) b[i] = __float2bfloat16(h[i]), h[i] = __bfloat162float(b[i]);
-        CUDA_CHECK(cudaMemcpy(d, b.data(), b.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+        h_qkv = bf16_round(random_normal(qkv.n, 1.0f, seed));
+        h_dout = bf16_round(random_normal(dout.n, 1.0f, seed + 1));
+        qkv.upload(to_bf16(h_qkv));
+        dout.upload(to_bf16(h_dout));
     }
 };
 
@@ -181,11 +144,11 @@ bool validate_small(int B, int T, int NH, int HS) {
     CUDA_CHECK(cudaDeviceSynchronize());
 
     std::vector<double> inp(qkv.begin(), qkv.end()), g(dout.begin(), dout.end());
-    std::vector<double> out(buf.n_out), att((size_t)B * NH * T * T), dinp(buf.n_qkv, 0.0);
+    std::vector<double> out(buf.out.n), att((size_t)B * NH * T * T), dinp(buf.qkv.n, 0.0);
     llmc::cpu::attention_forward(out.data(), att.data(), inp.data(), B, T, C, NH);
     llmc::cpu::attention_backward(dinp.data(), g.data(), inp.data(), att.data(), B, T, C, NH);
     // lse from the saved probabilities: att[t][0] = exp(s0 - lse), so lse = s0 - log(att[t][0]).
-    std::vector<float> lse_ref(buf.n_lse);
+    std::vector<float> lse_ref(buf.lse.n);
     const double scale = 1.0 / std::sqrt((double)HS);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -197,40 +160,23 @@ bool validate_small(int B, int T, int NH, int HS) {
                 lse_ref[((size_t)b * NH + h) * T + t] =
                     (float)(s0 * scale - std::log(att[(((size_t)b * NH + h) * T + t) * T]));
             }
-    std::vector<float> lse_gpu(buf.n_lse);
-    CUDA_CHECK(cudaMemcpy(lse_gpu.data(), buf.lse, buf.n_lse * sizeof(float), cudaMemcpyDeviceToHost));
 
     bool ok = true;
     const std::vector<float> out_ref(out.begin(), out.end()), dqkv_ref(dinp.begin(), dinp.end());
-    ok &= bench::validate("naive forward out", download_bf16(buf.out_naive, buf.n_out), out_ref, 1e-2);
-    ok &= bench::validate("fused forward out", download_bf16(buf.out, buf.n_out), out_ref, 1e-2);
-    ok &= bench::validate("fused forward lse", lse_gpu, lse_ref, 1e-3);
-    ok &= bench::validate("fused backward dqkv", download_bf16(buf.dqkv, buf.n_qkv), dqkv_ref, 2e-2);
+    ok &= bench::validate("naive forward out", to_float(buf.out_naive.download()), out_ref, 1e-2);
+    ok &= bench::validate("fused forward out", to_float(buf.out.download()), out_ref, 1e-2);
+    ok &= bench::validate("fused forward lse", buf.lse.download(), lse_ref, 1e-3);
+    ok &= bench::validate("fused backward dqkv", to_float(buf.dqkv.download()), dqkv_ref, 2e-2);
     return ok;
 }
 
 int run(int argc, char** argv) {
-    int B = 16, T = 1024;
-    const int NH = 12, HS = 64;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-b") && i + 1 < argc) B = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-t") && i + 1 < argc) T = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: %s [-b batch (16)] [-t seq_len (1024)]\n", argv[0]);
-            return 2;
-        }
-    }
-    if (B <= 0 || T <= 0) {
-        fprintf(stderr, "%s: -b and -t must be positive\n", argv[0]);
-        return 2;
-    }
+    const bench::Shape shape = bench::parse_shape(argc, argv);
+    const int B = shape.B, T = shape.T, NH = 12, HS = 64;
     const bench::Ceilings ceilings = bench::require_device(argv[0]);
 
     // Partial tiles (T = 200 is not a multiple of 64) and several heads.
-    if (!validate_small(2, 200, NH, HS)) {
-        fprintf(stderr, "validation FAILED\n");
-        return 1;
-    }
+    if (!validate_small(2, 200, NH, HS)) return bench::validation_failed();
 
     printf("\ntiming B=%d T=%d NH=%d HS=%d (median of 20 after 5 warmup)\n", B, T, NH, HS);
     printf("FLOPs counted as causal attention: forward 4*B*NH*T^2*HS/2 (the naive path computes the full T x T but is\n"
@@ -244,28 +190,19 @@ int run(int argc, char** argv) {
     // Cross-check the fused forward against the naive one at this shape too (no CPU reference needed).
     naive.forward(buf.out_naive, buf.qkv);
     llmc::attention_forward(buf.out, buf.lse, buf.qkv, B, T, NH, HS, 0);
-    bench::validate("fused vs naive out", download_bf16(buf.out, buf.n_out), download_bf16(buf.out_naive, buf.n_out),
-                    1e-2);
+    bench::validate("fused vs naive out", to_float(buf.out.download()), to_float(buf.out_naive.download()), 1e-2);
 
-    const double t_naive = bench::time_ms([&] { naive.forward(buf.out_naive, buf.qkv); });
-    bench::report("naive forward (cuBLAS + softmax)", t_naive, fwd_flops, 0, ceilings);
-    const double t_fwd = bench::time_ms([&] { llmc::attention_forward(buf.out, buf.lse, buf.qkv, B, T, NH, HS, 0); });
-    bench::report("fused forward", t_fwd, fwd_flops, 0, ceilings);
-    const double t_bwd = bench::time_ms([&] {
+    const double t_naive = bench::measure("naive forward (cuBLAS + softmax)", fwd_flops, 0, ceilings,
+                                          [&] { naive.forward(buf.out_naive, buf.qkv); });
+    const double t_fwd = bench::measure("fused forward", fwd_flops, 0, ceilings,
+                                        [&] { llmc::attention_forward(buf.out, buf.lse, buf.qkv, B, T, NH, HS, 0); });
+    const double t_bwd = bench::measure("fused backward", bwd_flops, 0, ceilings, [&] {
         llmc::attention_backward(buf.dqkv, buf.scratch, buf.dout, buf.out, buf.lse, buf.qkv, B, T, NH, HS, 0);
     });
-    bench::report("fused backward", t_bwd, bwd_flops, 0, ceilings);
     bench::report("fused forward + backward", t_fwd + t_bwd, fwd_flops + bwd_flops, 0, ceilings);
     CUDA_CHECK(cudaDeviceSynchronize());
     printf("naive/fused forward speedup: %.2fx\n", t_naive / t_fwd);
     return 0;
 }
 
-int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const llmc::Error& e) {
-        fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return bench::run_main(run, argc, argv); }

@@ -1,6 +1,8 @@
 /*
- * Shared by the kernel benchmarks in dev/cuda/: CUDA-event timing (median of repeats after warmup), the
- * device's ceilings for "% of peak", and a validation helper against a CPU reference.
+ * Shared by the kernel benchmarks in dev/cuda/: the -b/-t flags, CUDA-event timing (median of repeats after
+ * warmup) and its report line, the device's ceilings for "% of peak", a validation helper against a CPU
+ * reference, and on-device random fills for the timing inputs. Device buffers, bf16 conversion and seeded
+ * host inputs come from device_utils.cuh (shared with the GPU tests).
  *
  * Ceilings come from the spec table in llmc/device_specs.h; unknown devices fall back to DRAM bandwidth from the memory clock and bus width, and no compute ceiling.
  */
@@ -8,12 +10,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "dev/cuda/device_utils.cuh"
 #include "llmc/cuda_common.cuh"
 #include "llmc/device_specs.h"
 
@@ -65,8 +68,8 @@ inline double time_ms(const std::function<void()>& fn, int warmup = 5, int repea
 }
 
 // One result line: time, achieved rate(s) and % of the device ceiling. flops or bytes may be 0.
-inline void report(const char* name, double ms, double flops, double bytes, const Ceilings& c) {
-    printf("%-36s %9.4f ms", name, ms);
+inline void report(const std::string& name, double ms, double flops, double bytes, const Ceilings& c) {
+    printf("%-36s %9.4f ms", name.c_str(), ms);
     if (bytes > 0) {
         double gbps = bytes / (ms * 1e-3) / 1e9;
         printf(" | %8.1f GB/s (%5.1f%% of %.0f)", gbps, 100 * gbps / c.dram_gbps, c.dram_gbps);
@@ -79,8 +82,17 @@ inline void report(const char* name, double ms, double flops, double bytes, cons
     printf("\n");
 }
 
+// time_ms(fn), reported; returns the milliseconds.
+inline double measure(const std::string& name, double flops, double bytes, const Ceilings& c,
+                      const std::function<void()>& fn) {
+    const double ms = time_ms(fn);
+    report(name, ms, flops, bytes, c);
+    return ms;
+}
+
 // Relative L2 error of a GPU result against a CPU reference; prints it and returns whether it is within tol.
-inline bool validate(const char* name, const std::vector<float>& out, const std::vector<float>& ref, double tol) {
+inline bool validate(const std::string& name, const std::vector<float>& out, const std::vector<float>& ref,
+                     double tol) {
     double num = 0, den = 0;
     bool finite = true;
     for (size_t i = 0; i < out.size(); i++) {
@@ -90,16 +102,52 @@ inline bool validate(const char* name, const std::vector<float>& out, const std:
     }
     double rel = std::sqrt(num / (den > 0 ? den : 1e-30));
     bool ok = finite && rel <= tol;
-    printf("  check %-28s rel err %.2e (tol %.0e) %s\n", name, rel, tol, ok ? "OK" : "FAILED");
+    printf("  check %-28s rel err %.2e (tol %.0e) %s\n", name.c_str(), rel, tol, ok ? "OK" : "FAILED");
     return ok;
 }
 
-inline std::vector<float> random_normal(size_t n, float scale, uint64_t seed) {
-    std::mt19937_64 g(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(g);
-    return v;
+// The exit status of a benchmark whose kernels disagree with the CPU reference.
+inline int validation_failed() {
+    fprintf(stderr, "validation FAILED\n");
+    return 1;
+}
+
+// Deterministic pseudo-random values uniform in [offset - scale, offset + scale] over a whole buffer, made on
+// the device: timing inputs of hundreds of MB need no host round trip.
+__device__ inline void store_value(float* p, float v) { *p = v; }
+__device__ inline void store_value(llmc::floatX* p, float v) { *p = __float2bfloat16(v); }
+template <typename T> __global__ void fill_kernel(T* x, size_t n, float offset, float scale, unsigned seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned h = (unsigned)i * 2654435761u ^ seed;
+    h ^= h >> 16, h *= 0x7feb352du, h ^= h >> 15, h *= 0x846ca68bu, h ^= h >> 16;
+    store_value(x + i, offset + scale * (2.0f * (h >> 8) / 16777216.0f - 1.0f));
+}
+template <typename T> void fill(devutil::DeviceBuffer<T>& x, float offset, float scale, unsigned seed) {
+    fill_kernel<<<(unsigned)llmc::ceil_div(x.n, (size_t)256), 256>>>(x.ptr, x.n, offset, scale, seed);
+    CUDA_LAUNCH_CHECK();
+}
+
+// The shape flags every benchmark takes.
+struct Shape {
+    int B = 16, T = 1024;
+};
+// -b batch and -t seq_len, both positive; anything else prints the usage (with `note` appended) and exits 2.
+inline Shape parse_shape(int argc, char** argv, const char* note = "") {
+    Shape s;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-b") && i + 1 < argc) s.B = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc) s.T = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [-b batch (16)] [-t seq_len (1024)]%s\n", argv[0], note);
+            exit(2);
+        }
+    }
+    if (s.B <= 0 || s.T <= 0) {
+        fprintf(stderr, "%s: -b and -t must be positive\n", argv[0]);
+        exit(2);
+    }
+    return s;
 }
 
 // Exits 1 when no GPU is present, with the message every benchmark prints.
@@ -112,6 +160,16 @@ inline Ceilings require_device(const char* program) {
     printf("device: %s | ceilings: %.0f bf16 TFLOP/s, %.0f GB/s (%s)\n", c.device.c_str(), c.bf16_tflops, c.dram_gbps,
            c.source);
     return c;
+}
+
+// main() of every benchmark: run(argc, argv), with an llmc::Error reported and turned into exit status 1.
+inline int run_main(int (*run)(int, char**), int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const llmc::Error& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
 }
 
 } // namespace bench

@@ -16,9 +16,6 @@
  * after the first repeat the "logits" are the previous dlogits, which costs the same.
  */
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <random>
 #include <vector>
 
 #include <cub/cub.cuh>
@@ -29,50 +26,9 @@
 
 using llmc::floatX;
 using llmc::x128;
+using namespace devutil;
 
 namespace {
-
-template <typename T> struct DevArray {
-    T* p = nullptr;
-    explicit DevArray(size_t n) { CUDA_CHECK(cudaMalloc(&p, n * sizeof(T) + 16)); }
-    ~DevArray() { cudaFree(p); }
-    DevArray(const DevArray&) = delete;
-    operator T*() const { return p; }
-};
-
-std::vector<float> round_bf16(const std::vector<float>& x) {
-    std::vector<float> r(x.size());
-    for (size_t i = 0; i < x.size(); i++) r[i] = __bfloat162float(__float2bfloat16(x[i]));
-    return r;
-}
-void upload(floatX* d, const std::vector<float>& x) {
-    std::vector<floatX> b(x.size());
-    for (size_t i = 0; i < x.size(); i++) b[i] = __float2bfloat16(x[i]);
-    CUDA_CHECK(cudaMemcpy(d, b.data(), b.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-}
-std::vector<float> download(const floatX* d, size_t n) {
-    std::vector<floatX> b(n);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(b.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> r(n);
-    for (size_t i = 0; i < n; i++) r[i] = __bfloat162float(b[i]);
-    return r;
-}
-std::vector<float> download(const float* d, size_t n) {
-    std::vector<float> r(n);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(r.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return r;
-}
-
-// Deterministic pseudo-random fill on the device (uniform in [-scale, scale]).
-__global__ void fill_kernel(floatX* x, size_t n, float scale, unsigned seed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 16, h *= 0x7feb352du, h ^= h >> 15, h *= 0x846ca68bu, h ^= h >> 16;
-    x[i] = __float2bfloat16(scale * (2.0f * (h >> 8) / 16777216.0f - 1.0f));
-}
 
 // ---- unfused path ----
 
@@ -138,10 +94,8 @@ void unfused_classifier(floatX* logits, float* losses, const int* targets, float
 
 bool validate_small(int BT, int V, int Vp) {
     const size_t n = (size_t)BT * Vp;
-    auto logits = round_bf16(bench::random_normal(n, 2.0f, 1));
-    std::mt19937 g(2);
-    std::vector<int> targets(BT);
-    for (auto& t : targets) t = (int)(g() % V);
+    auto logits = bf16_round(random_normal(n, 2.0f, 1));
+    const std::vector<int> targets = random_tokens(BT, V, 2);
     const float dloss = 1.0f / BT;
 
     // CPU: C = Vp and wte = identity, so the head's matmul returns the logits exactly.
@@ -153,28 +107,27 @@ bool validate_small(int BT, int V, int Vp) {
     llmc::cpu::classifier_backward(dinp.data(), dwte.data(), probs.data(), logits.data(), eye.data(), targets.data(),
                                    dloss, 1, BT, Vp, V, Vp); // probs -> dlogits in place
 
-    DevArray<floatX> d_logits(n);
-    DevArray<int> d_targets(BT);
-    DevArray<float> d_losses(BT);
-    CUDA_CHECK(cudaMemcpy(d_targets, targets.data(), BT * sizeof(int), cudaMemcpyHostToDevice));
+    DeviceBuffer<floatX> d_logits(n);
+    DeviceBuffer<int> d_targets(targets);
+    DeviceBuffer<float> d_losses(BT);
     bool ok = true;
 
-    upload(d_logits, logits);
-    CUDA_CHECK(cudaMemset(d_losses, 0xFF, BT * sizeof(float)));
+    d_logits.upload(to_bf16(logits));
+    d_losses.poison();
     unfused_classifier(d_logits, d_losses, d_targets, dloss, BT, V, Vp);
-    ok &= bench::validate("unfused loss (bf16 probs)", download(d_losses, BT), losses, 1e-2);
-    ok &= bench::validate("unfused dlogits", download(d_logits, n), probs, 1e-2);
+    ok &= bench::validate("unfused loss (bf16 probs)", d_losses.download(), losses, 1e-2);
+    ok &= bench::validate("unfused dlogits", to_float(d_logits.download()), probs, 1e-2);
 
-    upload(d_logits, logits);
-    CUDA_CHECK(cudaMemset(d_losses, 0xFF, BT * sizeof(float)));
+    d_logits.upload(to_bf16(logits));
+    d_losses.poison();
     llmc::fused_classifier(d_logits, d_losses, d_targets, dloss, BT, V, Vp, false, 0);
-    ok &= bench::validate("fused loss only: loss", download(d_losses, BT), losses, 1e-5);
-    ok &= bench::validate("fused loss only: logits kept", download(d_logits, n), logits, 0.0);
+    ok &= bench::validate("fused loss only: loss", d_losses.download(), losses, 1e-5);
+    ok &= bench::validate("fused loss only: logits kept", to_float(d_logits.download()), logits, 0.0);
 
-    CUDA_CHECK(cudaMemset(d_losses, 0xFF, BT * sizeof(float)));
+    d_losses.poison();
     llmc::fused_classifier(d_logits, d_losses, d_targets, dloss, BT, V, Vp, true, 0);
-    ok &= bench::validate("fused loss", download(d_losses, BT), losses, 1e-5);
-    auto got = download(d_logits, n);
+    ok &= bench::validate("fused loss", d_losses.download(), losses, 1e-5);
+    auto got = to_float(d_logits.download());
     ok &= bench::validate("fused dlogits", got, probs, 1e-2);
     bool pad_zero = true;
     for (int r = 0; r < BT; r++)
@@ -184,51 +137,30 @@ bool validate_small(int BT, int V, int Vp) {
 }
 
 int run(int argc, char** argv) {
-    int B = 16, T = 1024;
+    const bench::Shape shape = bench::parse_shape(argc, argv);
     const int V = 50257, Vp = 50304;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-b") && i + 1 < argc) B = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-t") && i + 1 < argc) T = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: %s [-b batch (16)] [-t seq_len (1024)]\n", argv[0]);
-            return 2;
-        }
-    }
-    if (B <= 0 || T <= 0) {
-        fprintf(stderr, "%s: -b and -t must be positive\n", argv[0]);
-        return 2;
-    }
     const bench::Ceilings ceilings = bench::require_device(argv[0]);
 
     // Padded columns, a chunk straddling V, and rows longer than one pass of the block (Vp / 8 > 512).
-    if (!validate_small(32, 4100, 4112)) {
-        fprintf(stderr, "validation FAILED\n");
-        return 1;
-    }
+    if (!validate_small(32, 4100, 4112)) return bench::validation_failed();
 
-    const int BT = B * T;
+    const int BT = shape.B * shape.T;
     const size_t n = (size_t)BT * Vp;
     printf("\ntiming BT=%d V=%d Vp=%d (median of 20 after 5 warmup)\n", BT, V, Vp);
-    DevArray<floatX> logits(n);
-    DevArray<int> targets(BT);
-    DevArray<float> losses(BT);
-    fill_kernel<<<(unsigned)llmc::ceil_div(n, (size_t)256), 256>>>(logits, n, 4.0f, 1);
-    CUDA_LAUNCH_CHECK();
-    {
-        std::mt19937 g(3);
-        std::vector<int> t(BT);
-        for (auto& x : t) x = (int)(g() % V);
-        CUDA_CHECK(cudaMemcpy(targets, t.data(), BT * sizeof(int), cudaMemcpyHostToDevice));
-    }
+    DeviceBuffer<floatX> logits(n);
+    DeviceBuffer<int> targets(random_tokens(BT, V, 3));
+    DeviceBuffer<float> losses(BT);
+    bench::fill(logits, 0.0f, 4.0f, 1);
     const float dloss = 1.0f / BT;
     const double bytes_full = 4.0 * n + 8.0 * BT, bytes_loss = 2.0 * n + 8.0 * BT;
 
-    const double t_loss = bench::time_ms([&] { llmc::fused_classifier(logits, losses, targets, dloss, BT, V, Vp, false, 0); });
-    bench::report("fused_classifier (loss only)", t_loss, 0, bytes_loss, ceilings);
-    const double t_unfused = bench::time_ms([&] { unfused_classifier(logits, losses, targets, dloss, BT, V, Vp); });
-    bench::report("softmax + loss + dlogits (3 kernels)", t_unfused, 0, bytes_full, ceilings);
-    const double t_fused = bench::time_ms([&] { llmc::fused_classifier(logits, losses, targets, dloss, BT, V, Vp, true, 0); });
-    bench::report("fused_classifier (loss + dlogits)", t_fused, 0, bytes_full, ceilings);
+    bench::measure("fused_classifier (loss only)", 0, bytes_loss, ceilings,
+                   [&] { llmc::fused_classifier(logits, losses, targets, dloss, BT, V, Vp, false, 0); });
+    const double t_unfused = bench::measure("softmax + loss + dlogits (3 kernels)", 0, bytes_full, ceilings,
+                                            [&] { unfused_classifier(logits, losses, targets, dloss, BT, V, Vp); });
+    const double t_fused = bench::measure("fused_classifier (loss + dlogits)", 0, bytes_full, ceilings, [&] {
+        llmc::fused_classifier(logits, losses, targets, dloss, BT, V, Vp, true, 0);
+    });
     CUDA_CHECK(cudaDeviceSynchronize());
     printf("unfused/fused: %.2fx\n", t_unfused / t_fused);
     return 0;
@@ -236,11 +168,4 @@ int run(int argc, char** argv) {
 
 } // namespace
 
-int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const llmc::Error& e) {
-        fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return bench::run_main(run, argc, argv); }

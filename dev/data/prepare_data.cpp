@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -95,63 +94,57 @@ static void write_tokens(const std::string& path, const int* ids, size_t n) {
     printf("wrote %zu tokens to %s\n", n, path.c_str());
 }
 
-int main(int argc, char** argv) {
-    try {
-        Args a = parse_args(argc, argv);
-        if (a.help) {
-            fputs(USAGE, stdout);
-            return 0;
-        }
-        GPT2Tokenizer tok = load_tokenizer(a.gpt2_dir);
-        File in(a.input, "rb");
-        std::string text(in.size(), '\0');
-        in.read(text.data(), text.size(), "text");
-
-        auto t0 = std::chrono::steady_clock::now();
-        std::vector<int> ids;
-        try {
-            if (!a.tinyshakespeare) {
-                ids = tok.encode(text);
-            } else {
-                // Sections as Python's text.split("\n\n"); each keeps its separator, which follows it in the text.
-                for (size_t start = 0;;) {
-                    size_t sep = text.find("\n\n", start);
-                    size_t end = sep == std::string::npos ? text.size() : sep + 2;
-                    ids.push_back(tok.eot());
-                    std::vector<int> s = tok.encode(std::string_view(text).substr(start, end - start));
-                    ids.insert(ids.end(), s.begin(), s.end());
-                    if (sep == std::string::npos) break;
-                    start = end;
-                }
-            }
-        } catch (const Error& e) {
-            throw Error(a.input + ": " + e.what());
-        }
-        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        printf("encoded %s: %zu bytes -> %zu tokens in %.0f ms\n", a.input.c_str(), text.size(), ids.size(), ms);
-
-        if (!a.tinyshakespeare) {
-            write_tokens(a.output, ids.data(), ids.size());
-            return 0;
-        }
-        if (ids.size() <= TINYSHAKESPEARE_VAL_TOKENS)
-            throw Error(strprintf("%s: only %zu tokens, the val split alone takes %zu", a.input.c_str(), ids.size(),
-                                  TINYSHAKESPEARE_VAL_TOKENS));
-        std::error_code ec;
-        std::filesystem::create_directories(a.output, ec);
-        if (ec) throw Error(a.output + ": cannot create directory (" + ec.message() + ")");
-        write_tokens(a.output + "/tiny_shakespeare_val.bin", ids.data(), TINYSHAKESPEARE_VAL_TOKENS);
-        write_tokens(a.output + "/tiny_shakespeare_train.bin", ids.data() + TINYSHAKESPEARE_VAL_TOKENS,
-                     ids.size() - TINYSHAKESPEARE_VAL_TOKENS);
-        std::string tok_path = a.output + "/gpt2_tokenizer.bin";
-        tok.write_llmc_file(tok_path);
-        printf("wrote %s (%d tokens)\n", tok_path.c_str(), tok.vocab_size());
+int run(int argc, char** argv) {
+    Args a = parse_args(argc, argv);
+    if (a.help) {
+        fputs(USAGE, stdout);
         return 0;
-    } catch (const UsageError& e) {
-        fprintf(stderr, "error: %s\n", e.what());
-        return 2;
-    } catch (const Error& e) {
-        fprintf(stderr, "error: %s\n", e.what());
-        return 1;
     }
+    GPT2Tokenizer tok = load_tokenizer(a.gpt2_dir);
+    File in(a.input, "rb");
+    std::string text(in.size(), '\0');
+    in.read(text.data(), text.size(), "text");
+
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<int> ids;
+    try {
+        if (!a.tinyshakespeare) {
+            ids = tok.encode(text);
+        } else {
+            // Sections as Python's text.split("\n\n"); each keeps its separator, which follows it in the text.
+            for (size_t start = 0;;) {
+                size_t sep = text.find("\n\n", start);
+                size_t end = sep == std::string::npos ? text.size() : sep + 2;
+                ids.push_back(tok.eot());
+                std::vector<int> s = tok.encode(std::string_view(text).substr(start, end - start));
+                ids.insert(ids.end(), s.begin(), s.end());
+                if (sep == std::string::npos) break;
+                start = end;
+            }
+        }
+    } catch (const Error& e) {
+        throw Error(a.input + ": " + e.what());
+    }
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    printf("encoded %s: %zu bytes -> %zu tokens in %.0f ms\n", a.input.c_str(), text.size(), ids.size(), ms);
+
+    if (!a.tinyshakespeare) {
+        write_tokens(a.output, ids.data(), ids.size());
+        return 0;
+    }
+    if (ids.size() <= TINYSHAKESPEARE_VAL_TOKENS)
+        throw Error(strprintf("%s: only %zu tokens, the val split alone takes %zu", a.input.c_str(), ids.size(),
+                              TINYSHAKESPEARE_VAL_TOKENS));
+    make_dirs(a.output);
+    write_tokens(a.output + "/tiny_shakespeare_val.bin", ids.data(), TINYSHAKESPEARE_VAL_TOKENS);
+    write_tokens(a.output + "/tiny_shakespeare_train.bin", ids.data() + TINYSHAKESPEARE_VAL_TOKENS,
+                 ids.size() - TINYSHAKESPEARE_VAL_TOKENS);
+    std::string tok_path = a.output + "/gpt2_tokenizer.bin";
+    tok.write_llmc_file(tok_path);
+    printf("wrote %s (%d tokens)\n", tok_path.c_str(), tok.vocab_size());
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    return main_guard([&] { return run(argc, argv); });
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "dev/cuda/device_utils.cuh"
 #include "llmc/cuda_common.cuh"
 
 #define REQUIRE_GPU()                                                                                                 \
@@ -17,54 +18,22 @@
 
 namespace gputest {
 
-// A device array that frees itself.
-template <typename T> struct DeviceBuffer {
-    T* ptr = nullptr;
-    size_t n = 0;
-    explicit DeviceBuffer(size_t count) : n(count) { CUDA_CHECK(cudaMalloc(&ptr, count * sizeof(T) + 16)); }
-    DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
-    ~DeviceBuffer() { cudaFree(ptr); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    void upload(const std::vector<T>& h) { CUDA_CHECK(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice)); }
-    std::vector<T> download() const {
-        std::vector<T> h(n);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        CUDA_CHECK(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-        return h;
-    }
-    // Fills with a NaN pattern so that an element the kernel never writes fails the comparison.
-    void poison() { CUDA_CHECK(cudaMemset(ptr, 0xFF, n * sizeof(T))); }
-    operator T*() const { return ptr; }
-};
+// Device buffers and bf16 conversion: one definition, shared with the kernel benchmarks.
+using devutil::bf16_round;
+using devutil::DeviceBuffer;
+using devutil::download;
+using devutil::to_bf16;
+using devutil::to_float;
 
-inline std::vector<llmc::floatX> to_bf16(const std::vector<float>& x) {
-    std::vector<llmc::floatX> r(x.size());
-    for (size_t i = 0; i < x.size(); i++) r[i] = __float2bfloat16(x[i]);
-    return r;
-}
-inline std::vector<float> to_float(const std::vector<llmc::floatX>& x) {
-    std::vector<float> r(x.size());
-    for (size_t i = 0; i < x.size(); i++) r[i] = __bfloat162float(x[i]);
-    return r;
-}
-// Values rounded to bf16 and back: the CPU reference sees exactly what the GPU kernel reads.
-inline std::vector<float> bf16_round(const std::vector<float>& x) { return to_float(to_bf16(x)); }
-
-// Fresh normal(0, scale) values, a new seed per call so every run checks different inputs.
-inline std::vector<float> random_normal(size_t n, float scale = 1.0f) {
+// Every call draws a new seed, so every run checks different inputs.
+inline uint64_t fresh_seed() {
     static std::mt19937_64 seeder(std::random_device{}());
-    std::mt19937_64 g(seeder());
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(g);
-    return v;
+    return seeder();
 }
-inline std::vector<int> random_tokens(size_t n, int vocab) {
-    static std::mt19937 g(std::random_device{}());
-    std::vector<int> v(n);
-    for (auto& x : v) x = (int)(g() % vocab);
-    return v;
+inline std::vector<float> random_normal(size_t n, float scale = 1.0f) {
+    return devutil::random_normal(n, scale, fresh_seed());
 }
+inline std::vector<int> random_tokens(size_t n, int vocab) { return devutil::random_tokens(n, vocab, fresh_seed()); }
 
 /*
  * ||out - ref|| / ||ref|| <= rel_tol, and no NaN/inf. bf16 storage carries 8 significant bits (relative

@@ -32,13 +32,6 @@ GPT2Config tiny_config() {
     return c;
 }
 
-std::vector<float> download_bf16(const floatX* d, size_t n) {
-    std::vector<floatX> h(n);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    return gputest::to_float(h);
-}
-
 // Both models from the same weights: the CPU one gets the bf16-rounded values the GPU computes with.
 struct Pair {
     GPT2Config cfg = tiny_config();
@@ -76,7 +69,7 @@ TEST(GPT2GPU, LossAndEveryGradientMatchTheCPU) {
     // bf16 activations through two layers: the loss agrees to about 1%.
     EXPECT_NEAR(loss, p.cpu.mean_loss, 1e-2 * p.cpu.mean_loss);
 
-    std::vector<float> g = download_bf16(p.gpu.grads_memory, p.gpu.num_params);
+    std::vector<float> g = gputest::to_float(gputest::download(p.gpu.grads_memory, p.gpu.num_params));
     auto sizes = parameter_sizes(p.cfg);
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {

@@ -1,0 +1,137 @@
+/*
+ * Profiler records: what the collection layer (CUPTI activity buffers, llmc/cupti_collector.cuh) produces and
+ * the aggregation and writer layers consume. Plain C++ with no CUDA types, so aggregation, roofline and
+ * writers are testable from synthetic records on machines without a GPU.
+ *
+ * Times are nanoseconds in one timebase (CUPTI's, cuptiGetTimestamp), for CPU ranges and GPU activity alike.
+ * Attribution: every Range (llmc/nvtx.h) pushes an external correlation id that encodes its sub-block, phase,
+ * layer and step (pack_range_id); CUPTI links each API call's correlation id to the innermost pushed id, and
+ * the collector copies the decoded fields onto the kernel, memcpy and memset records.
+ */
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "llmc/subblocks.h"
+
+namespace llmc::prof {
+
+// Where an activity belongs. -1 = outside any such range.
+struct Attribution {
+    int subblock = -1; // (int)SubBlock
+    int phase = -1;    // (int)Phase
+    int layer = -1;
+    int step = -1;     // index of the profiled step (0-based within the profile window)
+};
+
+// External correlation id layout: step (24 bits) | layer (16) | phase (8) | subblock (8); 0xFF/0xFFFF = none.
+inline uint64_t pack_range_id(const Attribution& a) {
+    auto field = [](int v, uint64_t none) { return v < 0 ? none : (uint64_t)v; };
+    return field(a.step, 0xFFFFFF) << 32 | field(a.layer, 0xFFFF) << 16 | field(a.phase, 0xFF) << 8 |
+           field(a.subblock, 0xFF);
+}
+inline Attribution unpack_range_id(uint64_t id) {
+    auto field = [](uint64_t v, uint64_t none) { return v == none ? -1 : (int)v; };
+    return {field(id & 0xFF, 0xFF), field((id >> 8) & 0xFF, 0xFF), field((id >> 16) & 0xFFFF, 0xFFFF),
+            field((id >> 32) & 0xFFFFFF, 0xFFFFFF)};
+}
+
+struct KernelRecord {
+    std::string name; // demangled
+    uint64_t start_ns = 0, end_ns = 0;
+    uint32_t device = 0, stream = 0;
+    uint32_t correlation = 0; // launch's correlation id (links to its ApiRecord)
+    int grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+    int registers_per_thread = 0;
+    int static_smem = 0, dynamic_smem = 0; // bytes per block
+    Attribution where;
+};
+
+enum class CopyKind { HtoD, DtoH, DtoD, HtoH, Other };
+struct MemcpyRecord {
+    CopyKind kind = CopyKind::Other;
+    uint64_t bytes = 0;
+    uint64_t start_ns = 0, end_ns = 0;
+    uint32_t device = 0, stream = 0, correlation = 0;
+    Attribution where;
+};
+struct MemsetRecord {
+    uint64_t bytes = 0;
+    uint64_t start_ns = 0, end_ns = 0;
+    uint32_t device = 0, stream = 0, correlation = 0;
+    Attribution where;
+};
+
+// A CUDA runtime (or driver) API call on a CPU thread.
+struct ApiRecord {
+    std::string name; // "cudaLaunchKernel", "cudaMemcpyAsync", ...
+    uint64_t start_ns = 0, end_ns = 0;
+    uint32_t thread = 0, correlation = 0;
+};
+
+// Time a CPU thread spent blocked in a synchronisation call (CUPTI synchronization activity).
+struct SyncRecord {
+    std::string type; // "event", "stream", "context", "stream_wait_event"
+    uint64_t start_ns = 0, end_ns = 0;
+    uint32_t stream = 0, correlation = 0;
+};
+
+// A CPU-side Range (llmc/nvtx.h), recorded by the profiler's hook.
+struct RangeRecord {
+    std::string name;
+    uint64_t start_ns = 0, end_ns = 0;
+    uint32_t thread = 0;
+    int depth = 0; // nesting depth on its thread, 0 = outermost
+    Attribution where;
+};
+
+// One training step of the profiled window: its wall interval on the CPU and the tokens it trained.
+struct StepRecord {
+    int step = 0;
+    uint64_t start_ns = 0, end_ns = 0;
+    long tokens = 0;
+};
+
+// A power/clock sample (NVML, filled by the power sampler; empty without NVML).
+struct PowerSample {
+    uint64_t t_ns = 0;
+    double power_w = 0;
+    int sm_clock_mhz = 0, mem_clock_mhz = 0, temperature_c = 0;
+    uint64_t throttle_reasons = 0;
+};
+
+// Measured or datasheet ceilings the roofline is drawn against.
+struct Ceilings {
+    double bf16_tflops = 0; // dense tensor-core bf16 with fp32 accumulate
+    double fp32_tflops = 0; // CUDA-core fp32 (0 = unknown)
+    double dram_gbps = 0;   // DRAM bandwidth, bytes read + written
+    std::string source;     // "calibrated (cached ...)", "calibrated", "spec table", "none"
+};
+
+// What was profiled: the model, the batch, the device and the build. Fills the report's header and profile.json.
+struct ProfileContext {
+    std::string program;      // "profile_gpt2cu", "train_gpt2cu", "train_gpt2"
+    std::string device;       // GPU name, or the CPU model for the CPU trainer
+    std::string build;        // compiler / CUDA / git describe, free text
+    int num_layers = 0, num_heads = 0, channels = 0, max_seq_len = 0, vocab_size = 0, padded_vocab_size = 0;
+    size_t num_parameters = 0;
+    int B = 0, T = 0, grad_accum = 1; // micro-batch, sequence length, micro-batches per step
+    Ceilings ceilings;
+    size_t peak_memory_bytes = 0;
+};
+
+struct ProfileRecords {
+    std::vector<KernelRecord> kernels;
+    std::vector<MemcpyRecord> memcpys;
+    std::vector<MemsetRecord> memsets;
+    std::vector<ApiRecord> api;
+    std::vector<SyncRecord> syncs;
+    std::vector<RangeRecord> ranges;
+    std::vector<StepRecord> steps;
+    std::vector<PowerSample> power;
+    uint64_t dropped_records = 0;  // CUPTI records lost to full buffers
+    double cupti_overhead_ns = 0;  // CUPTI's own overhead records, summed
+};
+
+} // namespace llmc::prof

@@ -1,0 +1,553 @@
+/*
+ * The profile directory (brief: "Profile directory"): summary.txt (the human report, format_summary),
+ * kernels.csv, subblocks.csv, steps.csv, api.csv, roofline.csv, trace.json (Chrome trace event format, for
+ * Perfetto and chrome://tracing) and profile.json (the whole report, machine-readable). Every file is written
+ * atomically. CSV headers begin with the brief's minimum columns in its order; extra columns follow.
+ * Empty CSV cells and JSON nulls mean "unknown" (no ceiling, no power samples, no steps).
+ */
+#pragma once
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "llmc/profile_report.h"
+#include "llmc/utils.h"
+
+namespace llmc::prof {
+
+namespace writer_detail {
+
+// printf-style number; NaN becomes `none` ("-" in text tables, "" in CSV).
+inline std::string num(double v, const char* fmt, const char* none = "-") {
+    if (!std::isfinite(v)) return none;
+    char buf[64];
+    snprintf(buf, sizeof(buf), fmt, v);
+    return buf;
+}
+
+// A plain-text table: columns padded to their widest cell, text left-aligned, numbers right-aligned.
+class TextTable {
+public:
+    TextTable(std::vector<std::string> headers, std::string align) : align_(std::move(align)) {
+        rows_.push_back(std::move(headers));
+    }
+    void row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+    std::string str() const {
+        std::vector<size_t> w(rows_[0].size(), 0);
+        for (const auto& r : rows_)
+            for (size_t i = 0; i < r.size(); i++) w[i] = std::max(w[i], r[i].size());
+        std::string out;
+        for (const auto& r : rows_) {
+            std::string line = "  ";
+            for (size_t i = 0; i < r.size(); i++) {
+                std::string pad(w[i] - r[i].size(), ' ');
+                line += align_[i] == 'l' ? r[i] + pad : pad + r[i];
+                if (i + 1 < r.size()) line += "  ";
+            }
+            while (!line.empty() && line.back() == ' ') line.pop_back();
+            out += line + "\n";
+        }
+        return out;
+    }
+
+private:
+    std::string align_;
+    std::vector<std::vector<std::string>> rows_;
+};
+
+inline std::string truncate(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
+
+inline std::string csv_field(const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+}
+
+inline std::string csv_line(const std::vector<std::string>& cells) {
+    std::string line;
+    for (size_t i = 0; i < cells.size(); i++) line += (i ? "," : "") + csv_field(cells[i]);
+    return line + "\n";
+}
+
+inline void write_file(const std::string& path, const std::string& text) {
+    AtomicFile f(path);
+    f.write(text.data(), text.size());
+    f.commit();
+}
+
+// ns since t0 as microseconds with 3 decimals: exact, since the records are whole nanoseconds.
+inline std::string trace_us(uint64_t ns) {
+    return strprintf("%llu.%03llu", (unsigned long long)(ns / 1000), (unsigned long long)(ns % 1000));
+}
+
+inline nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+
+} // namespace writer_detail
+
+// The human report: header, throughput, top kernels, sub-blocks with roofline, steps, GPU idle, API/sync,
+// power, findings.
+inline std::string format_summary(const Report& r, int top_n = 15) {
+    using namespace writer_detail;
+    const ProfileContext& c = r.context;
+    std::string s;
+    s += strprintf("llmc profile: %s\n", c.program.empty() ? "(unnamed)" : c.program.c_str());
+    s += "  device    " + c.device + "\n";
+    if (!c.build.empty()) s += "  build     " + c.build + "\n";
+    if (r.has_model)
+        s += strprintf("  model     GPT-2 L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %.2fM parameters\n", c.num_layers,
+                       c.num_heads, c.channels, c.max_seq_len, c.vocab_size, c.padded_vocab_size,
+                       (c.num_parameters ? c.num_parameters : num_parameters(config_of(c))) / 1e6);
+    s += strprintf("  batch     B=%d T=%d grad_accum=%d (%ld tokens per step), %d profiled steps\n", c.B, c.T,
+                   c.grad_accum, (long)c.B * c.T * c.grad_accum, r.num_steps);
+    const Ceilings& ce = c.ceilings;
+    s += strprintf("  ceilings  bf16 %s TFLOP/s, fp32 %s TFLOP/s, DRAM %s GB/s, ridge %s FLOP/B (%s)\n",
+                   num(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN, "%.1f").c_str(),
+                   num(ce.fp32_tflops > 0 ? ce.fp32_tflops : NAN, "%.1f").c_str(),
+                   num(ce.dram_gbps > 0 ? ce.dram_gbps : NAN, "%.0f").c_str(),
+                   num(ce.dram_gbps > 0 ? ce.bf16_tflops * 1e3 / ce.dram_gbps : NAN, "%.0f").c_str(),
+                   ce.source.empty() ? "none" : ce.source.c_str());
+    s += strprintf("  records   %zu kernels, %zu memcpys, %zu memsets, %zu API calls, %zu syncs, %zu ranges, %zu power "
+                   "samples; %llu dropped; CUPTI overhead %.3f ms\n",
+                   r.records.kernels, r.records.memcpys, r.records.memsets, r.records.api, r.records.syncs,
+                   r.records.ranges, r.records.power, (unsigned long long)r.dropped_records, r.cupti_overhead_ms);
+
+    s += "\n== Throughput ==\n";
+    const double per_step = r.num_steps ? 1.0 / r.num_steps : NAN;
+    s += strprintf("  %s tokens/s over %d steps (%s ms per step); GPU time %s ms per step\n",
+                   num(r.tokens_per_s, "%.0f").c_str(), r.num_steps, num(r.wall_s * 1e3 * per_step, "%.3f").c_str(),
+                   num(r.gpu_time_us / 1e3 * per_step, "%.3f").c_str());
+    if (r.has_model)
+        s += strprintf("  model FLOPs %.4g per token (6N + 12LCT) -> %s TFLOP/s, MFU %s%% of bf16 %s TFLOP/s\n",
+                       r.flops_per_token, num(r.model_tflops, "%.1f").c_str(), num(r.mfu, "%.1f").c_str(),
+                       num(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN, "%.1f").c_str());
+    s += strprintf("  peak GPU memory %.2f GiB\n", c.peak_memory_bytes / 1073741824.0);
+
+    s += strprintf("\n== Top %d kernels (of %zu rows; %% of GPU time) ==\n", top_n, r.kernels.size());
+    TextTable kt({"kernel", "subblock", "phase", "category", "calls", "total_ms", "avg_us", "%gpu"}, "llllrrrr");
+    for (int i = 0; i < top_n && i < (int)r.kernels.size(); i++) {
+        const KernelRow& k = r.kernels[i];
+        kt.row({truncate(short_kernel_name(k.name), 60), subblock_label(k.subblock), phase_label(k.phase), k.category,
+                std::to_string(k.calls), num(k.total_us / 1e3, "%.3f"), num(k.avg_us, "%.1f"), num(k.pct, "%.1f")});
+    }
+    s += kt.str();
+
+    s += "\n== Sub-blocks and roofline (analytic FLOPs and bytes, time per step) ==\n";
+    TextTable st({"subblock", "phase", "calls", "ms/step", "%gpu", "GFLOP", "MB", "FLOP/B", "floor_ms", "TFLOP/s",
+                  "GB/s", "%roof", "bound"},
+                 "llrrrrrrrrrrl");
+    auto sub_row = [&](const SubBlockRow& b, const std::string& name, const std::string& phase) {
+        bool modelled = b.cost.flops() > 0 || b.cost.bytes > 0;
+        st.row({name, phase, std::to_string(b.calls), num(b.roof.time_s * 1e3, "%.3f"), num(b.pct, "%.1f"),
+                modelled ? num(b.cost.flops() / 1e9, "%.1f") : "-", modelled ? num(b.cost.bytes / 1e6, "%.1f") : "-",
+                num(b.roof.intensity, "%.1f"), num(b.roof.floor_s * 1e3, "%.3f"), num(b.roof.tflops, "%.1f"),
+                num(b.roof.gbps, "%.0f"), num(b.roof.pct_of_roofline, "%.0f"), b.roof.bound});
+    };
+    for (const SubBlockRow& b : r.subblocks) sub_row(b, subblock_label(b.subblock), phase_label(b.phase));
+    sub_row(r.total, "total", "");
+    s += st.str();
+    s += "  %roof = floor / time: achieved over the ceiling that bounds the sub-block. GEMM FLOPs against bf16,\n"
+         "  elementwise FLOPs against fp32 (bf16 when unknown); bytes: minimum DRAM traffic (doc/profiling.md).\n";
+
+    s += "\n== Steps (GPU time by phase) ==\n";
+    TextTable pt({"step", "wall_ms", "busy_ms", "idle_ms", "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok/s",
+                  "energy_J", "power_W"},
+                 "rrrrrrrrrrr");
+    for (const StepRow& x : r.steps)
+        pt.row({std::to_string(x.step), num(x.wall_ms, "%.3f"), num(x.gpu_busy_ms, "%.3f"), num(x.idle_ms, "%.3f"),
+                num(x.fwd_ms, "%.3f"), num(x.bwd_ms, "%.3f"), num(x.opt_ms, "%.3f"), num(x.other_ms, "%.3f"),
+                num(x.tok_s, "%.0f"), num(x.energy_j, "%.2f"), num(x.avg_power_w, "%.0f")});
+    s += pt.str();
+
+    s += "\n== GPU idle ==\n";
+    s += strprintf("  %.3f ms idle in %ld gaps over %d steps (%s%% of wall time)\n", r.idle_us / 1e3, r.idle_gaps,
+                   r.num_steps, num(r.wall_s > 0 ? 100 * r.idle_us / (r.wall_s * 1e6) : NAN, "%.1f").c_str());
+    TextTable gs({"gap size", "gaps", "total_ms", "%idle"}, "lrrr");
+    for (const NamedTime& g : r.gap_sizes)
+        gs.row({g.name, std::to_string(g.calls), num(g.total_us / 1e3, "%.3f"), num(g.pct, "%.1f")});
+    s += gs.str();
+    s += "  idle time by what the CPU thread was doing:\n";
+    TextTable ic({"CPU in", "gaps", "idle_ms", "%idle"}, "lrrr");
+    for (const NamedTime& g : r.idle_by_cpu)
+        ic.row({g.name, std::to_string(g.calls), num(g.total_us / 1e3, "%.3f"), num(g.pct, "%.1f")});
+    s += ic.str();
+    s += "  largest gaps:\n";
+    TextTable lg({"step", "at_ms", "gap_us", "main CUDA call in the gap", "its_us", "no_call_us", "CPU range"},
+                 "rrrlrrl");
+    for (const IdleGap& g : r.largest_gaps)
+        lg.row({std::to_string(g.step), num(g.offset_us / 1e3, "%.3f"), num(g.dur_us, "%.1f"),
+                g.api.empty() ? "(none)" : g.api, num(g.api_us, "%.1f"), num(g.outside_api_us, "%.1f"),
+                g.range.empty() ? "-" : g.range});
+    s += lg.str();
+
+    s += strprintf("\n== CUDA API (CPU thread; %.1f%% of the window in CUDA calls) ==\n", r.api_pct);
+    auto time_row = [&](TextTable& t, const NamedTime& a) {
+        t.row({a.name, std::to_string(a.calls), num(a.total_us / 1e3, "%.3f"), num(a.avg_us, "%.2f"),
+               num(a.pct, "%.1f")});
+    };
+    TextTable at({"api", "calls", "total_ms", "avg_us", "%cpu"}, "lrrrr");
+    for (const NamedTime& a : r.api) time_row(at, a);
+    s += at.str();
+    s += strprintf("\n== Synchronisation (CPU blocked; %.1f%% of the window) ==\n", r.sync_pct);
+    TextTable yt({"type", "calls", "total_ms", "avg_us", "%cpu"}, "lrrrr");
+    for (const NamedTime& a : r.syncs) time_row(yt, a);
+    s += yt.str();
+
+    s += "\n== Power ==\n";
+    const PowerSummary& p = r.power;
+    if (p.samples == 0) {
+        s += "  no power samples (NVML unavailable)\n";
+    } else {
+        s += strprintf("  %zu samples: energy %.2f J, average %.0f W, peak %.0f W, %s J per token\n", p.samples,
+                       p.energy_j, p.avg_w, p.peak_w, num(p.joules_per_token, "%.5f").c_str());
+        s += strprintf("  SM clock %d-%d MHz, max temperature %d C, throttle reasons 0x%llx\n", p.min_sm_clock_mhz,
+                       p.max_sm_clock_mhz, p.max_temperature_c, (unsigned long long)p.throttle_reasons);
+    }
+
+    s += "\n== Findings ==\n";
+    for (const std::string& f : r.findings) s += "  - " + f + "\n";
+    return s;
+}
+
+namespace writer_detail {
+
+inline std::string kernels_csv(const Report& r) {
+    std::string s = csv_line({"kernel", "subblock", "phase", "category", "calls", "total_us", "avg_us", "pct"});
+    for (const KernelRow& k : r.kernels)
+        s += csv_line({k.name, subblock_label(k.subblock), phase_label(k.phase), k.category, std::to_string(k.calls),
+                       num(k.total_us, "%.3f", ""), num(k.avg_us, "%.3f", ""), num(k.pct, "%.4f", "")});
+    return s;
+}
+
+// time_us and pct over the window; flops, bytes, rates and the floor per step.
+inline std::string subblocks_csv(const Report& r) {
+    std::string s = csv_line({"subblock", "phase", "calls", "time_us", "pct", "flops", "bytes", "tflops", "gbps",
+                              "intensity", "bound", "time_per_step_us", "floor_us", "pct_of_roofline"});
+    for (const SubBlockRow& b : r.subblocks) {
+        bool modelled = b.cost.flops() > 0 || b.cost.bytes > 0;
+        s += csv_line({subblock_label(b.subblock), phase_label(b.phase), std::to_string(b.calls),
+                       num(b.time_us, "%.3f", ""), num(b.pct, "%.4f", ""),
+                       modelled ? num(b.cost.flops(), "%.0f", "") : "", modelled ? num(b.cost.bytes, "%.0f", "") : "",
+                       num(b.roof.tflops, "%.4f", ""),
+                       num(b.roof.gbps, "%.2f", ""), num(b.roof.intensity, "%.3f", ""), b.roof.bound,
+                       num(b.roof.time_s * 1e6, "%.3f", ""), num(b.roof.floor_s * 1e6, "%.3f", ""),
+                       num(b.roof.pct_of_roofline, "%.2f", "")});
+    }
+    return s;
+}
+
+inline std::string steps_csv(const Report& r) {
+    std::string s = csv_line({"step", "wall_ms", "gpu_busy_ms", "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok_s",
+                              "energy_j", "avg_power_w", "idle_ms", "idle_gaps", "tokens"});
+    for (const StepRow& x : r.steps)
+        s += csv_line({std::to_string(x.step), num(x.wall_ms, "%.6f", ""), num(x.gpu_busy_ms, "%.6f", ""),
+                       num(x.fwd_ms, "%.6f", ""), num(x.bwd_ms, "%.6f", ""), num(x.opt_ms, "%.6f", ""),
+                       num(x.other_ms, "%.6f", ""), num(x.tok_s, "%.1f", ""), num(x.energy_j, "%.6f", ""),
+                       num(x.avg_power_w, "%.3f", ""), num(x.idle_ms, "%.6f", ""), std::to_string(x.gaps),
+                       std::to_string(x.tokens)});
+    return s;
+}
+
+// CUDA API rows (kind "api"), then the synchronisation types (kind "sync"), shares of the CPU window.
+inline std::string api_csv(const Report& r) {
+    std::string s = csv_line({"api", "calls", "total_us", "avg_us", "pct_of_cpu_time", "kind"});
+    for (const auto* rows : {&r.api, &r.syncs})
+        for (const NamedTime& a : *rows)
+            s += csv_line({a.name, std::to_string(a.calls), num(a.total_us, "%.3f", ""), num(a.avg_us, "%.3f", ""),
+                           num(a.pct, "%.4f", ""), rows == &r.api ? "api" : "sync"});
+    return s;
+}
+
+/*
+ * One row per (sub-block, phase) (scope "subblock") and the whole step (scope "total"), per step:
+ * analytic FLOPs (tensor-core GEMM and CUDA-core parts) and bytes, measured time, the floors, the ceilings
+ * and the achieved rates. measured_flops/measured_bytes are for hardware counters and the kernel column for
+ * per-kernel rows; both stay empty until counters are collected.
+ */
+inline std::string roofline_csv(const Report& r) {
+    const Ceilings& c = r.context.ceilings;
+    std::string s = csv_line({"scope", "subblock", "phase", "kernel", "gemm_flops", "other_flops", "flops", "bytes",
+                              "intensity", "time_us", "floor_us", "compute_floor_us", "memory_floor_us", "bf16_tflops",
+                              "fp32_tflops", "dram_gbps", "tflops", "gbps", "pct_of_roofline", "bound",
+                              "measured_flops", "measured_bytes"});
+    auto line = [&](const char* scope, const std::string& sub, const std::string& phase, const SubBlockRow& b) {
+        s += csv_line({scope, sub, phase, "", num(b.cost.gemm_flops, "%.0f", ""), num(b.cost.other_flops, "%.0f", ""),
+                       num(b.cost.flops(), "%.0f", ""), num(b.cost.bytes, "%.0f", ""),
+                       num(b.roof.intensity, "%.3f", ""),
+                       num(b.roof.time_s * 1e6, "%.3f", ""), num(b.roof.floor_s * 1e6, "%.3f", ""),
+                       num(b.roof.compute_floor_s * 1e6, "%.3f", ""), num(b.roof.memory_floor_s * 1e6, "%.3f", ""),
+                       num(c.bf16_tflops > 0 ? c.bf16_tflops : NAN, "%.3f", ""),
+                       num(c.fp32_tflops > 0 ? c.fp32_tflops : NAN, "%.3f", ""),
+                       num(c.dram_gbps > 0 ? c.dram_gbps : NAN, "%.3f", ""), num(b.roof.tflops, "%.4f", ""),
+                       num(b.roof.gbps, "%.2f", ""), num(b.roof.pct_of_roofline, "%.2f", ""), b.roof.bound, "", ""});
+    };
+    for (const SubBlockRow& b : r.subblocks)
+        if (b.cost.flops() > 0 || b.cost.bytes > 0)
+            line("subblock", subblock_label(b.subblock), phase_label(b.phase), b);
+    line("total", "", "", r.total);
+    return s;
+}
+
+/*
+ * Chrome trace event format. Processes: pid 0 is the CPU (a "steps" track, then per CPU thread a track of
+ * its Ranges and a track of its CUDA API calls), pid 1 + d is GPU d (one track per stream, and counter
+ * tracks for power, clocks and temperature). A flow (ph s on the API call, ph f with bp e on the GPU
+ * activity, id = correlation id) links each launch to its kernel, memcpy or memset. Within a track, a slice
+ * that would overlap the end of the one enclosing it (timer jitter) is clipped, so slices always nest.
+ */
+inline std::string trace_json(const Report& r, const ProfileRecords& rec) {
+    struct Slice {
+        int pid;
+        uint64_t tid, start, end;
+        uint32_t correlation; // flow endpoint: API call or GPU activity; 0 for none
+        bool gpu;
+        std::string name, cat;
+        nlohmann::json args;
+    };
+    std::vector<Slice> slices;
+    uint64_t t0 = UINT64_MAX;
+    auto seen = [&](uint64_t t) { t0 = std::min(t0, t); };
+
+    // Track ids: CPU threads in order of id, two tracks each after the steps track (tid 0).
+    std::set<uint32_t> threads;
+    for (const RangeRecord& x : rec.ranges) threads.insert(x.thread);
+    for (const ApiRecord& x : rec.api) threads.insert(x.thread);
+    std::map<uint32_t, uint64_t> range_tid; // its CUDA API track is range_tid + 1
+    uint64_t next_tid = 1;
+    for (uint32_t t : threads) range_tid[t] = next_tid, next_tid += 2;
+    std::set<std::pair<uint32_t, uint32_t>> streams; // (device, stream)
+    auto gpu_pid = [](uint32_t device) { return 1 + (int)device; };
+
+    for (const StepRecord& x : rec.steps) {
+        seen(x.start_ns);
+        slices.push_back({0, 0, x.start_ns, x.end_ns, 0, false, strprintf("step %d", x.step), "step",
+                          {{"step", x.step}, {"tokens", x.tokens}}});
+    }
+    auto where_args = [](const Attribution& w) {
+        return nlohmann::json{{"subblock", subblock_label(w.subblock)}, {"phase", phase_label(w.phase)},
+                              {"layer", w.layer}, {"step", w.step}};
+    };
+    for (const RangeRecord& x : rec.ranges) {
+        seen(x.start_ns);
+        slices.push_back(
+            {0, range_tid[x.thread], x.start_ns, x.end_ns, 0, false, x.name, "range", where_args(x.where)});
+    }
+    for (const ApiRecord& x : rec.api) {
+        seen(x.start_ns);
+        slices.push_back({0, range_tid[x.thread] + 1, x.start_ns, x.end_ns, x.correlation, false, x.name, "cuda_api",
+                          {{"correlation", x.correlation}}});
+    }
+    for (const KernelRecord& k : rec.kernels) {
+        seen(k.start_ns);
+        streams.insert({k.device, k.stream});
+        nlohmann::json args = where_args(k.where);
+        args["kernel"] = k.name;
+        args["grid"] = {k.grid[0], k.grid[1], k.grid[2]};
+        args["block"] = {k.block[0], k.block[1], k.block[2]};
+        args["registers"] = k.registers_per_thread;
+        args["static_smem"] = k.static_smem;
+        args["dynamic_smem"] = k.dynamic_smem;
+        args["correlation"] = k.correlation;
+        slices.push_back({gpu_pid(k.device), k.stream, k.start_ns, k.end_ns, k.correlation, true,
+                          short_kernel_name(k.name), "kernel", args});
+    }
+    for (const MemcpyRecord& m : rec.memcpys) {
+        seen(m.start_ns);
+        streams.insert({m.device, m.stream});
+        nlohmann::json args = where_args(m.where);
+        args["bytes"] = m.bytes;
+        if (m.end_ns > m.start_ns) args["GB/s"] = (double)m.bytes / (m.end_ns - m.start_ns);
+        args["correlation"] = m.correlation;
+        slices.push_back({gpu_pid(m.device), m.stream, m.start_ns, m.end_ns, m.correlation, true,
+                          std::string("memcpy ") + report_detail::copy_kind_name(m.kind), "memcpy", args});
+    }
+    for (const MemsetRecord& m : rec.memsets) {
+        seen(m.start_ns);
+        streams.insert({m.device, m.stream});
+        nlohmann::json args = where_args(m.where);
+        args["bytes"] = m.bytes;
+        args["correlation"] = m.correlation;
+        slices.push_back(
+            {gpu_pid(m.device), m.stream, m.start_ns, m.end_ns, m.correlation, true, "memset", "memset", args});
+    }
+    for (const PowerSample& p : rec.power) seen(p.t_ns);
+    if (t0 == UINT64_MAX) t0 = 0;
+
+    // Nest every track: sort by (start, longest first) and clip a slice to the end of the one enclosing it.
+    for (Slice& x : slices) x.end = std::max(x.end, x.start);
+    std::vector<size_t> order(slices.size());
+    for (size_t i = 0; i < order.size(); i++) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        const Slice &x = slices[a], &y = slices[b];
+        return std::tie(x.pid, x.tid, x.start, y.end) < std::tie(y.pid, y.tid, y.start, x.end);
+    });
+    std::vector<uint64_t> open_ends;
+    for (size_t i = 0; i < order.size(); i++) {
+        Slice& x = slices[order[i]];
+        if (i == 0 || slices[order[i - 1]].pid != x.pid || slices[order[i - 1]].tid != x.tid) open_ends.clear();
+        while (!open_ends.empty() && open_ends.back() <= x.start) open_ends.pop_back();
+        if (!open_ends.empty()) x.end = std::min(x.end, open_ends.back());
+        open_ends.push_back(x.end);
+    }
+
+    using nlohmann::json;
+    std::vector<std::string> ev;
+    // An event line: e's fields, then ts (and dur) as microseconds with 3 decimals.
+    auto event = [&](const json& e, uint64_t ts_ns, const uint64_t* dur_ns = nullptr) {
+        std::string line = e.dump(-1, ' ', false, json::error_handler_t::replace);
+        line.pop_back();
+        line += ",\"ts\":" + trace_us(ts_ns - t0);
+        if (dur_ns) line += ",\"dur\":" + trace_us(*dur_ns);
+        ev.push_back(line + "}");
+    };
+    auto meta = [&](const char* what, int pid, uint64_t tid, const std::string& value, int sort_index) {
+        event({{"name", what}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", value}}}}, t0);
+        event({{"name", std::string(what) + "_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
+               {"args", {{"sort_index", sort_index}}}},
+              t0);
+    };
+    const ProfileContext& c = r.context;
+    meta("process_name", 0, 0, "CPU: " + (c.program.empty() ? std::string("llmc") : c.program), 0);
+    meta("thread_name", 0, 0, "steps", 0);
+    for (auto& [thread, tid] : range_tid) {
+        meta("thread_name", 0, tid, strprintf("thread %u: ranges", thread), (int)tid);
+        meta("thread_name", 0, tid + 1, strprintf("thread %u: CUDA API", thread), (int)tid + 1);
+    }
+    std::set<uint32_t> devices;
+    for (const auto& [device, stream] : streams) devices.insert(device);
+    if (!rec.power.empty()) devices.insert(devices.empty() ? 0 : *devices.begin());
+    for (uint32_t d : devices) meta("process_name", gpu_pid(d), 0, strprintf("GPU %u: ", d) + c.device, gpu_pid(d));
+    for (const auto& [device, stream] : streams)
+        meta("thread_name", gpu_pid(device), stream, strprintf("stream %u", stream), (int)stream);
+
+    std::map<uint32_t, const Slice*> launch, target; // correlation -> API slice, GPU slice
+    for (const Slice& x : slices) {
+        if (x.correlation) (x.gpu ? target : launch)[x.correlation] = &x;
+        const uint64_t dur = x.end - x.start;
+        event({{"name", x.name}, {"cat", x.cat}, {"ph", "X"}, {"pid", x.pid}, {"tid", x.tid}, {"args", x.args}},
+              x.start, &dur);
+    }
+    // Flow endpoints at the middle of their slices: unambiguous even where slices touch.
+    for (const auto& [corr, api] : launch) {
+        auto it = target.find(corr);
+        if (it == target.end()) continue;
+        const Slice* k = it->second;
+        event({{"name", "launch"}, {"cat", "flow"}, {"ph", "s"}, {"id", corr}, {"pid", 0}, {"tid", api->tid}},
+              api->start + (api->end - api->start) / 2);
+        event({{"name", "launch"}, {"cat", "flow"}, {"ph", "f"}, {"bp", "e"}, {"id", corr}, {"pid", k->pid},
+               {"tid", k->tid}},
+              k->start + (k->end - k->start) / 2);
+    }
+    const int power_pid = devices.empty() ? 1 : gpu_pid(*devices.begin());
+    for (const PowerSample& p : rec.power) {
+        auto counter = [&](const char* name, json args) {
+            event({{"name", name}, {"ph", "C"}, {"pid", power_pid}, {"tid", 0}, {"args", args}}, p.t_ns);
+        };
+        counter("power", {{"W", p.power_w}});
+        counter("clocks", {{"sm_MHz", p.sm_clock_mhz}, {"mem_MHz", p.mem_clock_mhz}});
+        counter("temperature", {{"C", p.temperature_c}});
+    }
+
+    std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+    for (size_t i = 0; i < ev.size(); i++) out += ev[i] + (i + 1 < ev.size() ? ",\n" : "\n");
+    return out + "]}\n";
+}
+
+inline nlohmann::json named_times_json(const std::vector<NamedTime>& rows, const char* count_name) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const NamedTime& n : rows)
+        a.push_back(
+            {{"name", n.name}, {count_name, n.calls}, {"total_us", n.total_us}, {"avg_us", n.avg_us}, {"pct", n.pct}});
+    return a;
+}
+
+inline nlohmann::json cost_json(const OpCost& c, const RooflinePoint& p) {
+    using writer_detail::finite_or_null;
+    return {{"gemm_flops", c.gemm_flops}, {"other_flops", c.other_flops}, {"flops", c.flops()}, {"bytes", c.bytes},
+            {"intensity", finite_or_null(p.intensity)}, {"time_per_step_s", finite_or_null(p.time_s)},
+            {"tflops", finite_or_null(p.tflops)}, {"gbps", finite_or_null(p.gbps)},
+            {"compute_floor_s", finite_or_null(p.compute_floor_s)},
+            {"memory_floor_s", finite_or_null(p.memory_floor_s)},
+            {"floor_s", finite_or_null(p.floor_s)}, {"pct_of_roofline", finite_or_null(p.pct_of_roofline)},
+            {"bound", p.bound}};
+}
+
+inline std::string profile_json(const Report& r) {
+    using nlohmann::json;
+    const ProfileContext& c = r.context;
+    json j;
+    j["context"] = {{"program", c.program}, {"device", c.device}, {"build", c.build},
+                    {"model", {{"num_layers", c.num_layers}, {"num_heads", c.num_heads}, {"channels", c.channels},
+                               {"max_seq_len", c.max_seq_len}, {"vocab_size", c.vocab_size},
+                               {"padded_vocab_size", c.padded_vocab_size}, {"num_parameters", c.num_parameters}}},
+                    {"batch", {{"B", c.B}, {"T", c.T}, {"grad_accum", c.grad_accum}}},
+                    {"ceilings", {{"bf16_tflops", c.ceilings.bf16_tflops}, {"fp32_tflops", c.ceilings.fp32_tflops},
+                                  {"dram_gbps", c.ceilings.dram_gbps}, {"source", c.ceilings.source}}},
+                    {"peak_memory_bytes", c.peak_memory_bytes}};
+    j["records"] = {{"kernels", r.records.kernels}, {"memcpys", r.records.memcpys}, {"memsets", r.records.memsets},
+                    {"api", r.records.api}, {"syncs", r.records.syncs}, {"ranges", r.records.ranges},
+                    {"power", r.records.power}, {"dropped", r.dropped_records},
+                    {"cupti_overhead_ms", r.cupti_overhead_ms}};
+    j["throughput"] = {{"steps", r.num_steps}, {"tokens", r.tokens}, {"wall_s", r.wall_s},
+                       {"tokens_per_s", finite_or_null(r.tokens_per_s)}, {"flops_per_token", r.flops_per_token},
+                       {"model_tflops", finite_or_null(r.model_tflops)}, {"mfu_pct", finite_or_null(r.mfu)},
+                       {"gpu_time_us", r.gpu_time_us}, {"kernel_time_us", r.kernel_time_us}};
+    json& k = j["kernels"] = json::array();
+    for (const KernelRow& x : r.kernels)
+        k.push_back({{"kernel", x.name}, {"subblock", subblock_label(x.subblock)}, {"phase", phase_label(x.phase)},
+                     {"category", x.category}, {"calls", x.calls}, {"total_us", x.total_us}, {"avg_us", x.avg_us},
+                     {"pct", x.pct}});
+    json& sb = j["subblocks"] = json::array();
+    for (const SubBlockRow& x : r.subblocks)
+        sb.push_back({{"subblock", subblock_label(x.subblock)}, {"phase", phase_label(x.phase)}, {"calls", x.calls},
+                      {"time_us", x.time_us}, {"pct", x.pct}, {"roofline", cost_json(x.cost, x.roof)}});
+    j["total"] = {{"calls", r.total.calls}, {"time_us", r.total.time_us},
+                  {"roofline", cost_json(r.total.cost, r.total.roof)}};
+    json& st = j["steps"] = json::array();
+    for (const StepRow& x : r.steps)
+        st.push_back({{"step", x.step}, {"tokens", x.tokens}, {"wall_ms", x.wall_ms}, {"gpu_busy_ms", x.gpu_busy_ms},
+                      {"idle_ms", x.idle_ms}, {"fwd_ms", x.fwd_ms}, {"bwd_ms", x.bwd_ms}, {"opt_ms", x.opt_ms},
+                      {"other_ms", x.other_ms}, {"tok_s", x.tok_s}, {"energy_j", finite_or_null(x.energy_j)},
+                      {"avg_power_w", finite_or_null(x.avg_power_w)}, {"idle_gaps", x.gaps}});
+    json gaps = json::array();
+    for (const IdleGap& g : r.largest_gaps)
+        gaps.push_back({{"step", g.step}, {"offset_us", g.offset_us}, {"dur_us", g.dur_us}, {"api", g.api},
+                        {"api_overlap_us", g.api_us},
+                        {"outside_api_us", g.outside_api_us}, {"range", g.range}});
+    j["gpu_idle"] = {{"idle_us", r.idle_us}, {"gaps", r.idle_gaps}, {"by_size", named_times_json(r.gap_sizes, "gaps")},
+                     {"by_cpu_activity", named_times_json(r.idle_by_cpu, "gaps")}, {"largest", gaps}};
+    j["api"] = named_times_json(r.api, "calls");
+    j["syncs"] = named_times_json(r.syncs, "calls");
+    j["api_pct_of_cpu_time"] = r.api_pct;
+    j["sync_pct_of_cpu_time"] = r.sync_pct;
+    const PowerSummary& p = r.power;
+    j["power"] = {{"samples", p.samples}, {"energy_j", finite_or_null(p.energy_j)}, {"avg_w", finite_or_null(p.avg_w)},
+                  {"peak_w", finite_or_null(p.peak_w)}, {"joules_per_token", finite_or_null(p.joules_per_token)},
+                  {"max_temperature_c", p.max_temperature_c}, {"min_sm_clock_mhz", p.min_sm_clock_mhz},
+                  {"max_sm_clock_mhz", p.max_sm_clock_mhz}, {"throttle_reasons", p.throttle_reasons}};
+    j["findings"] = r.findings;
+    return j.dump(1) + "\n";
+}
+
+} // namespace writer_detail
+
+// Writes every file of the profile directory `dir` (created if missing).
+inline void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec) {
+    using namespace writer_detail;
+    make_dirs(dir);
+    write_file(dir + "/summary.txt", format_summary(r));
+    write_file(dir + "/kernels.csv", kernels_csv(r));
+    write_file(dir + "/subblocks.csv", subblocks_csv(r));
+    write_file(dir + "/steps.csv", steps_csv(r));
+    write_file(dir + "/api.csv", api_csv(r));
+    write_file(dir + "/roofline.csv", roofline_csv(r));
+    write_file(dir + "/trace.json", trace_json(r, rec));
+    write_file(dir + "/profile.json", profile_json(r));
+}
+
+} // namespace llmc::prof

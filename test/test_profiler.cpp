@@ -1,0 +1,683 @@
+// Profiler aggregation, roofline model and writers (llmc/roofline.h, profile_report.h, profile_writers.h),
+// from synthetic records: no GPU needed. Times below are in nanoseconds unless a name says otherwise.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "llmc/profile_writers.h"
+#include "test/test_util.h"
+
+using namespace llmc;
+using namespace llmc::prof;
+using nlohmann::json;
+
+namespace {
+
+constexpr uint64_t US = 1000, MS = 1000000;
+
+Attribution at(SubBlock s, Phase p, int layer = -1, int step = 0) { return {(int)s, (int)p, layer, step}; }
+
+KernelRecord kernel(const std::string& name, uint64_t start, uint64_t end, Attribution w, uint32_t stream = 7,
+                    uint32_t corr = 0) {
+    KernelRecord k;
+    k.name = name, k.start_ns = start, k.end_ns = end, k.stream = stream, k.correlation = corr, k.where = w;
+    k.grid[0] = 128, k.grid[1] = 2, k.grid[2] = 1, k.block[0] = 256, k.block[1] = k.block[2] = 1;
+    k.registers_per_thread = 40, k.static_smem = 1024, k.dynamic_smem = 4096;
+    return k;
+}
+ApiRecord api(const std::string& name, uint64_t start, uint64_t end, uint32_t corr = 0) {
+    ApiRecord a;
+    a.name = name, a.start_ns = start, a.end_ns = end, a.thread = 11, a.correlation = corr;
+    return a;
+}
+StepRecord step(int n, uint64_t start, uint64_t end, long tokens) {
+    StepRecord s;
+    s.step = n, s.start_ns = start, s.end_ns = end, s.tokens = tokens;
+    return s;
+}
+RangeRecord range(const std::string& name, uint64_t start, uint64_t end, int depth, Attribution w = {}) {
+    RangeRecord r;
+    r.name = name, r.start_ns = start, r.end_ns = end, r.thread = 11, r.depth = depth, r.where = w;
+    return r;
+}
+
+// GPT-2 124M at B=16, T=1024, the shape every roofline test below works out by hand.
+ProfileContext gpt2_124m_context() {
+    ProfileContext c;
+    c.program = "test";
+    c.device = "Test GPU";
+    GPT2Config g = gpt2_config_for_depth(12);
+    c.num_layers = g.num_layers, c.num_heads = g.num_heads, c.channels = g.channels;
+    c.max_seq_len = g.max_seq_len, c.vocab_size = g.vocab_size, c.padded_vocab_size = g.padded_vocab_size;
+    c.num_parameters = num_parameters(g);
+    c.B = 16, c.T = 1024, c.grad_accum = 1;
+    c.ceilings = {798, 0, 3000, "given"};
+    return c;
+}
+
+/*
+ * Two steps of 10 ms. Each: an H2D token copy, a qkv GEMM (stream 7) overlapping a layernorm on stream 8,
+ * attention, a memset outside any range, an AdamW kernel, a D2H copy, with the launches (correlated) and a
+ * cudaEventSynchronize on the CPU, ranges on thread 11, and power samples.
+ */
+ProfileRecords two_steps() {
+    ProfileRecords r;
+    for (int s = 0; s < 2; s++) {
+        uint64_t t = 1 * MS + s * 10 * MS; // step start
+        uint32_t c = 100 * (s + 1);
+        r.steps.push_back(step(s, t, t + 10 * MS, 16384));
+        r.ranges.push_back(range("step", t, t + 10 * MS, 0, {-1, -1, -1, s}));
+        r.ranges.push_back(range("forward", t + 10 * US, t + 3 * MS, 1, {-1, (int)Phase::fwd, -1, s}));
+        r.ranges.push_back(range("qkv", t + 20 * US, t + 40 * US, 2, at(SubBlock::qkv, Phase::fwd, 0, s)));
+        // An inner range ending 1 ns after its parent (timer jitter): the trace must still nest.
+        r.ranges.push_back(
+            range("attention", t + 40 * US, t + 3 * MS + 1, 2, at(SubBlock::attention, Phase::fwd, 0, s)));
+        r.api.push_back(api("cudaMemcpyAsync", t + 5 * US, t + 8 * US, c + 1));
+        r.api.push_back(api("cudaLaunchKernel", t + 20 * US, t + 25 * US, c + 2));
+        r.api.push_back(api("cudaLaunchKernel", t + 30 * US, t + 35 * US, c + 3));
+        r.api.push_back(api("cudaLaunchKernel", t + 40 * US, t + 45 * US, c + 4));
+        r.api.push_back(api("cudaMemsetAsync", t + 3 * MS + 10 * US, t + 3 * MS + 15 * US, c + 5));
+        r.api.push_back(api("cudaLaunchKernel", t + 3 * MS + 20 * US, t + 3 * MS + 25 * US, c + 6));
+        r.api.push_back(api("cudaMemcpyAsync", t + 3 * MS + 30 * US, t + 3 * MS + 35 * US, c + 7));
+        r.api.push_back(api("cudaEventSynchronize", t + 3 * MS + 40 * US, t + 9 * MS, 0));
+        MemcpyRecord h2d;
+        h2d.kind = CopyKind::HtoD, h2d.bytes = 131072, h2d.start_ns = t + 10 * US, h2d.end_ns = t + 20 * US;
+        h2d.stream = 7, h2d.correlation = c + 1;
+        r.memcpys.push_back(h2d);
+        r.kernels.push_back(kernel("nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NTN", t + 100 * US, t + 1100 * US,
+                                   at(SubBlock::qkv, Phase::fwd, 0, s), 7, c + 2));
+        r.kernels.push_back(kernel("void llmc::layernorm_forward_kernel<true>(__nv_bfloat16*, float*, int, int)",
+                                   t + 600 * US, t + 1600 * US, at(SubBlock::ln2, Phase::fwd, 0, s), 8, c + 3));
+        r.kernels.push_back(kernel("void llmc::attention_detail::attention_forward_kernel<64, 64>(__nv_bfloat16*, int)",
+                                   t + 1600 * US, t + 3600 * US, at(SubBlock::attention, Phase::fwd, 0, s), 7, c + 4));
+        MemsetRecord ms;
+        ms.bytes = 4096, ms.start_ns = t + 3600 * US, ms.end_ns = t + 3700 * US, ms.stream = 7, ms.correlation = c + 5;
+        r.memsets.push_back(ms);
+        r.kernels.push_back(kernel("void llmc::adamw_kernel(__nv_bfloat16*, float*)", t + 3700 * US, t + 8700 * US,
+                                   at(SubBlock::optimizer, Phase::opt, -1, s), 7, c + 6));
+        MemcpyRecord d2h;
+        d2h.kind = CopyKind::DtoH, d2h.bytes = 8, d2h.start_ns = t + 8700 * US, d2h.end_ns = t + 8800 * US;
+        d2h.stream = 7, d2h.correlation = c + 7;
+        r.memcpys.push_back(d2h);
+        SyncRecord sy;
+        sy.type = "event", sy.start_ns = t + 3 * MS + 50 * US, sy.end_ns = t + 8 * MS + 850 * US;
+        r.syncs.push_back(sy);
+    }
+    // Outside the window: set-up work that must not count.
+    r.api.push_back(api("cudaMalloc", 100 * US, 900 * US));
+    r.kernels.push_back(kernel("void llmc::copy_float_to_bf16_kernel(__nv_bfloat16*, float const*, unsigned long)",
+                               200 * US, 300 * US, {}, 7, 0));
+    for (uint64_t t = 0; t <= 22 * MS; t += 1 * MS) {
+        PowerSample p;
+        p.t_ns = t, p.power_w = 300, p.sm_clock_mhz = 1980, p.mem_clock_mhz = 2619, p.temperature_c = 50;
+        r.power.push_back(p);
+    }
+    r.power[5].power_w = 400; // a peak inside step 0
+    return r;
+}
+
+std::string read_text(const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+std::string first_line(const std::string& path) {
+    std::ifstream f(path);
+    std::string line;
+    std::getline(f, line);
+    return line;
+}
+
+const KernelRow* find_kernel(const Report& r, const std::string& fragment, int subblock) {
+    for (const KernelRow& k : r.kernels)
+        if (k.name.find(fragment) != std::string::npos && k.subblock == subblock) return &k;
+    return nullptr;
+}
+const SubBlockRow* find_cell(const Report& r, SubBlock s, Phase p) {
+    for (const SubBlockRow& b : r.subblocks)
+        if (b.subblock == (int)s && b.phase == (int)p) return &b;
+    return nullptr;
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// Attribution
+// ---------------------------------------------------------------------------------------------------------
+
+TEST(ProfilerAttribution, PackUnpackRoundTrip) {
+    std::vector<Attribution> cases = {{},
+                                      {(int)SubBlock::qkv, (int)Phase::fwd, 11, 0},
+                                      {(int)SubBlock::grad_norm, (int)Phase::opt, -1, 3},
+                                      {-1, (int)Phase::bwd, 47, 0xFFFFFE},
+                                      {0, 0, 0xFFFE, 0}};
+    for (const Attribution& a : cases) {
+        Attribution b = unpack_range_id(pack_range_id(a));
+        EXPECT_EQ(b.subblock, a.subblock);
+        EXPECT_EQ(b.phase, a.phase);
+        EXPECT_EQ(b.layer, a.layer);
+        EXPECT_EQ(b.step, a.step);
+    }
+    // The layout of the brief: step (24 bits) | layer (16) | phase (8) | subblock (8).
+    EXPECT_EQ(pack_range_id({(int)SubBlock::qkv, (int)Phase::bwd, 5, 2}),
+              (2ull << 32) | (5ull << 16) | (1ull << 8) | 2ull);
+    EXPECT_EQ(pack_range_id({}), 0xFFFFFFFFFFFFFFull); // 56 bits, all "none"
+}
+
+// As the collector does: each Range pushes its id, a launch takes the innermost one, and the kernel record
+// carries its decoded fields. The report then files the kernel under the innermost sub-block and layer.
+TEST(ProfilerAttribution, KernelsCarryTheInnermostRange) {
+    std::vector<uint64_t> stack;
+    stack.push_back(pack_range_id({-1, -1, -1, 1}));                                 // step
+    stack.push_back(pack_range_id({-1, (int)Phase::bwd, -1, 1}));                    // backward
+    stack.push_back(pack_range_id({-1, (int)Phase::bwd, 4, 1}));                     // layer 4
+    stack.push_back(pack_range_id({(int)SubBlock::fc_proj, (int)Phase::bwd, 4, 1})); // fc_proj
+    ProfileRecords rec;
+    rec.steps.push_back(step(1, 0, 10 * MS, 1024));
+    rec.kernels.push_back(kernel("nvjet_dgelu", 1 * MS, 2 * MS, unpack_range_id(stack.back())));
+    stack.pop_back(); // back in "layer 4": a launch there has the layer but no sub-block
+    rec.kernels.push_back(kernel("stray_kernel", 3 * MS, 4 * MS, unpack_range_id(stack.back())));
+    EXPECT_EQ(rec.kernels[0].where.layer, 4);
+    EXPECT_EQ(rec.kernels[0].where.step, 1);
+    EXPECT_EQ(rec.kernels[1].where.subblock, -1);
+    EXPECT_EQ(rec.kernels[1].where.layer, 4);
+
+    Report r = build_report(rec, gpt2_124m_context());
+    const SubBlockRow* fc_proj = find_cell(r, SubBlock::fc_proj, Phase::bwd);
+    ASSERT_NE(fc_proj, nullptr);
+    EXPECT_EQ(fc_proj->calls, 1);
+    EXPECT_DOUBLE_EQ(fc_proj->time_us, 1000);
+    bool none_bwd = false;
+    for (const SubBlockRow& b : r.subblocks)
+        if (b.subblock == -1 && b.phase == (int)Phase::bwd) none_bwd = b.calls == 1 && b.time_us == 1000;
+    EXPECT_TRUE(none_bwd) << "the kernel outside a sub-block is reported as (none) bwd";
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Aggregation
+// ---------------------------------------------------------------------------------------------------------
+
+TEST(ProfilerReport, CategoriesFromKernelNames) {
+    EXPECT_EQ(kernel_category("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTT"), "gemm");
+    EXPECT_EQ(kernel_category("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64>(Params)"),
+              "gemm");
+    EXPECT_EQ(kernel_category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"), "gemm");
+    EXPECT_EQ(kernel_category("void llmc::attention_detail::attention_backward_dq_kernel<64, 64>(int)"), "attention");
+    EXPECT_EQ(kernel_category("void llmc::layernorm_backward_final_kernel(__nv_bfloat16*)"), "norm");
+    EXPECT_EQ(kernel_category("void llmc::global_norm_partial_kernel(float*)"), "reduction");
+    EXPECT_EQ(kernel_category("void llmc::bias_backward_partial_kernel(float*)"), "reduction");
+    EXPECT_EQ(kernel_category("void llmc::accumulate_loss_kernel(float*, float const*, int, float)"), "reduction");
+    EXPECT_EQ(kernel_category("void llmc::encoder_backward_wte_kernel(__nv_bfloat16*)"), "reduction");
+    EXPECT_EQ(kernel_category("void cub::CUB_200700_900_NS::DeviceRadixSortOnesweepKernel<Policy>(int)"), "reduction");
+    EXPECT_EQ(kernel_category("void cub::CUB_200700_900_NS::DeviceScanKernel<Policy>(int)"), "reduction");
+    EXPECT_EQ(kernel_category("void llmc::fused_classifier_kernel(__nv_bfloat16*)"), "reduction");
+    EXPECT_EQ(kernel_category("void llmc::encoder_forward_kernel(__nv_bfloat16*)"), "elementwise");
+    EXPECT_EQ(kernel_category("void llmc::gelu_forward_kernel(__nv_bfloat16*)"), "elementwise");
+    EXPECT_EQ(kernel_category("void llmc::copy_float_to_bf16_kernel(__nv_bfloat16*)"), "elementwise");
+    EXPECT_EQ(kernel_category("void llmc::adamw_kernel(__nv_bfloat16*)"), "optimizer");
+    EXPECT_EQ(kernel_category("mystery"), "other");
+    EXPECT_EQ(short_kernel_name("void llmc::k<true>(float*, void (*)(int))"), "k<true>");
+    EXPECT_EQ(short_kernel_name("void cub::NS::detail::Kernel<cub::Policy, 4>(int)"), "Kernel<cub::Policy, 4>");
+    EXPECT_EQ(short_kernel_name("nvjet_hsh_256x128"), "nvjet_hsh_256x128");
+}
+
+TEST(ProfilerReport, TablesSumToTheTotal) {
+    Report r = build_report(two_steps(), gpt2_124m_context());
+    // Per step: memcpy 10 + qkv 1000 + ln 1000 + attention 2000 + memset 100 + adamw 5000 + memcpy 100 us.
+    // The set-up kernel before the first step is outside the window.
+    EXPECT_DOUBLE_EQ(r.gpu_time_us, 2 * 9210.0);
+    EXPECT_DOUBLE_EQ(r.kernel_time_us, 2 * 9000.0);
+    double kernels = 0, kernel_pct = 0, cells = 0;
+    long calls = 0;
+    for (const KernelRow& k : r.kernels) kernels += k.total_us, kernel_pct += k.pct, calls += k.calls;
+    for (const SubBlockRow& b : r.subblocks) cells += b.time_us;
+    EXPECT_DOUBLE_EQ(kernels, r.gpu_time_us);
+    EXPECT_DOUBLE_EQ(cells, r.gpu_time_us);
+    EXPECT_DOUBLE_EQ(r.total.time_us, r.gpu_time_us);
+    EXPECT_NEAR(kernel_pct, 100.0, 1e-9);
+    EXPECT_EQ(calls, 14);
+    EXPECT_EQ(r.total.calls, 14);
+    for (size_t i = 1; i < r.kernels.size(); i++) EXPECT_GE(r.kernels[i - 1].total_us, r.kernels[i].total_us);
+
+    ASSERT_EQ(r.kernels[0].category, "optimizer");
+    EXPECT_EQ(r.kernels[0].calls, 2);
+    EXPECT_DOUBLE_EQ(r.kernels[0].avg_us, 5000);
+    EXPECT_NEAR(r.kernels[0].pct, 100 * 10000.0 / 18420.0, 1e-9);
+    const KernelRow* ln = find_kernel(r, "layernorm_forward_kernel", (int)SubBlock::ln2);
+    ASSERT_NE(ln, nullptr);
+    EXPECT_EQ(ln->category, "norm");
+    const KernelRow* memset = find_kernel(r, "[memset]", -1);
+    ASSERT_NE(memset, nullptr);
+    EXPECT_EQ(memset->category, "memset");
+    EXPECT_DOUBLE_EQ(memset->total_us, 200);
+    EXPECT_NE(find_kernel(r, "[memcpy HtoD]", -1), nullptr);
+    EXPECT_EQ(find_kernel(r, "copy_float_to_bf16", -1), nullptr);
+
+    // Roofline of a cell against its time per step: qkv fwd took 1000 us per step.
+    const SubBlockRow* qkv = find_cell(r, SubBlock::qkv, Phase::fwd);
+    ASSERT_NE(qkv, nullptr);
+    EXPECT_DOUBLE_EQ(qkv->roof.time_s, 1e-3);
+    EXPECT_NEAR(qkv->roof.tflops, 695784701952.0 / 1e-3 / 1e12, 1e-9);
+    // Modelled cells without kernels in this window are listed with no time.
+    const SubBlockRow* fc = find_cell(r, SubBlock::fc, Phase::bwd);
+    ASSERT_NE(fc, nullptr);
+    EXPECT_EQ(fc->calls, 0);
+    EXPECT_TRUE(std::isnan(fc->roof.tflops));
+    EXPECT_EQ(find_cell(r, SubBlock::gelu, Phase::fwd), nullptr) << "gelu is fused into fc on the GPU";
+}
+
+TEST(ProfilerReport, BusyIsTheUnionOfOverlappingStreams) {
+    ProfileRecords rec;
+    rec.steps.push_back(step(0, 0, 1000 * US, 100));
+    rec.kernels.push_back(kernel("a", 100 * US, 300 * US, at(SubBlock::qkv, Phase::fwd), 7));
+    rec.kernels.push_back(kernel("b", 400 * US, 500 * US, at(SubBlock::qkv, Phase::bwd), 7));
+    rec.kernels.push_back(kernel("c", 250 * US, 450 * US, at(SubBlock::optimizer, Phase::opt), 8));
+    rec.kernels.push_back(kernel("d", 900 * US, 1200 * US, {}, 8)); // runs past the step's end: clipped
+    Report r = build_report(rec, ProfileContext{});
+    ASSERT_EQ(r.steps.size(), 1u);
+    const StepRow& s = r.steps[0];
+    EXPECT_DOUBLE_EQ(s.wall_ms, 1.0);
+    EXPECT_DOUBLE_EQ(s.gpu_busy_ms, 0.4 + 0.1); // [100, 500) and [900, 1000)
+    EXPECT_DOUBLE_EQ(s.idle_ms, 0.5);
+    EXPECT_DOUBLE_EQ(s.fwd_ms, 0.2);
+    EXPECT_DOUBLE_EQ(s.bwd_ms, 0.1);
+    EXPECT_DOUBLE_EQ(s.opt_ms, 0.2);
+    EXPECT_DOUBLE_EQ(s.other_ms, 0.3);
+    EXPECT_DOUBLE_EQ(s.tok_s, 100 / 1e-3);
+    EXPECT_EQ(s.gaps, 2); // [0, 100) and [500, 900)
+    EXPECT_EQ(r.idle_gaps, 2);
+    EXPECT_DOUBLE_EQ(r.idle_us, 500);
+    EXPECT_TRUE(std::isnan(s.energy_j)) << "no power samples";
+}
+
+TEST(ProfilerReport, IdleGapsNameTheCpuCall) {
+    ProfileRecords rec;
+    rec.steps.push_back(step(3, 0, 10 * MS, 1000));
+    rec.ranges.push_back(range("step", 0, 10 * MS, 0));
+    rec.ranges.push_back(range("forward", 1 * MS, 6 * MS, 1));
+    rec.kernels.push_back(kernel("k0", 0, 2 * MS, {}));
+    rec.kernels.push_back(kernel("k1", 5 * MS, 9 * MS, {}));
+    rec.kernels.push_back(kernel("k2", 9 * MS + 5 * US, 10 * MS, {}));
+    rec.api.push_back(api("cudaStreamSynchronize", 1500 * US, 4 * MS));
+    rec.api.push_back(api("cudaLaunchKernel", 4500 * US, 4600 * US));
+    rec.api.push_back(api("cuLaunchKernel", 4510 * US, 4590 * US)); // the driver call inside the runtime call
+    Report r = build_report(rec, ProfileContext{});
+    // Gaps: [2 ms, 5 ms) and [9 ms, 9.005 ms).
+    EXPECT_EQ(r.idle_gaps, 2);
+    EXPECT_DOUBLE_EQ(r.idle_us, 3005);
+    ASSERT_EQ(r.largest_gaps.size(), 2u);
+    const IdleGap& g = r.largest_gaps[0];
+    EXPECT_EQ(g.step, 3);
+    EXPECT_DOUBLE_EQ(g.offset_us, 2000);
+    EXPECT_DOUBLE_EQ(g.dur_us, 3000);
+    EXPECT_EQ(g.api, "cudaStreamSynchronize");
+    EXPECT_DOUBLE_EQ(g.api_us, 2000);
+    EXPECT_DOUBLE_EQ(g.outside_api_us, 900); // 3 ms less the sync's 2 ms and the launch's 0.1 ms
+    EXPECT_EQ(g.range, "forward");           // innermost range around 3.5 ms
+    EXPECT_EQ(r.largest_gaps[1].api, "");
+    EXPECT_EQ(r.largest_gaps[1].range, "step");
+    // Idle time by CPU activity: sync 2 ms, launch 0.1 ms, the rest (0.9 + 0.005 ms) outside CUDA calls.
+    std::map<std::string, double> by;
+    for (const NamedTime& n : r.idle_by_cpu) by[n.name] = n.total_us;
+    EXPECT_DOUBLE_EQ(by["cudaStreamSynchronize"], 2000);
+    EXPECT_DOUBLE_EQ(by["cudaLaunchKernel"], 100);
+    EXPECT_DOUBLE_EQ(by["(no CUDA call)"], 905);
+    EXPECT_EQ(by.count("cuLaunchKernel"), 0u) << "nested time goes to the outermost call only";
+    EXPECT_EQ(r.idle_by_cpu[0].name, "cudaStreamSynchronize");
+    EXPECT_NEAR(r.idle_by_cpu[0].pct, 100 * 2000 / 3005.0, 1e-9);
+    // Gap sizes: one under 10 us, one of 3 ms.
+    EXPECT_EQ(r.gap_sizes[0].calls, 1);
+    EXPECT_DOUBLE_EQ(r.gap_sizes[0].total_us, 5);
+    EXPECT_EQ(r.gap_sizes[2].calls, 1);
+    // CPU shares: each name counts its own calls; the overall share counts nested time once (2.5 + 0.1 ms).
+    ASSERT_EQ(r.api.size(), 3u);
+    EXPECT_EQ(r.api[2].name, "cuLaunchKernel");
+    EXPECT_DOUBLE_EQ(r.api[2].total_us, 80);
+    EXPECT_NEAR(r.api_pct, 26.0, 1e-9);
+}
+
+TEST(ProfilerReport, ApiAndSyncSharesOfCpuTime) {
+    Report r = build_report(two_steps(), gpt2_124m_context());
+    std::map<std::string, NamedTime> by;
+    for (const NamedTime& a : r.api) by[a.name] = a;
+    EXPECT_EQ(by.count("cudaMalloc"), 0u) << "before the first step: outside the window";
+    EXPECT_EQ(by["cudaLaunchKernel"].calls, 8);
+    EXPECT_DOUBLE_EQ(by["cudaLaunchKernel"].total_us, 40);
+    EXPECT_DOUBLE_EQ(by["cudaLaunchKernel"].avg_us, 5);
+    EXPECT_NEAR(by["cudaLaunchKernel"].pct, 100 * 40 / 20000.0, 1e-12); // window: 2 steps of 10 ms
+    EXPECT_NEAR(by["cudaEventSynchronize"].pct, 100 * 2 * 5960 / 20000.0, 1e-12);
+    EXPECT_EQ(r.api[0].name, "cudaEventSynchronize");
+    ASSERT_EQ(r.syncs.size(), 1u);
+    EXPECT_EQ(r.syncs[0].name, "event");
+    EXPECT_EQ(r.syncs[0].calls, 2);
+    EXPECT_NEAR(r.syncs[0].pct, 100 * 2 * 5800 / 20000.0, 1e-12);
+    EXPECT_NEAR(r.sync_pct, 58.0, 1e-12);
+    EXPECT_NEAR(r.api_pct, 100 * (2 * (3 + 5 + 5 + 5 + 5 + 5 + 5 + 5960)) / 20000.0, 1e-12);
+}
+
+TEST(ProfilerReport, ThroughputAndMfu) {
+    Report r = build_report(two_steps(), gpt2_124m_context());
+    EXPECT_EQ(r.num_steps, 2);
+    EXPECT_EQ(r.tokens, 32768);
+    EXPECT_DOUBLE_EQ(r.wall_s, 0.02);
+    EXPECT_DOUBLE_EQ(r.tokens_per_s, 32768 / 0.02);
+    // 6N + 12·L·C·T = 6·124,475,904 + 12·12·768·1024
+    EXPECT_DOUBLE_EQ(r.flops_per_token, 860101632.0);
+    EXPECT_NEAR(r.model_tflops, 1638400.0 * 860101632.0 / 1e12, 1e-9);
+    EXPECT_NEAR(r.mfu, 100 * 1638400.0 * 860101632.0 / 798e12, 1e-9);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Roofline, worked out by hand for GPT-2 124M (L=12, C=768, NH=12, Vp=50304), B=16, T=1024: BT = 16384
+// ---------------------------------------------------------------------------------------------------------
+
+TEST(ProfilerRoofline, QkvForwardByHand) {
+    CostTable c = analytic_costs(gpt2_config_for_depth(12), 16, 1024, 1);
+    const OpCost& qkv = c[(int)SubBlock::qkv][(int)Phase::fwd];
+    // 2·(B·T)·(3C)·C per layer, 12 layers.
+    EXPECT_EQ(qkv.gemm_flops, 12.0 * 2 * 16384 * 2304 * 768);
+    EXPECT_EQ(qkv.gemm_flops, 695784701952.0);
+    EXPECT_EQ(qkv.other_flops, 0.0) << "the bias epilogue is not counted";
+    double per_layer = 16384.0 * 768 * 2     // ln1 output read (bf16)
+                       + 2304.0 * 768 * 2    // qkv weight read
+                       + 2304.0 * 2          // qkv bias read
+                       + 16384.0 * 2304 * 2; // qkv written
+    EXPECT_EQ(per_layer, 104206848.0);
+    EXPECT_EQ(qkv.bytes, 12 * per_layer);
+
+    Ceilings ceil{798, 0, 3000, "given"};
+    RooflinePoint p = roofline_point(qkv, 1.2e-3, ceil);
+    EXPECT_DOUBLE_EQ(p.intensity, 695784701952.0 / 1250482176.0); // ~556 FLOP/B, past the ridge at 266
+    EXPECT_DOUBLE_EQ(p.compute_floor_s, 695784701952.0 / 798e12);
+    EXPECT_DOUBLE_EQ(p.memory_floor_s, 1250482176.0 / 3000e9);
+    EXPECT_STREQ(p.bound, "compute");
+    EXPECT_DOUBLE_EQ(p.floor_s, p.compute_floor_s);
+    EXPECT_DOUBLE_EQ(p.tflops, 695784701952.0 / 1.2e-3 / 1e12);
+    EXPECT_DOUBLE_EQ(p.gbps, 1250482176.0 / 1.2e-3 / 1e9);
+    EXPECT_NEAR(p.pct_of_roofline, 100 * p.tflops / 798, 1e-9) << "for a pure GEMM: achieved / bf16 ceiling";
+    // Against a slow memory the same op is memory bound.
+    EXPECT_STREQ(roofline_point(qkv, 1.2e-3, Ceilings{798, 0, 1000, ""}).bound, "memory");
+}
+
+TEST(ProfilerRoofline, FusedOpsByHand) {
+    CostTable c = analytic_costs(gpt2_config_for_depth(12), 16, 1024, 1);
+    const double BTC = 16384.0 * 768;
+    // ln2 fwd = residual1 + LayerNorm in one kernel: reads residual and attn_proj out, weight and bias;
+    // writes the residual, the normed output and fp32 mean and rstd. 8 FLOPs per element + 1 for the add.
+    double ln2 = BTC * 2 * 2 + 2 * 768 * 2 + BTC * 2 * 2 + 2 * 16384 * 4;
+    EXPECT_EQ(c[(int)SubBlock::ln2][(int)Phase::fwd].bytes, 12 * ln2);
+    EXPECT_EQ(c[(int)SubBlock::ln2][(int)Phase::fwd].other_flops, 12 * 9 * BTC);
+    // ln1 fwd: layer 0 normalises the embeddings alone, layers 1..11 fuse residual2.
+    double ln1_plain = BTC * 2 + 2 * 768 * 2 + BTC * 2 + 2 * 16384 * 4;
+    EXPECT_EQ(c[(int)SubBlock::ln1][(int)Phase::fwd].bytes, ln1_plain + 11 * ln2);
+    EXPECT_EQ(c[(int)SubBlock::lnf][(int)Phase::fwd].bytes, ln2);
+    // fc fwd writes the pre-GELU and the GELU output.
+    double fc = BTC * 2 + 3072.0 * 768 * 2 + 3072 * 2 + 16384.0 * 3072 * 2 * 2;
+    EXPECT_EQ(c[(int)SubBlock::fc][(int)Phase::fwd].bytes, 12 * fc);
+    EXPECT_EQ(c[(int)SubBlock::fc][(int)Phase::fwd].gemm_flops, 12 * 2 * 16384.0 * 3072 * 768);
+    EXPECT_EQ(c[(int)SubBlock::fc][(int)Phase::fwd].other_flops, 12 * 9 * 16384.0 * 3072);
+    // fc_proj bwd: dinp GEMM with the DGELU epilogue (reads the pre-GELU), dweight GEMM (+=), bias gradient.
+    double dinp = BTC * 2 + 768.0 * 3072 * 2 + 16384.0 * 3072 * 2 + 16384.0 * 3072 * 2;
+    double dweight = 16384.0 * 3072 * 2 + BTC * 2 + 2 * 768.0 * 3072 * 2;
+    double dbias = BTC * 2 + 2 * 768 * 2;
+    const OpCost& fcp = c[(int)SubBlock::fc_proj][(int)Phase::bwd];
+    EXPECT_EQ(fcp.bytes, 12 * (dinp + dweight + dbias));
+    EXPECT_EQ(fcp.gemm_flops, 12 * 2 * (2 * 16384.0 * 768 * 3072));
+    EXPECT_EQ(fcp.other_flops, 12 * (18 * 16384.0 * 3072 + BTC));
+    // Causal attention forward: QKᵀ and PV over the T(T+1)/2 unmasked pairs of each of B·NH heads.
+    double pairs = 16.0 * 12 * (1024.0 * 1025 / 2);
+    const OpCost& att = c[(int)SubBlock::attention][(int)Phase::fwd];
+    EXPECT_EQ(att.gemm_flops, 12 * 2 * (2 * 64 * pairs));
+    EXPECT_EQ(att.bytes, 12 * (16384.0 * 2304 * 2 + BTC * 2 + 16.0 * 12 * 1024 * 4));
+    // Classifier forward: logits GEMM over Vp, fused softmax/loss/dlogits, loss accumulation.
+    double cls =
+        (BTC * 2 + 50304.0 * 768 * 2 + 16384.0 * 50304 * 2)                   // GEMM
+        + (16384.0 * 50257 * 2 + 16384 * 4 + 16384 * 4 + 16384.0 * 50304 * 2) // logits, targets -> losses, dlogits
+        + (16384 * 4 + 8);                                                    // losses -> the loss scalar
+    EXPECT_EQ(c[(int)SubBlock::classifier][(int)Phase::fwd].bytes, cls);
+    EXPECT_EQ(c[(int)SubBlock::classifier][(int)Phase::fwd].gemm_flops, 2 * 16384.0 * 50304 * 768);
+    // No kernels of their own on the GPU.
+    for (SubBlock s : {SubBlock::residual1, SubBlock::residual2, SubBlock::gelu})
+        for (int p = 0; p < NUM_PHASES; p++) EXPECT_EQ(c[(int)s][p].flops() + c[(int)s][p].bytes, 0.0);
+    // Optimizer: grad (bf16), master, m, v (fp32) read; master, m, v and the bf16 parameter written.
+    const double N = 124475904;
+    EXPECT_EQ(c[(int)SubBlock::optimizer][(int)Phase::opt].bytes, N * (2 + 12 + 12 + 2));
+    EXPECT_EQ(c[(int)SubBlock::grad_norm][(int)Phase::opt].bytes, N * 2);
+    // LayerNorm forward is memory bound on any GPU (about 1 FLOP per byte).
+    EXPECT_STREQ(roofline_point(c[(int)SubBlock::ln2][(int)Phase::fwd], 1e-3, Ceilings{798, 60, 3000, ""}).bound,
+                 "memory");
+}
+
+TEST(ProfilerRoofline, GradAccumScalesForwardAndBackwardOnly) {
+    GPT2Config g = gpt2_config_for_depth(12);
+    CostTable one = analytic_costs(g, 16, 1024, 1), four = analytic_costs(g, 16, 1024, 4);
+    for (int s = 0; s < NUM_SUBBLOCKS; s++) {
+        for (int p : {(int)Phase::fwd, (int)Phase::bwd}) {
+            EXPECT_EQ(four[s][p].flops(), 4 * one[s][p].flops());
+            EXPECT_EQ(four[s][p].bytes, 4 * one[s][p].bytes);
+        }
+        EXPECT_EQ(four[s][(int)Phase::opt].bytes, one[s][(int)Phase::opt].bytes);
+    }
+}
+
+TEST(ProfilerRoofline, PointArithmetic) {
+    OpCost elementwise{0, 1e9, 1e9};
+    RooflinePoint p = roofline_point(elementwise, 1e-3, Ceilings{800, 50, 2000, ""});
+    EXPECT_DOUBLE_EQ(p.compute_floor_s, 1e9 / 50e12); // fp32 ceiling for CUDA-core FLOPs
+    EXPECT_DOUBLE_EQ(p.memory_floor_s, 1e9 / 2000e9);
+    EXPECT_STREQ(p.bound, "memory");
+    EXPECT_DOUBLE_EQ(p.gbps, 1000);
+    EXPECT_DOUBLE_EQ(p.pct_of_roofline, 50);
+    // Without an fp32 ceiling the bf16 one stands in; mixed costs add their compute terms.
+    OpCost mixed{8e11, 1e10, 1e8};
+    RooflinePoint q = roofline_point(mixed, 2e-3, Ceilings{800, 0, 2000, ""});
+    EXPECT_DOUBLE_EQ(q.compute_floor_s, 8e11 / 800e12 + 1e10 / 800e12);
+    EXPECT_STREQ(q.bound, "compute");
+    EXPECT_DOUBLE_EQ(q.tflops, 8.1e11 / 2e-3 / 1e12);
+    // No ceilings: achieved rates still, but no floor and no verdict.
+    RooflinePoint n = roofline_point(mixed, 2e-3, Ceilings{});
+    EXPECT_STREQ(n.bound, "");
+    EXPECT_TRUE(std::isnan(n.floor_s));
+    EXPECT_DOUBLE_EQ(n.gbps, 1e8 / 2e-3 / 1e9);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Power
+// ---------------------------------------------------------------------------------------------------------
+
+TEST(ProfilerPower, EnergyOfConstantAndRampTraces) {
+    std::vector<PowerSample> flat, ramp;
+    for (uint64_t t = 0; t <= 100 * MS; t += 10 * MS) {
+        flat.push_back({t, 250.0});
+        ramp.push_back({t, 100.0 + 1000.0 * (t / 1e9)}); // 100 W rising 1 W per ms
+    }
+    EXPECT_NEAR(energy_joules(flat, 15 * MS, 55 * MS), 250 * 0.040, 1e-12);
+    // ∫ (100 + 1000 t) dt from 0.015 to 0.055 s = 100·0.04 + 500·(0.055² - 0.015²) = 4 + 1.4
+    EXPECT_NEAR(energy_joules(ramp, 15 * MS, 55 * MS), 5.4, 1e-12);
+    // Outside the samples the power is held: 30 ms before the first sample at 100 W.
+    EXPECT_NEAR(energy_joules(std::vector<PowerSample>{{50 * MS, 100.0}}, 0, 30 * MS), 3.0, 1e-12);
+    EXPECT_TRUE(std::isnan(energy_joules({}, 0, MS)));
+
+    ProfileRecords rec;
+    rec.steps.push_back(step(0, 15 * MS, 55 * MS, 4000));
+    rec.power = ramp;
+    std::reverse(rec.power.begin(), rec.power.end()); // any order
+    Report r = build_report(rec, ProfileContext{});
+    EXPECT_NEAR(r.steps[0].energy_j, 5.4, 1e-12);
+    EXPECT_NEAR(r.steps[0].avg_power_w, 5.4 / 0.040, 1e-9);
+    EXPECT_NEAR(r.power.energy_j, 5.4, 1e-12);
+    EXPECT_NEAR(r.power.joules_per_token, 5.4 / 4000, 1e-15);
+    EXPECT_EQ(r.power.samples, 4u); // 20, 30, 40, 50 ms
+    EXPECT_DOUBLE_EQ(r.power.peak_w, 150);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Writers
+// ---------------------------------------------------------------------------------------------------------
+
+TEST(ProfilerWriters, CsvHeadersStartWithTheBriefsColumns) {
+    testutil::TempDir tmp;
+    ProfileRecords rec = two_steps();
+    Report r = build_report(rec, gpt2_124m_context());
+    std::string dir = tmp / "profile/nested";
+    write_profile_dir(dir, r, rec);
+    auto starts = [&](const std::string& file, const std::string& cols) {
+        std::string line = first_line(dir + "/" + file);
+        EXPECT_EQ(line.substr(0, cols.size()), cols) << file;
+        EXPECT_TRUE(line.size() == cols.size() || line[cols.size()] == ',') << file;
+    };
+    starts("kernels.csv", "kernel,subblock,phase,category,calls,total_us,avg_us,pct");
+    starts("subblocks.csv", "subblock,phase,calls,time_us,pct,flops,bytes,tflops,gbps,intensity,bound");
+    starts("steps.csv", "step,wall_ms,gpu_busy_ms,fwd_ms,bwd_ms,opt_ms,other_ms,tok_s,energy_j,avg_power_w");
+    starts("api.csv", "api,calls,total_us,avg_us,pct_of_cpu_time");
+    std::string roof = first_line(dir + "/roofline.csv");
+    EXPECT_NE(roof.find("measured_flops,measured_bytes"), std::string::npos);
+    for (const char* f : {"summary.txt", "trace.json", "profile.json"}) EXPECT_TRUE(file_exists(dir + "/" + f)) << f;
+    EXPECT_FALSE(file_exists(dir + "/kernels.csv.tmp"));
+
+    // Names with commas are quoted; values are the report's.
+    std::string kernels = read_text(dir + "/kernels.csv");
+    const char* ln_row = "\"void llmc::layernorm_forward_kernel<true>(__nv_bfloat16*, float*, int, int)\","
+                         "ln2,fwd,norm,2,2000.000,1000.000,";
+    EXPECT_NE(kernels.find(ln_row), std::string::npos);
+    std::string steps = read_text(dir + "/steps.csv");
+    EXPECT_NE(steps.find("\n0,10.000000,"), std::string::npos);
+    std::string sub = read_text(dir + "/subblocks.csv");
+    EXPECT_NE(sub.find("\nqkv,fwd,2,2000.000,"), std::string::npos);
+    EXPECT_NE(sub.find(",695784701952,1250482176,695.7847,1250.48,"), std::string::npos);
+}
+
+TEST(ProfilerWriters, TraceJsonIsAValidNestedTrace) {
+    testutil::TempDir tmp;
+    ProfileRecords rec = two_steps();
+    Report r = build_report(rec, gpt2_124m_context());
+    write_profile_dir(tmp.path, r, rec);
+    json j = json::parse(read_text(tmp / "trace.json"));
+    EXPECT_EQ(j["displayTimeUnit"], "ns");
+    ASSERT_TRUE(j["traceEvents"].is_array());
+
+    struct Slice {
+        long long start, end;
+    };
+    std::map<std::pair<int, long long>, std::vector<Slice>> tracks;
+    std::map<long long, json> flow_s, flow_f;
+    std::set<std::string> names, phases;
+    long long min_ts = LLONG_MAX;
+    int kernels = 0, counters = 0;
+    auto ns = [](const json& v) { return std::llround(v.get<double>() * 1000); };
+    for (const json& e : j["traceEvents"]) {
+        for (const char* k : {"name", "ph", "ts", "pid", "tid"}) ASSERT_TRUE(e.contains(k)) << k << " in " << e.dump();
+        std::string ph = e["ph"];
+        phases.insert(ph);
+        if (ph != "M") min_ts = std::min(min_ts, ns(e["ts"]));
+        if (ph == "X") {
+            ASSERT_TRUE(e.contains("dur")) << e.dump();
+            tracks[{e["pid"].get<int>(), e["tid"].get<long long>()}].push_back(
+                {ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])});
+            names.insert(e["name"].get<std::string>());
+            if (e["cat"] == "kernel") {
+                kernels++;
+                const json& a = e["args"];
+                for (const char* k :
+                     {"grid", "block", "registers", "static_smem", "dynamic_smem", "subblock", "phase", "layer"})
+                    EXPECT_TRUE(a.contains(k)) << k;
+                if (e["name"] == "nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NTN") {
+                    EXPECT_EQ(a["subblock"], "qkv");
+                    EXPECT_EQ(a["phase"], "fwd");
+                    EXPECT_EQ(a["layer"], 0);
+                    EXPECT_EQ(a["grid"], json({128, 2, 1}));
+                    EXPECT_EQ(a["registers"], 40);
+                }
+            }
+        }
+        if (ph == "s") flow_s[e["id"].get<long long>()] = e;
+        if (ph == "f") {
+            EXPECT_EQ(e["bp"], "e");
+            flow_f[e["id"].get<long long>()] = e;
+        }
+        if (ph == "C") counters++;
+    }
+    EXPECT_EQ(min_ts, 0) << "timestamps are relative to the earliest record";
+    EXPECT_EQ(kernels, 9);
+    EXPECT_GT(counters, 0) << "power counter track";
+    for (const char* n :
+         {"step 0", "step 1", "forward", "qkv", "cudaLaunchKernel", "memcpy HtoD", "memset", "adamw_kernel"})
+        EXPECT_TRUE(names.count(n)) << n;
+
+    // Slices on one track nest: any two are disjoint or one contains the other.
+    for (auto& [track, v] : tracks) {
+        std::sort(v.begin(), v.end(), [](const Slice& a, const Slice& b) {
+            return a.start < b.start || (a.start == b.start && a.end > b.end);
+        });
+        std::vector<long long> open;
+        for (const Slice& s : v) {
+            while (!open.empty() && open.back() <= s.start) open.pop_back();
+            if (!open.empty()) {
+                EXPECT_LE(s.end, open.back()) << "partial overlap on pid " << track.first << " tid " << track.second;
+            }
+            open.push_back(s.end);
+        }
+    }
+    // Every launch flow starts on an API slice and ends on a GPU slice: 7 per step.
+    EXPECT_EQ(flow_s.size(), 14u);
+    for (auto& [id, s] : flow_s) {
+        ASSERT_TRUE(flow_f.count(id)) << "flow " << id << " has no end";
+        EXPECT_EQ(s["pid"], 0);
+        EXPECT_GE(flow_f[id]["pid"].get<int>(), 1);
+        auto inside = [&](const json& e) {
+            for (const Slice& x : tracks[{e["pid"].get<int>(), e["tid"].get<long long>()}])
+                if (x.start <= ns(e["ts"]) && ns(e["ts"]) <= x.end) return true;
+            return false;
+        };
+        EXPECT_TRUE(inside(s));
+        EXPECT_TRUE(inside(flow_f[id]));
+    }
+    for (auto& [id, f] : flow_f) EXPECT_TRUE(flow_s.count(id)) << "flow " << id << " has no start";
+    EXPECT_TRUE(phases.count("M"));
+}
+
+TEST(ProfilerWriters, SummaryAndProfileJson) {
+    testutil::TempDir tmp;
+    ProfileRecords rec = two_steps();
+    ProfileContext ctx = gpt2_124m_context();
+    ctx.peak_memory_bytes = 3ull << 30;
+    Report r = build_report(rec, ctx);
+    std::string s = format_summary(r, 3);
+    for (const char* h : {"llmc profile: test", "ceilings  bf16 798.0 TFLOP/s", "== Throughput ==", "== Top 3 kernels",
+                          "== Sub-blocks and roofline", "== Steps", "== GPU idle ==", "largest gaps:", "== CUDA API",
+                          "== Synchronisation", "== Power ==", "== Findings ==", "MFU", "peak GPU memory 3.00 GiB"})
+        EXPECT_NE(s.find(h), std::string::npos) << h;
+    EXPECT_NE(s.find("adamw_kernel"), std::string::npos);
+    EXPECT_EQ(s.find("copy_float_to_bf16"), std::string::npos);
+    EXPECT_NE(s.find("compute"), std::string::npos);
+    EXPECT_NE(s.find("cudaEventSynchronize"), std::string::npos);
+    EXPECT_NE(s.find("1638400 tokens/s"), std::string::npos);
+
+    write_profile_dir(tmp.path, r, rec);
+    EXPECT_EQ(read_text(tmp / "summary.txt"), format_summary(r));
+    json j = json::parse(read_text(tmp / "profile.json"));
+    EXPECT_EQ(j["context"]["device"], "Test GPU");
+    EXPECT_EQ(j["context"]["model"]["num_parameters"], 124475904);
+    EXPECT_EQ(j["context"]["ceilings"]["bf16_tflops"], 798.0);
+    EXPECT_EQ(j["kernels"].size(), r.kernels.size());
+    EXPECT_EQ(j["subblocks"].size(), r.subblocks.size());
+    EXPECT_EQ(j["steps"].size(), 2u);
+    EXPECT_DOUBLE_EQ(j["throughput"]["tokens_per_s"].get<double>(), 1638400.0);
+    EXPECT_DOUBLE_EQ(j["gpu_idle"]["idle_us"].get<double>(), r.idle_us);
+    // Energy: 300 W throughout, except a peak to 400 W at 5 ms inside step 0 (a 2 ms triangle: +0.1 J).
+    EXPECT_NEAR(j["steps"][0]["energy_j"].get<double>(), 3.1, 1e-9);
+    EXPECT_NEAR(j["steps"][1]["energy_j"].get<double>(), 3.0, 1e-9);
+    bool unmodelled_null = false;
+    for (const json& b : j["subblocks"])
+        if (b["subblock"] == "(none)") unmodelled_null = b["roofline"]["floor_s"].is_null();
+    EXPECT_TRUE(unmodelled_null) << "unknown values are null";
+}
