@@ -3,6 +3,7 @@
 #   make prepare_data    GPT-2 tokenizer + shard writer
 #   make train_gpt2cu    GPU trainer (needs nvcc; runs on sm_80 and newer)
 #   make profile_gpt2cu  runs a few GPU training steps traced with CUPTI and writes a profile directory
+#   make sample_profile  regenerates test/data/sample_profile (synthetic GPU profile for the plot tests)
 #   make dev_cuda        kernel benchmarks in dev/cuda/ (build/dev/cuda/<name>)
 #   make test            GoogleTest suite (GPU tests skip without a device)
 #   make tinyshakespeare prepares data/tinyshakespeare (TINYSHAKESPEARE=/path/input.txt to skip the download)
@@ -33,7 +34,7 @@ CUPTI_LIBS := -lcupti
 HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h)
 CUDA_HEADERS := $(wildcard llmc/*.cuh)
 
-.PHONY: all test clean tinyshakespeare dev_cuda
+.PHONY: all test clean tinyshakespeare dev_cuda sample_profile
 all: train_gpt2 prepare_data
 ifneq ($(HAVE_NVCC),)
 all: train_gpt2cu profile_gpt2cu dev_cuda
@@ -51,6 +52,14 @@ train_gpt2cu: train_gpt2.cu $(HEADERS) $(CUDA_HEADERS)
 profile_gpt2cu: profile_gpt2.cu $(HEADERS) $(CUDA_HEADERS)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
 
+# The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
+$(BUILD)/sample_profile: dev/sample_profile.cpp $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $< -o $@
+sample_profile: $(BUILD)/sample_profile
+	rm -rf test/data/sample_profile
+	./$(BUILD)/sample_profile test/data/sample_profile
+
 # ---- kernel benchmarks: one program per dev/cuda/*.cu ----
 DEV_CUDA_SRCS := $(wildcard dev/cuda/*.cu)
 DEV_CUDA_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/cuda/%,$(DEV_CUDA_SRCS))
@@ -66,6 +75,10 @@ $(BUILD)/test/%.o: test/%.cpp $(HEADERS) $(wildcard test/*.h)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 ifneq ($(HAVE_NVCC),)
+# test_counters.cpp runs CUPTI's host API (no GPU needed): CUDA headers here, -lcupti at the link below.
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
+$(BUILD)/test/test_counters.o: CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
+$(BUILD)/test/test_counters.o: $(CUDA_HEADERS)
 GPU_TEST_OBJS := $(patsubst test/gpu/%.cu,$(BUILD)/test/gpu/%.o,$(wildcard test/gpu/test_*.cu))
 $(BUILD)/test/gpu/%.o: test/gpu/%.cu $(HEADERS) $(CUDA_HEADERS) $(wildcard test/gpu/*.cuh test/*.h dev/cuda/*.cuh)
 	@mkdir -p $(dir $@)

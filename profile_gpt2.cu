@@ -18,9 +18,11 @@
 #include "llmc/checkpoint.h"
 #include "llmc/cli.h"
 #include "llmc/cupti_collector.cuh"
+#include "llmc/cupti_counters.cuh"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2_init.h"
+#include "llmc/nvml_sampler.h"
 #include "llmc/optimizer.h"
 #include "llmc/profile_report.h"
 #include "llmc/profile_writers.h"
@@ -38,6 +40,7 @@ struct Options {
     int warmup = 3, steps = 5;
     std::string output = "profile";
     bool calibrate = true;
+    bool counters = false;
     int top = 15;
     bool help = false;
 };
@@ -55,6 +58,7 @@ std::string usage(const Options& d) {
         "      --steps N         profiled steps [%d]\n"
         "  -o, --output DIR      profile directory [%s]\n"
         "      --no-calibrate    roofline against the datasheet ceilings instead of measured ones\n"
+        "      --counters        one more step under CUPTI's range profiler: per-kernel FLOPs and DRAM bytes\n"
         "      --top N           kernels listed in the summary [%d]\n"
         "  -h, --help            this help\n"
         "Under ncu keep the replay short: ncu --nvtx --nvtx-include \"llmc@forward/\" ./profile_gpt2cu --layers 1 "
@@ -78,9 +82,10 @@ Options parse_options(int argc, char** argv) {
             o.help = true;
             continue;
         }
-        if (flag == "--no-calibrate") {
-            if (has_value) throw UsageError("--no-calibrate: takes no value");
-            o.calibrate = false;
+        if (flag == "--no-calibrate" || flag == "--counters") {
+            if (has_value) throw UsageError(strprintf("%s: takes no value", flag.c_str()));
+            if (flag == "--counters") o.counters = true;
+            else o.calibrate = false;
             continue;
         }
         static const char* with_value[] = {"-e", "--model", "--layers", "-b", "--batch", "-t", "--seq-len", "-i",
@@ -127,23 +132,13 @@ private:
     Rng rng_{1337};
 };
 
-// One step as train_gpt2cu runs it (GPUBackend::train_step): the loss read at the end is its only sync.
+// One step as train_gpt2cu runs it (GPT2GPU::train_step, no gradient accumulation).
 float train_step(GPT2GPU& m, Batches& data, int B, int T, int t) {
-    const AdamWConfig adam;
-    const float lr = 3e-4f;
-    Range step("step");
-    m.zero_grad();
-    m.zero_loss();
-    data.next();
-    float scale = 1.0f / ((float)B * T);
-    m.forward(data.inputs(), data.targets(), B, T, scale, scale);
-    m.backward();
-    {
-        Range opt("optimizer", -1, Phase::opt);
-        m.update(lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.grad_clip, t);
-    }
-    m.fetch_scalars();
-    return m.read_scalars().first;
+    auto next = [&data] {
+        data.next();
+        return std::make_pair(data.inputs(), data.targets());
+    };
+    return m.train_step(next, B, T, 1, 3e-4f, AdamWConfig{}, t).first;
 }
 
 // ncu exports this to the processes it profiles; nsys does not (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS tells both).
@@ -204,26 +199,58 @@ int main(int argc, char** argv) {
         if (!traced || ncu_environment())
             printf("profiler: under ncu keep the replay short: --layers 1 --steps 1 --warmup 1, and "
                    "ncu --nvtx --nvtx-include \"llmc@forward/\"\n");
+        // Power in CUPTI's timebase; the energy counter is read just outside each step (mark).
+        char bus_id[32] = {};
+        if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), 0) != cudaSuccess) bus_id[0] = '\0';
+        prof::PowerSampler power(prof::CuptiCollector::timestamp, 100, bus_id);
+        if (traced && !power.start()) printf("power: %s\n", power.status().c_str());
         const long tokens = (long)opt.B * opt.T;
         for (int s = 0; s < opt.steps; s++) {
             auto t0 = std::chrono::steady_clock::now();
+            power.mark();
             collector.begin_step(s);
             float loss = train_step(*model, data, opt.B, opt.T, ++t);
             collector.end_step(tokens);
+            power.mark();
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             collector.flush();
             printf("step %d/%d | loss %.6f | %.2f ms | %.0f tok/s\n", s + 1, opt.steps, loss, ms, tokens / (ms / 1e3));
         }
         collector.stop();
+        power.stop();
         if (!traced) {
             printf("profiler: no in-process profile written\n");
             return 0;
         }
         prof::ProfileRecords records = collector.take();
+        power.take_into(records);
         if (records.dropped_records)
             printf("profiler: %llu CUPTI records dropped (activity buffers full); the profile is incomplete\n",
                    (unsigned long long)records.dropped_records);
         prof::ProfileContext ctx = prof::gpu_profile_context("profile_gpt2cu", cfg, opt.B, opt.T, 1);
+
+        // Counters in a step of their own: the range profiler replays every kernel, which tracing would record.
+        // Its kernels take the sub-blocks of the last traced step's, joined by launch order.
+        prof::CounterReport counters;
+        if (opt.counters && ncu_environment()) {
+            printf("counters: skipped under ncu (it owns the counters)\n");
+        } else if (opt.counters && !records.steps.empty()) {
+            const prof::StepRecord& last = records.steps.back();
+            std::vector<prof::KernelRecord> traced_step;
+            for (const prof::KernelRecord& k : records.kernels)
+                if (k.start_ns >= last.start_ns && k.start_ns <= last.end_ns) traced_step.push_back(k);
+            counters = prof::collect_counters([&] { train_step(*model, data, opt.B, opt.T, ++t); },
+                                              2 * traced_step.size() + 64, [](const char* n) { return prof::demangle(n); });
+            if (counters.collected) {
+                std::string why = prof::join_by_launch_order(traced_step, counters.kernels);
+                if (!why.empty()) counters.note += (counters.note.empty() ? "" : "; ") + ("no sub-block attribution: " + why);
+                prof::aggregate_counters(counters);
+                printf("counters: %zu kernels counted%s%s\n", counters.kernels.size(), why.empty() ? "" : "; ",
+                       why.c_str());
+            } else {
+                printf("counters: %s; the rest of the profile is written\n", counters.note.c_str());
+            }
+        }
 
         // The ceilings are measured with the model freed (the GEMM and the copy need ~2.4 GiB) and untraced.
         model.reset();
@@ -234,6 +261,7 @@ int main(int argc, char** argv) {
                ctx.ceilings.source.c_str());
 
         prof::Report report = prof::build_report(records, ctx);
+        report.counters = std::move(counters);
         printf("%s", prof::format_summary(report, opt.top).c_str());
         prof::write_profile_dir(opt.output, report, records);
         printf("profile written to %s/ (summary.txt, kernels.csv, subblocks.csv, steps.csv, api.csv, roofline.csv, "

@@ -1,15 +1,18 @@
 /*
  * train_gpt2: the CPU fp32 reference trainer. Same flags, files and loop as the GPU trainer (llmc/train_loop.h);
  * slow, but every GPU result is checked against it, and its per-sub-block timings are the CPU half of
- * CPU-vs-GPU profiles.
+ * CPU-vs-GPU profiles. With --profile DIR the sub-block executions of a window of steps are recorded and
+ * written as a profile directory in the GPU profiler's format (llmc/cpu_profile.h).
  *
  *   ./train_gpt2 -i data/tinyshakespeare -e d4 -b 4 -t 64 -x 200
  */
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "llmc/cpu/adamw.h"
+#include "llmc/cpu_profile.h"
 #include "llmc/gpt2_cpu.h"
 #include "llmc/train_loop.h"
 
@@ -20,6 +23,10 @@ public:
     CPUBackend(const GPT2Config& c, const TrainOptions& opt)
         : model_(c), B_(opt.B), T_(opt.T), m_(model_.num_parameters(), 0.0f), v_(m_.size(), 0.0f) {
         adam_.weight_decay = opt.weight_decay;
+        if (!opt.profile_dir.empty())
+            profile_ = std::make_unique<prof::CPUProfileWindow>(c, opt.profile_dir, opt.profile_start,
+                                                                opt.profile_steps, opt.B, opt.T,
+                                                                (int)(opt.total_batch / ((long)opt.B * opt.T)));
     }
     const char* name() const { return "CPU fp32"; }
     void load_weights(const std::vector<float>& w) { std::copy(w.begin(), w.end(), model_.params_memory.begin()); }
@@ -36,6 +43,36 @@ public:
     }
 
     StepStats train_step(DataLoader& train, int grad_accum, float lr, int t) {
+        if (profile_) timings_.events = profile_->begin(t - 1);
+        StepStats s = run_step(train, grad_accum, lr, t);
+        if (profile_) profile_->end((long)grad_accum * B_ * T_);
+        timings_.events = nullptr;
+        return s;
+    }
+    void profile_step_done(bool last_step) {
+        if (profile_) profile_->step_done(last_step);
+    }
+
+    float val_loss(DataLoader& val, int batches) {
+        val.restore(DataPosition{}); // the same batches every time
+        double sum = 0;
+        for (int i = 0; i < batches; i++) {
+            val.next_batch();
+            model_.forward(val.inputs(), val.targets(), B_, T_);
+            sum += model_.mean_loss;
+        }
+        return (float)(sum / batches);
+    }
+
+    std::vector<float> next_token_probs(const std::vector<int>& ids) {
+        int t = (int)ids.size();
+        model_.forward(ids.data(), nullptr, 1, t);
+        const float* p = model_.probs(0, t - 1);
+        return std::vector<float>(p, p + model_.config.vocab_size);
+    }
+
+private:
+    StepStats run_step(DataLoader& train, int grad_accum, float lr, int t) {
         model_.timings = &timings_;
         model_.zero_grad();
         double loss = 0;
@@ -59,25 +96,7 @@ public:
         return {(float)(loss / grad_accum), (float)norm};
     }
 
-    float val_loss(DataLoader& val, int batches) {
-        val.restore(DataPosition{}); // the same batches every time
-        double sum = 0;
-        for (int i = 0; i < batches; i++) {
-            val.next_batch();
-            model_.forward(val.inputs(), val.targets(), B_, T_);
-            sum += model_.mean_loss;
-        }
-        return (float)(sum / batches);
-    }
-
-    std::vector<float> next_token_probs(const std::vector<int>& ids) {
-        int t = (int)ids.size();
-        model_.forward(ids.data(), nullptr, 1, t);
-        const float* p = model_.probs(0, t - 1);
-        return std::vector<float>(p, p + model_.config.vocab_size);
-    }
-
-private:
+    std::unique_ptr<prof::CPUProfileWindow> profile_;
     GPT2CPU<float> model_;
     int B_, T_;
     std::vector<float> m_, v_;

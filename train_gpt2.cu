@@ -17,6 +17,7 @@
 
 #include "llmc/calibrate.cuh"
 #include "llmc/cupti_collector.cuh"
+#include "llmc/nvml_sampler.h"
 #include "llmc/device_specs.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/optimizer.h"
@@ -47,11 +48,14 @@ public:
     void begin(int step) {
         last_step_ = step;
         in_window_ = collector_ && collector_->running() && step >= first_ && step < first_ + count_;
-        if (in_window_) collector_->begin_step(step - first_);
+        if (!in_window_) return;
+        power_->mark();
+        collector_->begin_step(step - first_);
     }
     void end(long tokens) {
         if (!in_window_) return;
         collector_->end_step(tokens);
+        power_->mark();
         traced_++;
         in_window_ = false;
     }
@@ -71,17 +75,30 @@ public:
 private:
     void arm() {
         collector_ = std::make_unique<prof::CuptiCollector>();
-        if (!collector_->start()) done_ = true; // another tool holds CUPTI: train on, untraced
+        if (!collector_->start()) {
+            done_ = true; // another tool holds CUPTI: train on, untraced
+            return;
+        }
+        // Power in CUPTI's timebase, sampled for as long as the collector runs.
+        int device = 0;
+        char bus_id[32] = {};
+        if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device) != cudaSuccess)
+            bus_id[0] = '\0';
+        power_ = std::make_unique<prof::PowerSampler>(prof::CuptiCollector::timestamp, 100, bus_id);
+        if (!power_->start()) printf("power: %s\n", power_->status().c_str());
     }
     void finish() {
         collector_->stop();
+        power_->stop();
         done_ = true;
         if (traced_ == 0) {
             printf("profile: no step traced; nothing written to %s\n", dir_.c_str());
             return;
         }
         prof::ProfileRecords records = collector_->take();
+        power_->take_into(records);
         collector_.reset();
+        power_.reset();
         prof::ProfileContext ctx = prof::gpu_profile_context("train_gpt2cu", config_, B_, T_, grad_accum_);
         ctx.ceilings = ceilings_;
         prof::Report report = prof::build_report(records, ctx);
@@ -99,6 +116,7 @@ private:
     int B_, T_, grad_accum_;
     prof::Ceilings ceilings_;
     std::unique_ptr<prof::CuptiCollector> collector_;
+    std::unique_ptr<prof::PowerSampler> power_; // set with a running collector_
     int traced_ = 0, last_step_ = -1;
     bool in_window_ = false, done_ = false;
 };
@@ -182,21 +200,11 @@ public:
 
 private:
     StepStats run_step(DataLoader& train, int grad_accum, float lr, int t) {
-        Range step("step");
-        model_.zero_grad();
-        model_.zero_loss();
-        float scale = 1.0f / ((float)B_ * T_ * grad_accum); // mean over every position of every micro-batch
-        for (int micro = 0; micro < grad_accum; micro++) {
+        auto next = [&train] {
             train.next_batch();
-            model_.forward(train.inputs(), train.targets(), B_, T_, scale, scale);
-            model_.backward();
-        }
-        {
-            Range opt("optimizer", -1, Phase::opt);
-            model_.update(lr, adam_.beta1, adam_.beta2, adam_.eps, adam_.weight_decay, adam_.grad_clip, t);
-        }
-        model_.fetch_scalars();
-        auto [loss, norm] = model_.read_scalars();
+            return std::make_pair(train.inputs(), train.targets());
+        };
+        auto [loss, norm] = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t);
         return {loss, norm};
     }
 

@@ -39,7 +39,7 @@ struct TrainOptions {
     unsigned long long seed = 1337;                   // --seed: init and sampling
     float temperature = 1.0f;                         // --temperature
     int top_k = 0;                                    // --top-k
-    std::string profile_dir;                          // --profile ("" = off; train_gpt2cu only)
+    std::string profile_dir;                          // --profile ("" = off)
     int profile_start = 5;                            // --profile-start: first profiled step, from 0
     int profile_steps = 5;                            // --profile-steps
     bool help = false;                                // -h
@@ -76,7 +76,7 @@ inline std::string usage(const char* program, const TrainOptions& d) {
                      "      --top-k N              sample from the N most likely tokens, 0 = all [%d]\n",
                      d.val_every, d.val_batches, d.sample_every, d.gen_tokens, d.checkpoint_every, d.seed,
                      d.temperature, d.top_k) +
-           strprintf("      --profile DIR          trace a window of steps with CUPTI, write the profile to DIR [off]\n"
+           strprintf("      --profile DIR          profile a window of steps (GPU: CUPTI), write the profile to DIR [off]\n"
                      "      --profile-start N      first profiled step, counted from 0 [%d]\n"
                      "      --profile-steps N      profiled steps [%d]\n"
                      "  -h, --help                 this help\n",

@@ -28,6 +28,7 @@
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/nvtx.h"
+#include "llmc/optimizer.h"
 
 namespace llmc {
 
@@ -396,6 +397,31 @@ public:
                          beta2, t, eps, parameter_decays(i) ? weight_decay : 0.0f, acts.scalars + 1, grad_clip, stream);
             off += sizes[i];
         }
+    }
+
+    /*
+     * One optimizer step, as every program trains: grad_accum micro-batches of (B, T) from next_batch(), which
+     * returns {inputs, targets} host pointers; forward and backward each, then the global norm and AdamW.
+     * Returns {mean loss, grad norm}; reading them is the step's one synchronisation.
+     */
+    template <typename NextBatch>
+    std::pair<float, float> train_step(NextBatch&& next_batch, int b, int t, int grad_accum, float lr,
+                                       const AdamWConfig& adam, int step) {
+        Range r("step");
+        zero_grad();
+        zero_loss();
+        float scale = 1.0f / ((float)b * t * grad_accum); // mean over every position of every micro-batch
+        for (int micro = 0; micro < grad_accum; micro++) {
+            auto [inputs, targets] = next_batch();
+            forward(inputs, targets, b, t, scale, scale);
+            backward();
+        }
+        {
+            Range opt("optimizer", -1, Phase::opt);
+            update(lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.grad_clip, step);
+        }
+        fetch_scalars();
+        return read_scalars();
     }
 
     // Queues a copy of {loss, squared grad norm} to pinned memory; read_scalars() waits for it.

@@ -83,6 +83,7 @@ template <typename Real> struct GPT2CPU {
         timed(SubBlock::encoder, Phase::fwd,
               [&] { encoder_forward(acts_.encoded, inputs, params.wte, params.wpe, B, T, C); });
         for (int l = 0; l < L; l++) {
+            timed_layer_ = l;
             const Real* residual = l == 0 ? acts_.encoded : layer(acts_, l - 1).residual2;
             const LayerTensors a = layer(acts_, l);
             const LayerParams p = layer_params(params, l);
@@ -101,6 +102,7 @@ template <typename Real> struct GPT2CPU {
                   [&] { matmul_forward(a.fcproj, a.fch_gelu, p.fcprojw, p.fcprojb, B, T, 4 * C, C); });
             timed(SubBlock::residual2, Phase::fwd, [&] { residual_forward(a.residual2, a.residual1, a.fcproj, BTC); });
         }
+        timed_layer_ = -1;
         const Real* last = layer(acts_, L - 1).residual2;
         timed(SubBlock::lnf, Phase::fwd, [&] {
             layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, last, params.lnfw, params.lnfb, B, T, C);
@@ -156,6 +158,7 @@ template <typename Real> struct GPT2CPU {
                                acts_.lnf_rstd, B, T, C);
         });
         for (int l = L - 1; l >= 0; l--) {
+            timed_layer_ = l;
             const Real* residual = l == 0 ? acts_.encoded : layer(acts_, l - 1).residual2;
             Real* dresidual = l == 0 ? grad_acts_.encoded : layer(grad_acts_, l - 1).residual2;
             const LayerTensors a = layer(acts_, l), g = layer(grad_acts_, l);
@@ -184,6 +187,7 @@ template <typename Real> struct GPT2CPU {
                                    C);
             });
         }
+        timed_layer_ = -1;
         timed(SubBlock::encoder, Phase::bwd,
               [&] { encoder_backward(grads.wte, grads.wpe, grad_acts_.encoded, inputs_.data(), B, T, C); });
         probs_valid_ = false;
@@ -230,6 +234,7 @@ private:
     Activations acts_{}, grad_acts_{};
     std::vector<int> inputs_, targets_; // copies of the last forward's ids, for the backward
     bool probs_valid_ = false, backward_ready_ = false;
+    int timed_layer_ = -1; // the layer the sub-blocks being timed belong to (-1 outside the layers)
 
     std::array<size_t, NUM_ACTIVATION_TENSORS> activation_sizes(int B, int T, bool gradients) const {
         const size_t L = config.num_layers, C = config.channels, NH = config.num_heads;
@@ -304,7 +309,7 @@ private:
     }
 
     template <typename F> void timed(SubBlock s, Phase p, F&& f) {
-        ScopedSubBlockTimer timer(timings, s, p);
+        ScopedSubBlockTimer timer(timings, s, p, timed_layer_);
         f();
     }
 

@@ -98,7 +98,13 @@ struct PowerSample {
     uint64_t t_ns = 0;
     double power_w = 0;
     int sm_clock_mhz = 0, mem_clock_mhz = 0, temperature_c = 0;
-    uint64_t throttle_reasons = 0;
+    uint64_t throttle_reasons = 0; // NVML clocks event reasons (bit mask, see llmc/profile_findings.h)
+};
+
+// NVML's cumulative energy counter, read at a step boundary (llmc/nvml_sampler.h).
+struct EnergyReading {
+    uint64_t t_ns = 0;
+    double joules = 0; // since the driver loaded
 };
 
 // Measured or datasheet ceilings the roofline is drawn against.
@@ -113,6 +119,7 @@ struct Ceilings {
 struct ProfileContext {
     std::string program;      // "profile_gpt2cu", "train_gpt2cu", "train_gpt2"
     std::string device;       // GPU name, or the CPU model for the CPU trainer
+    std::string device_kind = "GPU"; // "CPU" for the CPU trainer: its "kernels" are sub-block executions
     std::string build;        // compiler / CUDA / git describe, free text
     int num_layers = 0, num_heads = 0, channels = 0, max_seq_len = 0, vocab_size = 0, padded_vocab_size = 0;
     size_t num_parameters = 0;
@@ -130,6 +137,9 @@ struct ProfileRecords {
     std::vector<RangeRecord> ranges;
     std::vector<StepRecord> steps;
     std::vector<PowerSample> power;
+    std::vector<EnergyReading> energy;
+    std::string power_status;  // why there are no power samples ("NVML not available (...)"), "" when sampled
+    int max_sm_clock_mhz = 0;  // the GPU's maximum SM clock (NVML), 0 = unknown
     uint64_t dropped_records = 0;  // CUPTI records lost to full buffers
     double cupti_overhead_ns = 0;  // CUPTI's own overhead records, summed
 };

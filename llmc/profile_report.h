@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "llmc/counter_records.h"
 #include "llmc/device_specs.h"
 #include "llmc/profile_records.h"
 #include "llmc/roofline.h"
@@ -35,7 +36,7 @@ inline std::string kernel_category(const std::string& name) {
             if (n.find(k) != std::string::npos) return true;
         return false;
     };
-    if (has({"gemm", "cublas", "cutlass", "nvjet", "xmma"})) return "gemm";
+    if (has({"gemm", "cublas", "cutlass", "nvjet", "xmma", "matmul"})) return "gemm";
     if (has({"attention", "flash", "fmha"})) return "attention";
     if (has({"layernorm"})) return "norm";
     if (has({"adamw"})) return "optimizer";
@@ -100,6 +101,35 @@ inline double energy_joules(const std::vector<PowerSample>& s, uint64_t t0, uint
     return e * 1e-9;
 }
 
+/*
+ * A step's energy: NVML's cumulative energy counter (`readings`, sorted by time) where it advanced between
+ * the step's edges, else the power samples integrated. The counter updates coarsely (on an H100 it did not
+ * advance over a 43 ms window), so a step where it stood still falls back to the samples. A reading counts
+ * for an edge within 10% of the step's wall time of it (at least 2 ms). *source: "counter", "integrated" or
+ * "" (no data: NaN).
+ */
+inline double step_energy(const std::vector<EnergyReading>& readings, const std::vector<PowerSample>& samples,
+                          uint64_t t0, uint64_t t1, const char** source) {
+    const uint64_t tolerance = std::max<uint64_t>(2000000, (t1 - t0) / 10);
+    auto nearest = [&](uint64_t t) -> const EnergyReading* {
+        auto hi = std::lower_bound(readings.begin(), readings.end(), t,
+                                   [](const EnergyReading& e, uint64_t v) { return e.t_ns < v; });
+        const EnergyReading* best = nullptr;
+        auto dist = [&](const EnergyReading& e) { return e.t_ns > t ? e.t_ns - t : t - e.t_ns; };
+        if (hi != readings.end()) best = &*hi;
+        if (hi != readings.begin() && (!best || dist(*(hi - 1)) <= dist(*best))) best = &*(hi - 1);
+        return best && dist(*best) <= tolerance ? best : nullptr;
+    };
+    const EnergyReading *a = nearest(t0), *b = nearest(t1);
+    if (a && b && b->t_ns > a->t_ns && b->joules > a->joules) {
+        *source = "counter";
+        return b->joules - a->joules;
+    }
+    double e = energy_joules(samples, t0, t1);
+    *source = std::isfinite(e) ? "integrated" : "";
+    return e;
+}
+
 // Merges [start, end) intervals (in any order) into sorted disjoint ones.
 inline std::vector<std::pair<uint64_t, uint64_t>> interval_union(std::vector<std::pair<uint64_t, uint64_t>> v) {
     std::sort(v.begin(), v.end());
@@ -135,6 +165,8 @@ struct StepRow {
     double wall_ms = 0, gpu_busy_ms = 0, idle_ms = 0;
     double fwd_ms = 0, bwd_ms = 0, opt_ms = 0, other_ms = 0; // GPU time by phase; other: outside the phases
     double tok_s = 0, energy_j = NAN, avg_power_w = NAN;
+    double j_per_token = NAN, tokens_per_j = NAN, flops_per_w = NAN; // flops_per_w: model FLOP/s per W
+    const char* energy_source = "";                                   // "counter", "integrated", "" (none)
     long gaps = 0;
 };
 
@@ -159,6 +191,17 @@ struct PowerSummary {
     double energy_j = NAN, avg_w = NAN, peak_w = NAN, joules_per_token = NAN;
     int max_temperature_c = 0, min_sm_clock_mhz = 0, max_sm_clock_mhz = 0;
     uint64_t throttle_reasons = 0; // OR over the samples
+    double tokens_per_j = NAN, flops_per_w = NAN; // flops_per_w: model FLOP/s per W (= FLOP per J)
+    int counter_steps = 0, integrated_steps = 0;  // steps whose energy came from the counter / the samples
+    int max_sm_clock_limit_mhz = 0;               // the GPU's maximum SM clock, 0 = unknown
+    std::string status;                           // why there is no power data ("NVML not available (...)")
+};
+
+// A limit of the run with its evidence and what to try next (llmc/profile_findings.h), ranked by time at stake.
+struct Finding {
+    std::string rule;       // "roofline", "launch_bound", "sync_stall", "memcpy", "occupancy", "throttle", "records"
+    std::string what, evidence, next_step;
+    double ms_per_step = 0; // estimated GPU or wall time at stake per step
 };
 
 // How many records of each kind were collected (the whole run, not only the window).
@@ -193,7 +236,8 @@ struct Report {
     PowerSummary power;
     uint64_t dropped_records = 0;
     double cupti_overhead_ms = 0;
-    std::vector<std::string> findings;
+    std::vector<Finding> findings; // most time at stake first
+    CounterReport counters;        // hardware counters of one extra step (profile_gpt2cu --counters)
 };
 
 namespace report_detail {
@@ -234,6 +278,8 @@ inline GPT2Config config_of(const ProfileContext& c) {
     g.max_seq_len = c.max_seq_len, g.vocab_size = c.vocab_size, g.padded_vocab_size = c.padded_vocab_size;
     return g;
 }
+
+inline std::vector<Finding> find_limits(const Report& r, const ProfileRecords& rec); // llmc/profile_findings.h
 
 inline Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
     using namespace report_detail;
@@ -313,6 +359,8 @@ inline Report build_report(const ProfileRecords& rec, const ProfileContext& ctx)
     // ---- steps: busy = union of activity, phases, idle gaps, energy ----
     std::vector<PowerSample> power = rec.power;
     std::sort(power.begin(), power.end(), [](const PowerSample& a, const PowerSample& b) { return a.t_ns < b.t_ns; });
+    std::vector<EnergyReading> energy = rec.energy;
+    std::sort(energy.begin(), energy.end(), [](const EnergyReading& a, const EnergyReading& b) { return a.t_ns < b.t_ns; });
     std::vector<std::vector<std::pair<uint64_t, uint64_t>>> step_iv(steps.size());
     std::vector<StepRow> rows(steps.size());
     for (const Activity& a : acts) {
@@ -344,7 +392,7 @@ inline Report build_report(const ProfileRecords& rec, const ProfileContext& ctx)
         if (s.end_ns > cursor) gaps.push_back({(int)i, cursor, s.end_ns});
         sr.idle_ms = sr.wall_ms - sr.gpu_busy_ms;
         sr.tok_s = sr.wall_ms > 0 ? s.tokens / (sr.wall_ms / 1e3) : 0;
-        sr.energy_j = energy_joules(power, s.start_ns, s.end_ns);
+        sr.energy_j = step_energy(energy, power, s.start_ns, s.end_ns, &sr.energy_source);
         sr.avg_power_w = sr.wall_ms > 0 ? sr.energy_j / (sr.wall_ms / 1e3) : NAN;
         r.tokens += s.tokens;
         r.wall_s += sr.wall_ms / 1e3;
@@ -463,12 +511,22 @@ inline Report build_report(const ProfileRecords& rec, const ProfileContext& ctx)
         r.model_tflops = r.tokens_per_s * r.flops_per_token / 1e12;
         if (ctx.ceilings.bf16_tflops > 0) r.mfu = 100 * r.model_tflops / ctx.ceilings.bf16_tflops;
     }
+    r.power.status = rec.power_status.empty() && power.empty() ? "no power samples" : rec.power_status;
+    r.power.max_sm_clock_limit_mhz = rec.max_sm_clock_mhz;
     if (!power.empty() && windowed) {
         PowerSummary& p = r.power;
         p.energy_j = 0;
-        for (const StepRow& s : r.steps) p.energy_j += s.energy_j;
+        for (StepRow& s : r.steps) {
+            p.energy_j += s.energy_j;
+            (std::string(s.energy_source) == "counter" ? p.counter_steps : p.integrated_steps)++;
+            if (s.tokens > 0) s.j_per_token = s.energy_j / s.tokens;
+            if (s.energy_j > 0) s.tokens_per_j = s.tokens / s.energy_j;
+            if (s.energy_j > 0 && r.flops_per_token > 0) s.flops_per_w = s.tokens * r.flops_per_token / s.energy_j;
+        }
         p.avg_w = r.wall_s > 0 ? p.energy_j / r.wall_s : NAN;
         if (r.tokens > 0) p.joules_per_token = p.energy_j / r.tokens;
+        if (p.energy_j > 0) p.tokens_per_j = r.tokens / p.energy_j;
+        if (p.energy_j > 0 && r.flops_per_token > 0) p.flops_per_w = r.tokens * r.flops_per_token / p.energy_j;
         for (const PowerSample& s : power) {
             if (!in_window(s.t_ns)) continue;
             if (p.samples++ == 0) p.peak_w = s.power_w, p.min_sm_clock_mhz = p.max_sm_clock_mhz = s.sm_clock_mhz;
@@ -480,38 +538,10 @@ inline Report build_report(const ProfileRecords& rec, const ProfileContext& ctx)
         }
     }
 
-    // ---- findings: the few facts worth reading first ----
-    auto& f = r.findings;
-    if (r.wall_s > 0) {
-        double busy = 0;
-        for (const StepRow& s : r.steps) busy += s.gpu_busy_ms;
-        std::string cause;
-        if (!r.idle_by_cpu.empty())
-            cause = strprintf("; most of the idle time (%.0f%%) falls in %s", r.idle_by_cpu[0].pct,
-                              r.idle_by_cpu[0].name.c_str());
-        f.push_back(strprintf("GPU busy %.1f%% of the step wall time; idle %.3f ms per step in %ld gaps%s.",
-                              100 * busy / (r.wall_s * 1e3), r.idle_us / 1e3 / r.num_steps, r.idle_gaps,
-                              cause.c_str()));
-    }
-    // Sub-blocks losing the most time against their floor: where optimisation pays.
-    std::vector<const SubBlockRow*> lossy;
-    for (const SubBlockRow& s : r.subblocks)
-        if (std::isfinite(s.roof.floor_s) && std::isfinite(s.roof.time_s)) lossy.push_back(&s);
-    std::sort(lossy.begin(), lossy.end(),
-              [](auto* a, auto* b) { return a->roof.time_s - a->roof.floor_s > b->roof.time_s - b->roof.floor_s; });
-    for (size_t i = 0; i < std::min<size_t>(3, lossy.size()); i++) {
-        const SubBlockRow& s = *lossy[i];
-        f.push_back(strprintf("%s %s: %.3f ms per step above its %s-bound floor of %.3f ms (%.0f%% of roofline).",
-                              subblock_label(s.subblock).c_str(), phase_label(s.phase).c_str(),
-                              (s.roof.time_s - s.roof.floor_s) * 1e3, s.roof.bound, s.roof.floor_s * 1e3,
-                              s.roof.pct_of_roofline));
-    }
-    if (r.sync_pct > 0)
-        f.push_back(strprintf("The CPU thread spends %.1f%% of the window blocked in synchronisation.", r.sync_pct));
-    if (r.dropped_records > 0)
-        f.push_back(strprintf("WARNING: %llu activity records were dropped (full CUPTI buffers): totals are low.",
-                              (unsigned long long)r.dropped_records));
+    r.findings = find_limits(r, rec);
     return r;
 }
 
 } // namespace llmc::prof
+
+#include "llmc/profile_findings.h" // find_limits: needs Report, build_report calls it

@@ -153,6 +153,7 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
     s += st.str();
     s += "  %roof = floor / time: achieved over the ceiling that bounds the sub-block. GEMM FLOPs against bf16,\n"
          "  elementwise FLOPs against fp32 (bf16 when unknown); bytes: minimum DRAM traffic (doc/profiling.md).\n";
+    s += measured_vs_analytic(r.counters, r.costs, r.has_model);
 
     s += "\n== Steps (GPU time by phase) ==\n";
     TextTable pt({"step", "wall_ms", "busy_ms", "idle_ms", "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok/s",
@@ -201,16 +202,35 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
     s += "\n== Power ==\n";
     const PowerSummary& p = r.power;
     if (p.samples == 0) {
-        s += "  no power samples (NVML unavailable)\n";
+        s += "  energy, J/token, tokens/J, FLOP/s per W: n/a (" + (p.status.empty() ? "no NVML" : p.status) + ")\n";
     } else {
-        s += strprintf("  %zu samples: energy %.2f J, average %.0f W, peak %.0f W, %s J per token\n", p.samples,
-                       p.energy_j, p.avg_w, p.peak_w, num(p.joules_per_token, "%.5f").c_str());
-        s += strprintf("  SM clock %d-%d MHz, max temperature %d C, throttle reasons 0x%llx\n", p.min_sm_clock_mhz,
-                       p.max_sm_clock_mhz, p.max_temperature_c, (unsigned long long)p.throttle_reasons);
+        const char* source = p.counter_steps && p.integrated_steps ? "NVML energy counter where it advanced, else "
+                                                                      "integrated power samples"
+                             : p.counter_steps ? "NVML energy counter"
+                                               : "integrated power samples (the energy counter did not advance)";
+        s += strprintf("  %zu samples: energy %.2f J, average %.0f W, peak %.0f W\n", p.samples, p.energy_j, p.avg_w,
+                       p.peak_w);
+        s += strprintf("  %s J/token, %s tokens/J, %s GFLOP/s per W\n", num(p.joules_per_token, "%.5f").c_str(),
+                       num(p.tokens_per_j, "%.1f").c_str(), num(p.flops_per_w / 1e9, "%.1f").c_str());
+        s += strprintf("  energy from the %s (%d steps counter, %d integrated)\n", source, p.counter_steps,
+                       p.integrated_steps);
+        std::string throttled = throttle_names(p.throttle_reasons);
+        s += strprintf("  SM clock %d-%d MHz (max %s), max temperature %d C, throttle reasons 0x%llx (%s)\n",
+                       p.min_sm_clock_mhz, p.max_sm_clock_mhz,
+                       p.max_sm_clock_limit_mhz ? std::to_string(p.max_sm_clock_limit_mhz).c_str() : "unknown",
+                       p.max_temperature_c, (unsigned long long)p.throttle_reasons,
+                       throttled.empty() ? "no throttling" : throttled.c_str());
     }
 
     s += "\n== Findings ==\n";
-    for (const std::string& f : r.findings) s += "  - " + f + "\n";
+    if (r.findings.empty()) s += "  nothing stands out: no rule found time at stake\n";
+    for (size_t i = 0; i < r.findings.size(); i++) {
+        const Finding& f = r.findings[i];
+        s += strprintf("  %zu. [%s] %s (~%.3f ms per step at stake)\n", i + 1, f.rule.c_str(), f.what.c_str(),
+                       f.ms_per_step);
+        s += "     evidence: " + f.evidence + "\n";
+        s += "     next: " + f.next_step + "\n";
+    }
     return s;
 }
 
@@ -243,13 +263,15 @@ inline std::string subblocks_csv(const Report& r) {
 
 inline std::string steps_csv(const Report& r) {
     std::string s = csv_line({"step", "wall_ms", "gpu_busy_ms", "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok_s",
-                              "energy_j", "avg_power_w", "idle_ms", "idle_gaps", "tokens"});
+                              "energy_j", "avg_power_w", "idle_ms", "idle_gaps", "tokens", "j_per_token",
+                              "tokens_per_j", "flops_per_w", "energy_source"});
     for (const StepRow& x : r.steps)
         s += csv_line({std::to_string(x.step), num(x.wall_ms, "%.6f", ""), num(x.gpu_busy_ms, "%.6f", ""),
                        num(x.fwd_ms, "%.6f", ""), num(x.bwd_ms, "%.6f", ""), num(x.opt_ms, "%.6f", ""),
                        num(x.other_ms, "%.6f", ""), num(x.tok_s, "%.1f", ""), num(x.energy_j, "%.6f", ""),
                        num(x.avg_power_w, "%.3f", ""), num(x.idle_ms, "%.6f", ""), std::to_string(x.gaps),
-                       std::to_string(x.tokens)});
+                       std::to_string(x.tokens), num(x.j_per_token, "%.9f", ""), num(x.tokens_per_j, "%.3f", ""),
+                       num(x.flops_per_w, "%.6g", ""), x.energy_source});
     return s;
 }
 
@@ -266,8 +288,9 @@ inline std::string api_csv(const Report& r) {
 /*
  * One row per (sub-block, phase) (scope "subblock") and the whole step (scope "total"), per step:
  * analytic FLOPs (tensor-core GEMM and CUDA-core parts) and bytes, measured time, the floors, the ceilings
- * and the achieved rates. measured_flops/measured_bytes are for hardware counters and the kernel column for
- * per-kernel rows; both stay empty until counters are collected.
+ * and the achieved rates. With hardware counters (--counters) measured_flops (tensor + FP32) and measured_bytes
+ * (DRAM read + write) are filled, and one row per kernel (scope "kernel", summed over its launches in the
+ * sub-block) follows, with the counted time and the ceilings it ran at.
  */
 inline std::string roofline_csv(const Report& r) {
     const Ceilings& c = r.context.ceilings;
@@ -275,7 +298,8 @@ inline std::string roofline_csv(const Report& r) {
                               "intensity", "time_us", "floor_us", "compute_floor_us", "memory_floor_us", "bf16_tflops",
                               "fp32_tflops", "dram_gbps", "tflops", "gbps", "pct_of_roofline", "bound",
                               "measured_flops", "measured_bytes"});
-    auto line = [&](const char* scope, const std::string& sub, const std::string& phase, const SubBlockRow& b) {
+    auto line = [&](const char* scope, const std::string& sub, const std::string& phase, const SubBlockRow& b,
+                    const CounterRow* m) {
         s += csv_line({scope, sub, phase, "", num(b.cost.gemm_flops, "%.0f", ""), num(b.cost.other_flops, "%.0f", ""),
                        num(b.cost.flops(), "%.0f", ""), num(b.cost.bytes, "%.0f", ""),
                        num(b.roof.intensity, "%.3f", ""),
@@ -284,12 +308,23 @@ inline std::string roofline_csv(const Report& r) {
                        num(c.bf16_tflops > 0 ? c.bf16_tflops : NAN, "%.3f", ""),
                        num(c.fp32_tflops > 0 ? c.fp32_tflops : NAN, "%.3f", ""),
                        num(c.dram_gbps > 0 ? c.dram_gbps : NAN, "%.3f", ""), num(b.roof.tflops, "%.4f", ""),
-                       num(b.roof.gbps, "%.2f", ""), num(b.roof.pct_of_roofline, "%.2f", ""), b.roof.bound, "", ""});
+                       num(b.roof.gbps, "%.2f", ""), num(b.roof.pct_of_roofline, "%.2f", ""), b.roof.bound,
+                       m ? num(m->flops(), "%.0f", "") : "", m ? num(m->dram_bytes, "%.0f", "") : ""});
     };
+    const CounterReport& hw = r.counters;
     for (const SubBlockRow& b : r.subblocks)
         if (b.cost.flops() > 0 || b.cost.bytes > 0)
-            line("subblock", subblock_label(b.subblock), phase_label(b.phase), b);
-    line("total", "", "", r.total);
+            line("subblock", subblock_label(b.subblock), phase_label(b.phase), b,
+                 hw.collected ? find_counter_row(hw, b.subblock, b.phase) : nullptr);
+    line("total", "", "", r.total, hw.collected ? &hw.total : nullptr);
+    for (const CounterRow& k : hw.per_kernel)
+        s += csv_line({"kernel", subblock_label(k.subblock), phase_label(k.phase), k.kernel, "", "", "", "",
+                       num(k.intensity(), "%.3f", ""), num(k.time_ns / 1e3, "%.3f", ""),
+                       num(k.floor_s() * 1e6, "%.3f", ""), num(k.compute_floor_s() * 1e6, "%.3f", ""),
+                       num(k.memory_floor_s * 1e6, "%.3f", ""), num(k.tensor_ceiling_tflops(), "%.3f", ""),
+                       num(k.fp32_ceiling_tflops(), "%.3f", ""), num(k.dram_ceiling_gbps(), "%.3f", ""),
+                       num(k.tflops(), "%.4f", ""), num(k.gbps(), "%.2f", ""), num(k.pct_of_roofline(), "%.2f", ""),
+                       k.bound(), num(k.flops(), "%.0f", ""), num(k.dram_bytes, "%.0f", "")});
     return s;
 }
 
@@ -421,9 +456,11 @@ inline std::string trace_json(const Report& r, const ProfileRecords& rec) {
     std::set<uint32_t> devices;
     for (const auto& [device, stream] : streams) devices.insert(device);
     if (!rec.power.empty()) devices.insert(devices.empty() ? 0 : *devices.begin());
-    for (uint32_t d : devices) meta("process_name", gpu_pid(d), 0, strprintf("GPU %u: ", d) + c.device, gpu_pid(d));
+    const bool cpu = c.device_kind == "CPU"; // the CPU trainer: one track of sub-block executions
+    for (uint32_t d : devices)
+        meta("process_name", gpu_pid(d), 0, strprintf("%s %u: ", c.device_kind.c_str(), d) + c.device, gpu_pid(d));
     for (const auto& [device, stream] : streams)
-        meta("thread_name", gpu_pid(device), stream, strprintf("stream %u", stream), (int)stream);
+        meta("thread_name", gpu_pid(device), stream, cpu ? "sub-blocks" : strprintf("stream %u", stream), (int)stream);
 
     std::map<uint32_t, const Slice*> launch, target; // correlation -> API slice, GPU slice
     for (const Slice& x : slices) {
@@ -481,7 +518,7 @@ inline std::string profile_json(const Report& r) {
     using nlohmann::json;
     const ProfileContext& c = r.context;
     json j;
-    j["context"] = {{"program", c.program}, {"device", c.device}, {"build", c.build},
+    j["context"] = {{"program", c.program}, {"device", c.device}, {"device_kind", c.device_kind}, {"build", c.build},
                     {"model", {{"num_layers", c.num_layers}, {"num_heads", c.num_heads}, {"channels", c.channels},
                                {"max_seq_len", c.max_seq_len}, {"vocab_size", c.vocab_size},
                                {"padded_vocab_size", c.padded_vocab_size}, {"num_parameters", c.num_parameters}}},
@@ -513,7 +550,9 @@ inline std::string profile_json(const Report& r) {
         st.push_back({{"step", x.step}, {"tokens", x.tokens}, {"wall_ms", x.wall_ms}, {"gpu_busy_ms", x.gpu_busy_ms},
                       {"idle_ms", x.idle_ms}, {"fwd_ms", x.fwd_ms}, {"bwd_ms", x.bwd_ms}, {"opt_ms", x.opt_ms},
                       {"other_ms", x.other_ms}, {"tok_s", x.tok_s}, {"energy_j", finite_or_null(x.energy_j)},
-                      {"avg_power_w", finite_or_null(x.avg_power_w)}, {"idle_gaps", x.gaps}});
+                      {"avg_power_w", finite_or_null(x.avg_power_w)}, {"j_per_token", finite_or_null(x.j_per_token)},
+                      {"tokens_per_j", finite_or_null(x.tokens_per_j)}, {"flops_per_w", finite_or_null(x.flops_per_w)},
+                      {"energy_source", x.energy_source}, {"idle_gaps", x.gaps}});
     json gaps = json::array();
     for (const IdleGap& g : r.largest_gaps)
         gaps.push_back({{"step", g.step}, {"offset_us", g.offset_us}, {"dur_us", g.dur_us}, {"api", g.api},
@@ -529,8 +568,14 @@ inline std::string profile_json(const Report& r) {
     j["power"] = {{"samples", p.samples}, {"energy_j", finite_or_null(p.energy_j)}, {"avg_w", finite_or_null(p.avg_w)},
                   {"peak_w", finite_or_null(p.peak_w)}, {"joules_per_token", finite_or_null(p.joules_per_token)},
                   {"max_temperature_c", p.max_temperature_c}, {"min_sm_clock_mhz", p.min_sm_clock_mhz},
-                  {"max_sm_clock_mhz", p.max_sm_clock_mhz}, {"throttle_reasons", p.throttle_reasons}};
-    j["findings"] = r.findings;
+                  {"max_sm_clock_mhz", p.max_sm_clock_mhz}, {"throttle_reasons", p.throttle_reasons},
+                  {"tokens_per_j", finite_or_null(p.tokens_per_j)}, {"flops_per_w", finite_or_null(p.flops_per_w)},
+                  {"counter_steps", p.counter_steps}, {"integrated_steps", p.integrated_steps},
+                  {"max_sm_clock_limit_mhz", p.max_sm_clock_limit_mhz}, {"status", p.status}};
+    json& fj = j["findings"] = json::array();
+    for (const Finding& f : r.findings)
+        fj.push_back({{"rule", f.rule}, {"what", f.what}, {"evidence", f.evidence}, {"next_step", f.next_step},
+                      {"ms_per_step", f.ms_per_step}});
     return j.dump(1) + "\n";
 }
 

@@ -102,14 +102,8 @@ TEST(GPT2GPU, TenAdamWStepsTrackTheCPU) {
         cpu::adamw_update(p.cpu.params_memory.data(), p.cpu.grads_memory.data(), m.data(), v.data(), p.cfg, adam, lr,
                           t, norm);
 
-        p.gpu.zero_grad();
-        p.gpu.zero_loss();
-        float scale = 1.0f / (B * T);
-        p.gpu.forward(in.data(), tg.data(), B, T, scale, scale);
-        p.gpu.backward();
-        p.gpu.update(lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.grad_clip, t);
-        p.gpu.fetch_scalars();
-        auto [loss, gnorm] = p.gpu.read_scalars();
+        auto batch = [&] { return std::make_pair(in.data(), tg.data()); };
+        auto [loss, gnorm] = p.gpu.train_step(batch, B, T, 1, lr, adam, t);
         if (t == 1) first_loss = loss;
         EXPECT_NEAR(loss, p.cpu.mean_loss, 2e-2 * p.cpu.mean_loss) << "step " << t;
         EXPECT_NEAR(gnorm, norm, 5e-2 * norm) << "step " << t;
@@ -124,15 +118,8 @@ TEST(GPT2GPU, SameSeedSameBits) {
     auto run = [&] {
         Pair p(B, T, 99);
         std::vector<float> losses;
-        for (int t = 1; t <= 3; t++) {
-            p.gpu.zero_grad();
-            p.gpu.zero_loss();
-            p.gpu.forward(in.data(), tg.data(), B, T, 1.0f / (B * T), 1.0f / (B * T));
-            p.gpu.backward();
-            p.gpu.update(1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, t);
-            p.gpu.fetch_scalars();
-            losses.push_back(p.gpu.read_scalars().first);
-        }
+        auto batch = [&] { return std::make_pair(in.data(), tg.data()); };
+        for (int t = 1; t <= 3; t++) losses.push_back(p.gpu.train_step(batch, B, T, 1, 1e-3f, AdamWConfig{}, t).first);
         return std::make_pair(losses, p.gpu.get_master_weights());
     };
     auto a = run(), b = run();

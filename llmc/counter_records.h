@@ -1,0 +1,192 @@
+/*
+ * Hardware-counter records (llmc/cupti_counters.cuh collects them) and their aggregation into sub-block and
+ * per-kernel rows for the roofline. Plain C++ with no CUDA types, testable from synthetic records.
+ *
+ * One KernelCounters per kernel launch of the counted step, in launch order. The range profiler names a
+ * range after its kernel and knows nothing of our Ranges, so attribution is joined by order: the counted
+ * step runs the same code as the traced steps, so its i-th kernel is the i-th kernel (by launch order =
+ * correlation id) of a traced step, and takes that kernel's sub-block, phase and layer (join_by_launch_order).
+ *
+ * FLOPs: sm__ops_path_tensor_src_bf16_dst_fp32 counts 2·M·N·K for a GEMM, the analytic model's unit; the
+ * CUDA-core FP32 FLOPs are fadd + fmul + 2·ffma thread instructions. Bytes: DRAM read + write.
+ * Aggregation sums counts (ns, bytes, ops, and the seconds of the per-kernel floors) and derives every rate
+ * from the sums, as the brief's roofline rules ask.
+ */
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "llmc/profile_records.h"
+#include "llmc/roofline.h"
+#include "llmc/utils.h"
+
+namespace llmc::prof {
+
+struct KernelCounters {
+    std::string name; // demangled kernel name (the range name)
+    Attribution where;
+    double time_ns = 0;                        // gpu__time_duration.sum
+    double dram_read = 0, dram_write = 0;      // dram__bytes_{read,write}.sum
+    double l2_bytes = 0;                       // lts__t_bytes.sum
+    double tensor_ops = 0;                     // sm__ops_path_tensor_src_bf16_dst_fp32.sum (= 2·M·N·K)
+    double fadd = 0, fmul = 0, ffma = 0;       // smsp__sass_thread_inst_executed_op_*_pred_on.sum
+    // This kernel's ceilings at the clocks it ran at (peak per cycle x cycles per second); 0 = unknown.
+    double peak_tensor_flops = 0, peak_fp32_flops = 0, peak_dram_bytes = 0; // per second
+
+    double fp32_flops() const { return fadd + fmul + 2 * ffma; }
+    double flops() const { return tensor_ops + fp32_flops(); }
+    double dram_bytes() const { return dram_read + dram_write; }
+    // The kernel's time floor terms, seconds: tensor FLOPs against the tensor peak, FP32 FLOPs against the
+    // FP32 peak, DRAM bytes against the bandwidth. Seconds add across kernels; rates do not.
+    double compute_floor_s() const {
+        return (peak_tensor_flops > 0 ? tensor_ops / peak_tensor_flops : 0) +
+               (peak_fp32_flops > 0 ? fp32_flops() / peak_fp32_flops : 0);
+    }
+    double memory_floor_s() const { return peak_dram_bytes > 0 ? dram_bytes() / peak_dram_bytes : 0; }
+};
+
+// Sums over a set of kernels, and the rates derived from the sums.
+struct CounterRow {
+    int subblock = -1, phase = -1;
+    std::string kernel; // "" for a sub-block row
+    long kernels = 0;   // launches summed
+    double time_ns = 0, tensor_flops = 0, fp32_flops = 0, dram_bytes = 0, l2_bytes = 0;
+    double tensor_floor_s = 0, fp32_floor_s = 0, memory_floor_s = 0; // summed per-kernel floor terms
+
+    void add(const KernelCounters& k) {
+        kernels++;
+        time_ns += k.time_ns;
+        tensor_flops += k.tensor_ops;
+        fp32_flops += k.fp32_flops();
+        dram_bytes += k.dram_bytes();
+        l2_bytes += k.l2_bytes;
+        if (k.peak_tensor_flops > 0) tensor_floor_s += k.tensor_ops / k.peak_tensor_flops;
+        if (k.peak_fp32_flops > 0) fp32_floor_s += k.fp32_flops() / k.peak_fp32_flops;
+        memory_floor_s += k.memory_floor_s();
+    }
+    double flops() const { return tensor_flops + fp32_flops; }
+    double compute_floor_s() const { return tensor_floor_s + fp32_floor_s; }
+    // The ceilings these kernels ran against, each derived from its counts and its floor seconds.
+    double tensor_ceiling_tflops() const { return tensor_floor_s > 0 ? tensor_flops / tensor_floor_s / 1e12 : NAN; }
+    double fp32_ceiling_tflops() const { return fp32_floor_s > 0 ? fp32_flops / fp32_floor_s / 1e12 : NAN; }
+    double dram_ceiling_gbps() const { return memory_floor_s > 0 ? dram_bytes / memory_floor_s / 1e9 : NAN; }
+    double time_s() const { return time_ns * 1e-9; }
+    double tflops() const { return time_ns > 0 ? flops() / time_s() / 1e12 : NAN; }
+    double gbps() const { return time_ns > 0 ? dram_bytes / time_s() / 1e9 : NAN; }
+    double intensity() const { return dram_bytes > 0 ? flops() / dram_bytes : NAN; }
+    double floor_s() const { return std::max(compute_floor_s(), memory_floor_s); }
+    double pct_of_roofline() const { return time_ns > 0 && floor_s() > 0 ? 100 * floor_s() / time_s() : NAN; }
+    const char* bound() const {
+        if (floor_s() <= 0) return "";
+        return compute_floor_s() >= memory_floor_s ? "compute" : "memory";
+    }
+};
+
+// What one counted step produced. Empty (collected = false) without --counters or without permission.
+struct CounterReport {
+    bool collected = false;
+    std::string note;                  // why counters are missing or partial, "" when all is well
+    std::vector<KernelCounters> kernels; // launch order
+    std::vector<CounterRow> subblocks; // by (phase, sub-block) as the report orders them, "(none)" last
+    std::vector<CounterRow> per_kernel; // by (kernel name, sub-block, phase), descending time
+    CounterRow total;
+};
+
+// Strips the argument list of a demangled name ("void f<T>(int*)" and "f" compare equal on "f").
+inline std::string kernel_base_name(const std::string& name) {
+    std::string s = name.substr(0, name.find('('));
+    size_t sp = s.find_last_of(' ');
+    if (sp != std::string::npos && s.find('<') > sp) s = s.substr(sp + 1); // drop a return type
+    return s;
+}
+
+/*
+ * Copies `traced` (one traced step's kernels) attribution onto `counted` by launch order. Returns "" on
+ * success, else why the join failed (counts differ, or a name at the same position differs); on failure
+ * the counted kernels keep no attribution and land in "(none)".
+ */
+inline std::string join_by_launch_order(std::vector<KernelRecord> traced, std::vector<KernelCounters>& counted) {
+    std::stable_sort(traced.begin(), traced.end(),
+                     [](const KernelRecord& a, const KernelRecord& b) { return a.correlation < b.correlation; });
+    if (traced.size() != counted.size())
+        return strprintf("the counted step launched %zu kernels, the traced step %zu", counted.size(),
+                                  traced.size());
+    for (size_t i = 0; i < traced.size(); i++)
+        if (kernel_base_name(traced[i].name) != kernel_base_name(counted[i].name))
+            return strprintf("kernel %zu is %s in the counted step but %s in the traced step", i,
+                                      counted[i].name.c_str(), traced[i].name.c_str());
+    for (size_t i = 0; i < traced.size(); i++) counted[i].where = traced[i].where;
+    return "";
+}
+
+// Fills subblocks, per_kernel and total from kernels.
+inline void aggregate_counters(CounterReport& r) {
+    auto phase_key = [](int p) { return p < 0 ? 1 << 20 : p; }; // "(none)" last
+    auto sub_key = [](int s) { return s < 0 ? 1 << 20 : s; };
+    std::map<std::pair<int, int>, CounterRow> by_sub;
+    std::map<std::tuple<std::string, int, int>, CounterRow> by_kernel;
+    r.total = CounterRow{};
+    for (const KernelCounters& k : r.kernels) {
+        CounterRow& s = by_sub[{phase_key(k.where.phase), sub_key(k.where.subblock)}];
+        s.subblock = k.where.subblock, s.phase = k.where.phase;
+        s.add(k);
+        CounterRow& n = by_kernel[{k.name, k.where.subblock, k.where.phase}];
+        n.subblock = k.where.subblock, n.phase = k.where.phase, n.kernel = k.name;
+        n.add(k);
+        r.total.add(k);
+    }
+    r.subblocks.clear(), r.per_kernel.clear();
+    for (auto& [key, row] : by_sub) r.subblocks.push_back(row);
+    for (auto& [key, row] : by_kernel) r.per_kernel.push_back(row);
+    std::stable_sort(r.per_kernel.begin(), r.per_kernel.end(),
+                     [](const CounterRow& a, const CounterRow& b) { return a.time_ns > b.time_ns; });
+}
+
+// The sub-block row of (subblock, phase), or nullptr when no counted kernel ran there.
+inline const CounterRow* find_counter_row(const CounterReport& r, int subblock, int phase) {
+    for (const CounterRow& c : r.subblocks)
+        if (c.subblock == subblock && c.phase == phase) return &c;
+    return nullptr;
+}
+
+/*
+ * The summary's "Measured vs analytic" table, per step: for each sub-block the counted tensor FLOPs next to
+ * the analytic GEMM FLOPs (equal for cuBLAS GEMMs: both are 2·M·N·K), the counted FP32 FLOPs next to the
+ * analytic elementwise FLOPs (rough per-element counts), and the DRAM bytes next to the analytic minimum.
+ */
+inline std::string measured_vs_analytic(const CounterReport& r, const CostTable& costs, bool has_model) {
+    if (!r.collected) return r.note.empty() ? "" : "\n== Measured vs analytic ==\n  counters: " + r.note + "\n";
+    auto g = [](double v) { return std::isfinite(v) ? strprintf("%.3f", v) : std::string("-"); };
+    std::string s = "\n== Measured vs analytic (hardware counters of one extra step; GFLOP, MB) ==\n";
+    s += strprintf("  %-11s %-5s %5s %9s %11s %11s %10s %10s %9s %9s %9s %8s %8s %6s %s\n", "subblock", "phase",
+                   "kern", "ms", "gemm_an", "tensor_hw", "elem_an", "fp32_hw", "MB_an", "MB_dram", "MB_L2",
+                   "TFLOP/s", "FLOP/B", "%roof", "bound");
+    auto row = [&](const CounterRow& c, const std::string& sub, const std::string& phase, const OpCost* a) {
+        s += strprintf("  %-11s %-5s %5ld %9.3f %11s %11.3f %10s %10.3f %9s %9.1f %9.1f %8s %8s %6s %s\n",
+                       sub.c_str(), phase.c_str(), c.kernels, c.time_ns / 1e6, a ? g(a->gemm_flops / 1e9).c_str() : "-",
+                       c.tensor_flops / 1e9, a ? g(a->other_flops / 1e9).c_str() : "-", c.fp32_flops / 1e9,
+                       a ? g(a->bytes / 1e6).c_str() : "-", c.dram_bytes / 1e6, c.l2_bytes / 1e6,
+                       g(c.tflops()).c_str(), g(c.intensity()).c_str(),
+                       std::isfinite(c.pct_of_roofline()) ? strprintf("%.0f", c.pct_of_roofline()).c_str() : "-",
+                       c.bound());
+    };
+    OpCost total_cost;
+    for (const CounterRow& c : r.subblocks) {
+        bool known = has_model && c.subblock >= 0 && c.subblock < NUM_SUBBLOCKS && c.phase >= 0 && c.phase < NUM_PHASES;
+        const OpCost* a = known ? &costs[c.subblock][c.phase] : nullptr;
+        if (a) total_cost += *a;
+        row(c, c.subblock >= 0 ? subblock_name((SubBlock)c.subblock) : "(none)",
+            c.phase >= 0 ? phase_name((Phase)c.phase) : "", a);
+    }
+    row(r.total, "total", "", has_model ? &total_cost : nullptr);
+    s += "  _an: analytic model; _hw: counters (tensor = sm__ops_path_tensor_src_bf16_dst_fp32, fp32 = fadd + fmul +\n"
+         "  2·ffma, MB_dram = read + write). Rates from summed counts; %roof = summed per-kernel floors / time.\n";
+    if (!r.note.empty()) s += "  note: " + r.note + "\n";
+    return s;
+}
+
+} // namespace llmc::prof

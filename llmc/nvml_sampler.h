@@ -1,0 +1,234 @@
+/*
+ * GPU power, clocks, temperature and energy from NVML during a profile window.
+ *
+ * NVML is loaded at run time with dlopen("libnvidia-ml.so.1"): the build machines have no nvml.h, and a
+ * machine without the driver must still run the profiler. The few types and entry points used are declared
+ * here as the library's C ABI defines them. Absent library or a failing call leaves the sampler unavailable
+ * with a one-line status ("NVML not available (...)"); nothing fails.
+ *
+ *   PowerSampler power(clock);            // clock: ns in the profiler's timebase (cuptiGetTimestamp)
+ *   power.start();                        // false without NVML: print "power: " + power.status()
+ *   power.mark(); ...step...; power.mark();  // step boundaries: a sample and an energy counter reading
+ *   power.stop(); power.take_into(records);
+ *
+ * A thread samples every interval_ms; mark() samples on the caller's thread. Both append under a mutex.
+ * The function table (NvmlApi) can be injected, so tests feed fake readings without NVML.
+ */
+#pragma once
+#include <dlfcn.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "llmc/profile_records.h"
+#include "llmc/utils.h"
+
+namespace llmc::prof {
+
+// NVML's ABI: nvmlReturn_t is an int enum (0 = success), a device handle an opaque pointer.
+using nvmlReturn_t = int;
+using nvmlDevice_t = struct nvmlDevice_st*;
+constexpr nvmlReturn_t NVML_SUCCESS = 0;
+constexpr int NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2, NVML_TEMPERATURE_GPU = 0;
+
+// The NVML entry points the sampler calls. Optional ones (null when missing) are marked.
+struct NvmlApi {
+    nvmlReturn_t (*init)() = nullptr;     // nvmlInit_v2
+    nvmlReturn_t (*shutdown)() = nullptr; // nvmlShutdown
+    const char* (*error_string)(nvmlReturn_t) = nullptr;
+    nvmlReturn_t (*handle_by_index)(unsigned, nvmlDevice_t*) = nullptr;         // nvmlDeviceGetHandleByIndex_v2
+    nvmlReturn_t (*handle_by_pci_bus_id)(const char*, nvmlDevice_t*) = nullptr; // optional
+    nvmlReturn_t (*power_usage)(nvmlDevice_t, unsigned*) = nullptr;             // mW
+    nvmlReturn_t (*clock_info)(nvmlDevice_t, int, unsigned*) = nullptr;         // MHz
+    nvmlReturn_t (*max_clock_info)(nvmlDevice_t, int, unsigned*) = nullptr;     // optional, MHz
+    nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned*) = nullptr;        // C
+    nvmlReturn_t (*clocks_event_reasons)(nvmlDevice_t, unsigned long long*) = nullptr; // optional
+    nvmlReturn_t (*total_energy)(nvmlDevice_t, unsigned long long*) = nullptr;          // optional, mJ
+};
+
+/*
+ * Fills *api from libnvidia-ml.so.1 (the handle goes to *lib, for dlclose). False with *why set when the
+ * library or a required symbol is missing.
+ */
+inline bool load_nvml(NvmlApi* api, void** lib, std::string* why) {
+    *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!*lib) {
+        const char* e = dlerror();
+        *why = e ? e : "dlopen libnvidia-ml.so.1 failed";
+        return false;
+    }
+    auto sym = [&](auto& fn, const char* name) { fn = reinterpret_cast<std::decay_t<decltype(fn)>>(dlsym(*lib, name)); };
+    sym(api->init, "nvmlInit_v2");
+    sym(api->shutdown, "nvmlShutdown");
+    sym(api->error_string, "nvmlErrorString");
+    sym(api->handle_by_index, "nvmlDeviceGetHandleByIndex_v2");
+    sym(api->handle_by_pci_bus_id, "nvmlDeviceGetHandleByPciBusId_v2");
+    sym(api->power_usage, "nvmlDeviceGetPowerUsage");
+    sym(api->clock_info, "nvmlDeviceGetClockInfo");
+    sym(api->max_clock_info, "nvmlDeviceGetMaxClockInfo");
+    sym(api->temperature, "nvmlDeviceGetTemperature");
+    // Renamed in CUDA 12.2's NVML; older drivers only have the throttle name (same bits).
+    sym(api->clocks_event_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (!api->clocks_event_reasons) sym(api->clocks_event_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    sym(api->total_energy, "nvmlDeviceGetTotalEnergyConsumption");
+    const char* missing = !api->init               ? "nvmlInit_v2"
+                          : !api->shutdown         ? "nvmlShutdown"
+                          : !api->handle_by_index  ? "nvmlDeviceGetHandleByIndex_v2"
+                          : !api->power_usage      ? "nvmlDeviceGetPowerUsage"
+                          : !api->clock_info       ? "nvmlDeviceGetClockInfo"
+                          : !api->temperature      ? "nvmlDeviceGetTemperature"
+                                                   : nullptr;
+    if (missing) {
+        *why = std::string("no ") + missing + " in libnvidia-ml.so.1";
+        dlclose(*lib);
+        *lib = nullptr;
+        return false;
+    }
+    return true;
+}
+
+class PowerSampler {
+public:
+    using Clock = std::function<uint64_t()>; // ns, the timebase of the profile's records
+
+    // NVML from libnvidia-ml.so.1. pci_bus_id ("0000:65:00.0", cudaDeviceGetPCIBusId) picks the CUDA device
+    // (CUDA and NVML number devices differently); empty: NVML device 0.
+    explicit PowerSampler(Clock clock, int interval_ms = 100, const std::string& pci_bus_id = "")
+        : clock_(std::move(clock)), interval_ms_(interval_ms) {
+        std::string why;
+        if (!load_nvml(&api_, &lib_, &why)) {
+            status_ = "NVML not available (" + why + ")";
+            return;
+        }
+        open(pci_bus_id);
+    }
+    // An injected function table (tests).
+    PowerSampler(const NvmlApi& api, Clock clock, int interval_ms = 100, const std::string& pci_bus_id = "")
+        : api_(api), clock_(std::move(clock)), interval_ms_(interval_ms) {
+        open(pci_bus_id);
+    }
+    PowerSampler(const PowerSampler&) = delete;
+    PowerSampler& operator=(const PowerSampler&) = delete;
+    ~PowerSampler() {
+        stop();
+        if (initialised_) api_.shutdown();
+        if (lib_) dlclose(lib_);
+    }
+
+    bool available() const { return device_ != nullptr; }
+    // "" when available, else "NVML not available (<why>)".
+    const std::string& status() const { return status_; }
+
+    // Starts the sampling thread; false (and no samples) without NVML.
+    bool start() {
+        if (!available() || thread_.joinable()) return available();
+        stopping_ = false;
+        thread_ = std::thread([this] {
+            std::unique_lock<std::mutex> lock(wake_mutex_);
+            do {
+                lock.unlock();
+                sample();
+                lock.lock();
+            } while (!wake_.wait_for(lock, std::chrono::milliseconds(interval_ms_), [this] { return stopping_; }));
+        });
+        return true;
+    }
+    // A step boundary: one sample and one reading of the energy counter, taken now on this thread.
+    void mark() {
+        if (!available()) return;
+        sample();
+        unsigned long long mj = 0;
+        if (api_.total_energy && api_.total_energy(device_, &mj) == NVML_SUCCESS) {
+            EnergyReading e{clock_(), mj * 1e-3};
+            std::lock_guard<std::mutex> lock(mutex_);
+            energy_.push_back(e);
+        }
+    }
+    void stop() {
+        if (!thread_.joinable()) return;
+        {
+            std::lock_guard<std::mutex> lock(wake_mutex_);
+            stopping_ = true;
+        }
+        wake_.notify_all();
+        thread_.join();
+    }
+    // Moves what was sampled into r (power, energy, power_status, max_sm_clock_mhz). Call after stop().
+    void take_into(ProfileRecords& r) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        r.power = std::move(samples_);
+        r.energy = std::move(energy_);
+        r.power_status = status_;
+        r.max_sm_clock_mhz = max_sm_clock_mhz_;
+        samples_.clear(), energy_.clear();
+    }
+
+private:
+    void open(const std::string& pci_bus_id) {
+        auto fail = [&](const char* call, nvmlReturn_t rc) {
+            const char* msg = api_.error_string ? api_.error_string(rc) : nullptr;
+            status_ = strprintf("NVML not available (%s: %s)", call, msg ? msg : std::to_string(rc).c_str());
+            device_ = nullptr;
+        };
+        nvmlReturn_t rc = api_.init();
+        if (rc != NVML_SUCCESS) return fail("nvmlInit_v2", rc);
+        initialised_ = true;
+        nvmlDevice_t dev = nullptr;
+        if (!pci_bus_id.empty() && api_.handle_by_pci_bus_id) {
+            if ((rc = api_.handle_by_pci_bus_id(pci_bus_id.c_str(), &dev)) != NVML_SUCCESS)
+                return fail("nvmlDeviceGetHandleByPciBusId_v2", rc);
+        } else if ((rc = api_.handle_by_index(0, &dev)) != NVML_SUCCESS) {
+            return fail("nvmlDeviceGetHandleByIndex_v2", rc);
+        }
+        // Power is the one reading the sampler cannot do without: probe it once.
+        unsigned mw = 0;
+        if ((rc = api_.power_usage(dev, &mw)) != NVML_SUCCESS) return fail("nvmlDeviceGetPowerUsage", rc);
+        device_ = dev;
+        unsigned mhz = 0;
+        if (api_.max_clock_info && api_.max_clock_info(dev, NVML_CLOCK_SM, &mhz) == NVML_SUCCESS)
+            max_sm_clock_mhz_ = (int)mhz;
+    }
+    // One sample; a reading that fails stays 0 (NVML can refuse one query and answer the next).
+    void sample() {
+        PowerSample s;
+        unsigned v = 0;
+        unsigned long long reasons = 0;
+        if (api_.power_usage(device_, &v) != NVML_SUCCESS) return;
+        s.power_w = v * 1e-3;
+        if (api_.clock_info(device_, NVML_CLOCK_SM, &v) == NVML_SUCCESS) s.sm_clock_mhz = (int)v;
+        if (api_.clock_info(device_, NVML_CLOCK_MEM, &v) == NVML_SUCCESS) s.mem_clock_mhz = (int)v;
+        if (api_.temperature(device_, NVML_TEMPERATURE_GPU, &v) == NVML_SUCCESS) s.temperature_c = (int)v;
+        if (api_.clocks_event_reasons && api_.clocks_event_reasons(device_, &reasons) == NVML_SUCCESS)
+            s.throttle_reasons = reasons;
+        // The time of the power reading: NVML's power is an average over its last update period (~tens of ms).
+        s.t_ns = clock_();
+        std::lock_guard<std::mutex> lock(mutex_);
+        samples_.push_back(s);
+    }
+
+    NvmlApi api_;
+    void* lib_ = nullptr;
+    bool initialised_ = false;
+    nvmlDevice_t device_ = nullptr;
+    std::string status_;
+    int max_sm_clock_mhz_ = 0;
+    Clock clock_;
+    int interval_ms_;
+    std::thread thread_;
+    std::mutex wake_mutex_; // guards stopping_, for the thread's timed wait
+    std::condition_variable wake_;
+    bool stopping_ = false;
+    std::mutex mutex_; // guards samples_ and energy_: the sampling thread and mark() append concurrently
+    std::vector<PowerSample> samples_;
+    std::vector<EnergyReading> energy_;
+};
+
+} // namespace llmc::prof

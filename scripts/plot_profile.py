@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Plots a profile directory (train_gpt2 / train_gpt2cu --profile DIR, profile_gpt2cu).
+
+Writes roofline.png (sub-blocks, and kernels with per-kernel points, against the device's bandwidth and
+compute ceilings), subblocks.png (time per step by sub-block, fwd/bwd/opt stacked), kernels.png (device
+time by kernel category) and power.png (power over time from trace.json; a placeholder without samples).
+Reads only the files of the profile directory.
+
+    python3 scripts/plot_profile.py DIR [-o OUTDIR]
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+
+PHASES = ("fwd", "bwd", "opt")
+PHASE_COLORS = {"fwd": "tab:blue", "bwd": "tab:orange", "opt": "tab:green"}
+
+
+def fail(msg, code=1):
+    print(f"plot_profile.py: error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def num(s):
+    """A CSV cell as a float; NaN for empty (unknown) cells."""
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def load(d):
+    """The profile directory's tables, with a clear error for a missing file."""
+    need = ("profile.json", "subblocks.csv", "kernels.csv", "roofline.csv", "trace.json")
+    for name in need:
+        if not os.path.isfile(os.path.join(d, name)):
+            fail(f"{d}: missing {name} (not a complete profile directory)")
+    with open(os.path.join(d, "profile.json")) as f:
+        prof = json.load(f)
+    return {
+        "profile": prof,
+        "subblocks": read_csv(os.path.join(d, "subblocks.csv")),
+        "kernels": read_csv(os.path.join(d, "kernels.csv")),
+        "roofline": read_csv(os.path.join(d, "roofline.csv")),
+        "trace": os.path.join(d, "trace.json"),
+    }
+
+
+def device_kind(prof):
+    return prof["context"].get("device_kind", "GPU")
+
+
+def title(prof, what):
+    c = prof["context"]
+    return f"{what}: {c.get('program', '')} on {c.get('device', '')}"
+
+
+def plot_roofline(p, plt, out):
+    prof = p["profile"]
+    ce = prof["context"]["ceilings"]
+    fig, ax = plt.subplots(figsize=(9, 6))
+    points = []  # (intensity, flop/s, label, kind)
+    for r in p["subblocks"]:
+        x, y = num(r["intensity"]), num(r["tflops"]) * 1e12
+        if x > 0 and y > 0:
+            points.append((x, y, f"{r['subblock']} {r['phase']}", "subblock"))
+    # Per-kernel points: measured counters where present, else analytic per-kernel rows.
+    for r in p["roofline"]:
+        if not r.get("kernel"):
+            continue
+        flops, nbytes, t = num(r.get("measured_flops")), num(r.get("measured_bytes")), num(r.get("time_us"))
+        if not (flops > 0 and nbytes > 0):
+            flops, nbytes = num(r.get("flops")), num(r.get("bytes"))
+        if flops > 0 and nbytes > 0 and t > 0:
+            points.append((flops / nbytes, flops / (t * 1e-6), r["kernel"], "kernel"))
+    if points:
+        xs = [q[0] for q in points]
+        lo, hi = min(xs) / 4, max(xs) * 4
+    else:
+        lo, hi = 0.1, 1000.0
+    bw = ce.get("dram_gbps", 0) * 1e9
+    peaks = [(ce.get("bf16_tflops", 0), "bf16" if device_kind(prof) == "GPU" else "matmul")]
+    if ce.get("fp32_tflops", 0) and ce.get("fp32_tflops") != ce.get("bf16_tflops"):
+        peaks.append((ce["fp32_tflops"], "fp32"))
+    for tflops, name in peaks:
+        if bw > 0 and tflops > 0:
+            peak = tflops * 1e12
+            ridge = peak / bw
+            lo, hi = min(lo, ridge / 10), max(hi, ridge * 10)
+            xs = [lo, ridge, hi]
+            ax.plot(xs, [min(bw * x, peak) for x in xs], "-", lw=2, label=f"{name} {tflops:.3g} TFLOP/s")
+    if bw > 0:
+        ax.plot([lo, hi], [bw * lo, bw * hi], ":", color="gray", lw=1, label=f"memory {bw / 1e9:.0f} GB/s")
+    for kind, marker in (("subblock", "o"), ("kernel", "x")):
+        sel = [q for q in points if q[3] == kind]
+        if not sel:
+            continue
+        ax.scatter([q[0] for q in sel], [q[1] for q in sel], marker=marker, s=30, zorder=3,
+                   label="sub-blocks" if kind == "subblock" else "kernels")
+        if kind == "subblock":
+            for x, y, lab, _ in sel:
+                ax.annotate(lab, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("arithmetic intensity (FLOP / byte, analytic)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.set_title(title(prof, "Roofline"), fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    if not points:
+        ax.text(0.5, 0.5, "no modelled sub-blocks", transform=ax.transAxes, ha="center")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def subblock_ms(prof, rows):
+    """{(subblock, phase): ms per step} from subblocks.csv rows (time over the window / profiled steps)."""
+    steps = max(1, prof.get("throughput", {}).get("steps", 1) or 1)
+    return {(r["subblock"], r["phase"]): num(r["time_us"]) / 1e3 / steps for r in rows if num(r["time_us"]) > 0}
+
+
+def plot_subblocks(p, plt, out):
+    prof = p["profile"]
+    ms = subblock_ms(prof, p["subblocks"])
+    names = list(dict.fromkeys(s for s, _ in ms))
+    fig, ax = plt.subplots(figsize=(10, 5))
+    bottom = [0.0] * len(names)
+    for ph in PHASES:
+        vals = [ms.get((n, ph), 0.0) for n in names]
+        if any(vals):
+            ax.bar(names, vals, bottom=bottom, label=ph, color=PHASE_COLORS[ph])
+            bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("ms per step")
+    ax.set_title(title(prof, "Sub-blocks"), fontsize=9)
+    ax.tick_params(axis="x", rotation=45, labelsize=8)
+    if names:
+        ax.legend()
+    else:
+        ax.text(0.5, 0.5, "no sub-block times", transform=ax.transAxes, ha="center")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def plot_kernels(p, plt, out):
+    prof = p["profile"]
+    steps = max(1, prof.get("throughput", {}).get("steps", 1) or 1)
+    by_cat = {}
+    for r in p["kernels"]:
+        by_cat[r["category"]] = by_cat.get(r["category"], 0.0) + num(r["total_us"]) / 1e3 / steps
+    cats = sorted(by_cat, key=by_cat.get, reverse=True)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.barh(cats[::-1], [by_cat[c] for c in cats[::-1]], color="tab:purple")
+    total = sum(by_cat.values())
+    for i, c in enumerate(cats[::-1]):
+        ax.text(by_cat[c], i, f" {100 * by_cat[c] / total:.1f}%", va="center", fontsize=8)
+    ax.set_xlabel("ms per step")
+    ax.set_title(title(prof, f"{device_kind(prof)} time by category"), fontsize=9)
+    if not cats:
+        ax.text(0.5, 0.5, "no kernels", transform=ax.transAxes, ha="center")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def power_samples(trace_path):
+    """(t_s, watts) from the trace's "power" counter events; timestamps are microseconds."""
+    with open(trace_path) as f:
+        events = json.load(f).get("traceEvents", [])
+    pts = [(e["ts"] / 1e6, e["args"]["W"]) for e in events
+           if e.get("ph") == "C" and e.get("name") == "power" and "W" in e.get("args", {})]
+    return sorted(pts)
+
+
+def plot_power(p, plt, out):
+    prof = p["profile"]
+    pts = power_samples(p["trace"])
+    fig, ax = plt.subplots(figsize=(9, 4))
+    if pts:
+        t0 = pts[0][0]
+        ax.plot([t - t0 for t, _ in pts], [w for _, w in pts], "-", color="tab:red")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("power (W)")
+        pw = prof.get("power", {})
+        if pw.get("avg_w") is not None:
+            ax.axhline(pw["avg_w"], ls="--", color="gray", label=f"average in window {pw['avg_w']:.0f} W")
+            ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
+    else:
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no power samples", transform=ax.transAxes, ha="center", va="center", fontsize=14)
+    ax.set_title(title(prof, "Power"), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dir", help="profile directory")
+    ap.add_argument("-o", "--out", help="where to write the PNGs [DIR]")
+    args = ap.parse_args()
+    if not os.path.isdir(args.dir):
+        fail(f"no profile directory '{args.dir}'", 2)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        fail("matplotlib is not installed (python3 -m pip install matplotlib)")
+    p = load(args.dir)
+    out = args.out or args.dir
+    os.makedirs(out, exist_ok=True)
+    for name, fn in (("roofline", plot_roofline), ("subblocks", plot_subblocks), ("kernels", plot_kernels),
+                     ("power", plot_power)):
+        path = os.path.join(out, f"{name}.png")
+        fn(p, plt, path)
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

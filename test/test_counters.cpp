@@ -1,0 +1,203 @@
+// Hardware counters without a GPU: CUPTI's host API on chip "GH100" (llmc/cupti_counters.cuh; built with the
+// CUDA toolkit only) and the join and aggregation of synthetic counter records (llmc/counter_records.h).
+#include <cmath>
+#include <gtest/gtest.h>
+#include <string>
+#include <vector>
+
+#include "llmc/counter_records.h"
+#ifdef LLMC_HAVE_CUPTI
+#include "llmc/cupti_counters.cuh"
+#endif
+
+using namespace llmc;
+using namespace llmc::prof;
+
+namespace {
+
+#ifdef LLMC_HAVE_CUPTI
+// The host half needs nothing from a device: CUPTI carries the chip's metric tables in libnvperf_host.
+TEST(ProfilerCounters, HostAcceptsEveryMetricOnGH100) {
+    for (const std::string& m : all_counter_metrics()) {
+        MetricConfig one("GH100", {m});
+        EXPECT_FALSE(one.config_image().empty()) << m;
+        EXPECT_EQ(one.num_passes(), 1u) << m;
+    }
+}
+
+// Observed with CUPTI 2025.3.1: the counter set including its peaks and clocks fits one pass, the FP32
+// instruction counters fit one pass on their own, and together they need two (kernel replay runs each
+// kernel twice). A change here changes the cost of --counters.
+TEST(ProfilerCounters, PassCountsOnGH100) {
+    MetricConfig counters("GH100", COUNTER_METRICS);
+    EXPECT_FALSE(counters.config_image().empty());
+    EXPECT_EQ(counters.num_passes(), 1u);
+    MetricConfig fp32("GH100", FP32_METRICS);
+    EXPECT_EQ(fp32.num_passes(), 1u);
+    MetricConfig all("GH100", all_counter_metrics());
+    EXPECT_EQ(all.num_passes(), 2u);
+}
+
+TEST(ProfilerCounters, UnknownMetricNamesItself) {
+    try {
+        MetricConfig bad("GH100", {"dram__bytes_read.sum", "dram__no_such_counter.sum"});
+        FAIL() << "an unknown metric was accepted";
+    } catch (const CounterError& e) {
+        EXPECT_NE(std::string(e.what()).find("'dram__no_such_counter.sum' unknown on GH100"), std::string::npos)
+            << e.what();
+    }
+}
+
+TEST(ProfilerCounters, UnknownChip) { EXPECT_THROW(MetricConfig("NOT_A_CHIP", COUNTER_METRICS), CounterError); }
+
+// Values arrive in all_counter_metrics() order; the ceilings are peak per cycle x cycles per second.
+TEST(ProfilerCounters, EvaluatedValuesMapToFields) {
+    std::vector<double> v = {1000, 10, 20, 30, 40, 4096, 16896, 1.98e9, 64, 2.6e9, 5, 6, 7};
+    ASSERT_EQ(v.size(), all_counter_metrics().size());
+    KernelCounters k = kernel_counters_from("gemm", v);
+    EXPECT_EQ(k.time_ns, 1000);
+    EXPECT_EQ(k.dram_bytes(), 30);
+    EXPECT_EQ(k.l2_bytes, 30);
+    EXPECT_EQ(k.tensor_ops, 40);
+    EXPECT_DOUBLE_EQ(k.peak_tensor_flops, 4096 * 1.98e9);
+    EXPECT_DOUBLE_EQ(k.peak_fp32_flops, 2 * 16896 * 1.98e9);
+    EXPECT_DOUBLE_EQ(k.peak_dram_bytes, 64 * 2.6e9);
+    EXPECT_EQ(k.fp32_flops(), 5 + 6 + 2 * 7);
+}
+#endif
+
+KernelRecord traced(const std::string& name, uint32_t corr, SubBlock s, Phase p, int layer) {
+    KernelRecord k;
+    k.name = name, k.correlation = corr, k.where = {(int)s, (int)p, layer, 0};
+    return k;
+}
+KernelCounters counted(const std::string& name, double ns, double rd, double wr, double tensor, double fadd,
+                       double fmul, double ffma) {
+    KernelCounters k;
+    k.name = name, k.time_ns = ns, k.dram_read = rd, k.dram_write = wr, k.l2_bytes = 2 * (rd + wr);
+    k.tensor_ops = tensor, k.fadd = fadd, k.fmul = fmul, k.ffma = ffma;
+    k.peak_tensor_flops = 1e15, k.peak_fp32_flops = 1e14, k.peak_dram_bytes = 1e12;
+    return k;
+}
+
+// Traced kernels arrive sorted by start time; the join orders them by launch (correlation id).
+std::vector<KernelRecord> traced_step() {
+    return {traced("void layernorm_forward_kernel<int>(float*, int)", 11, SubBlock::ln1, Phase::fwd, 0),
+            traced("sm90_xmma_gemm_bf16bf16", 12, SubBlock::qkv, Phase::fwd, 0),
+            traced("sm90_xmma_gemm_bf16bf16", 15, SubBlock::qkv, Phase::fwd, 1),
+            traced("void layernorm_forward_kernel<int>(float*, int)", 14, SubBlock::ln1, Phase::fwd, 1)};
+}
+std::vector<KernelCounters> counted_step() {
+    return {counted("void layernorm_forward_kernel<int>(float*, int)", 2000, 4e6, 2e6, 0, 1e5, 2e5, 3e5),
+            counted("sm90_xmma_gemm_bf16bf16", 10000, 1e6, 0.5e6, 2.0 * 512 * 768 * 2304, 0, 0, 1e3),
+            counted("void layernorm_forward_kernel<int>(float*, int)", 3000, 4e6, 2e6, 0, 1e5, 2e5, 3e5),
+            counted("sm90_xmma_gemm_bf16bf16", 12000, 1e6, 0.5e6, 2.0 * 512 * 768 * 2304, 0, 0, 1e3)};
+}
+
+TEST(ProfilerCounters, JoinsByLaunchOrder) {
+    std::vector<KernelCounters> k = counted_step();
+    ASSERT_EQ(join_by_launch_order(traced_step(), k), "");
+    EXPECT_EQ(k[0].where.subblock, (int)SubBlock::ln1);
+    EXPECT_EQ(k[1].where.subblock, (int)SubBlock::qkv);
+    EXPECT_EQ(k[1].where.layer, 0);
+    EXPECT_EQ(k[2].where.subblock, (int)SubBlock::ln1); // correlation 14 launched before 15
+    EXPECT_EQ(k[2].where.layer, 1);
+    EXPECT_EQ(k[3].where.layer, 1);
+}
+
+TEST(ProfilerCounters, JoinRefusesMismatches) {
+    std::vector<KernelCounters> k = counted_step();
+    k.pop_back();
+    EXPECT_NE(join_by_launch_order(traced_step(), k).find("launched 3 kernels, the traced step 4"),
+              std::string::npos);
+    EXPECT_EQ(k[0].where.subblock, -1);
+    k = counted_step();
+    std::swap(k[0], k[1]);
+    EXPECT_NE(join_by_launch_order(traced_step(), k).find("kernel 0 is sm90_xmma_gemm_bf16bf16"), std::string::npos);
+    EXPECT_EQ(kernel_base_name("void f<int>(float*)"), "f<int>");
+    EXPECT_EQ(kernel_base_name("f"), "f");
+}
+
+// Sums by hand: counts add, rates come from the sums, floors add as seconds.
+TEST(ProfilerCounters, AggregatesSubBlocksFromSums) {
+    CounterReport r;
+    r.kernels = counted_step();
+    ASSERT_EQ(join_by_launch_order(traced_step(), r.kernels), "");
+    aggregate_counters(r);
+    ASSERT_EQ(r.subblocks.size(), 2u);
+    const CounterRow* ln = find_counter_row(r, (int)SubBlock::ln1, (int)Phase::fwd);
+    const CounterRow* qkv = find_counter_row(r, (int)SubBlock::qkv, (int)Phase::fwd);
+    ASSERT_TRUE(ln && qkv);
+    EXPECT_EQ(find_counter_row(r, (int)SubBlock::qkv, (int)Phase::bwd), nullptr);
+
+    EXPECT_EQ(ln->kernels, 2);
+    EXPECT_EQ(ln->time_ns, 5000);
+    EXPECT_EQ(ln->fp32_flops, 2 * (1e5 + 2e5 + 2 * 3e5)); // fadd + fmul + 2·ffma, two launches
+    EXPECT_EQ(ln->tensor_flops, 0);
+    EXPECT_EQ(ln->dram_bytes, 12e6);
+    EXPECT_EQ(ln->l2_bytes, 24e6);
+    EXPECT_DOUBLE_EQ(ln->tflops(), 1.8e6 / 5e-6 / 1e12);
+    EXPECT_DOUBLE_EQ(ln->gbps(), 12e6 / 5e-6 / 1e9);
+    EXPECT_DOUBLE_EQ(ln->intensity(), 1.8e6 / 12e6);
+    EXPECT_DOUBLE_EQ(ln->memory_floor_s, 12e6 / 1e12);
+    EXPECT_DOUBLE_EQ(ln->compute_floor_s(), 1.8e6 / 1e14);
+    EXPECT_DOUBLE_EQ(ln->fp32_ceiling_tflops(), 100);
+    EXPECT_DOUBLE_EQ(ln->dram_ceiling_gbps(), 1000);
+    EXPECT_STREQ(ln->bound(), "memory");
+    EXPECT_DOUBLE_EQ(ln->pct_of_roofline(), 100 * (12e6 / 1e12) / 5e-6);
+
+    const double gemm = 2.0 * 512 * 768 * 2304;
+    EXPECT_EQ(qkv->tensor_flops, 2 * gemm); // exactly the analytic 2·M·N·K per launch
+    EXPECT_EQ(qkv->fp32_flops, 2 * 2e3);
+    EXPECT_EQ(qkv->dram_bytes, 3e6);
+    EXPECT_DOUBLE_EQ(qkv->compute_floor_s(), 2 * gemm / 1e15 + 4e3 / 1e14);
+    EXPECT_DOUBLE_EQ(qkv->tensor_ceiling_tflops(), 1000);
+    EXPECT_STREQ(qkv->bound(), "compute");
+    EXPECT_DOUBLE_EQ(qkv->tflops(), (2 * gemm + 4e3) / 22e-6 / 1e12);
+
+    EXPECT_EQ(r.total.kernels, 4);
+    EXPECT_EQ(r.total.time_ns, 27000);
+    EXPECT_EQ(r.total.dram_bytes, 15e6);
+    EXPECT_DOUBLE_EQ(r.total.tflops(), r.total.flops() / 27e-6 / 1e12);
+
+    // Per kernel: one row per (name, sub-block, phase), longest first.
+    ASSERT_EQ(r.per_kernel.size(), 2u);
+    EXPECT_EQ(r.per_kernel[0].kernel, "sm90_xmma_gemm_bf16bf16");
+    EXPECT_EQ(r.per_kernel[0].kernels, 2);
+    EXPECT_EQ(r.per_kernel[0].time_ns, 22000);
+}
+
+// The summary table puts the analytic GEMM FLOPs next to the counted tensor FLOPs (equal: both 2·M·N·K).
+TEST(ProfilerCounters, MeasuredVsAnalyticTable) {
+    CounterReport r;
+    r.collected = true;
+    r.kernels = counted_step();
+    ASSERT_EQ(join_by_launch_order(traced_step(), r.kernels), "");
+    aggregate_counters(r);
+    CostTable costs{};
+    costs[(int)SubBlock::qkv][(int)Phase::fwd] = {2 * 2.0 * 512 * 768 * 2304, 0, 2.5e6};
+    std::string t = measured_vs_analytic(r, costs, true);
+    EXPECT_NE(t.find("Measured vs analytic"), std::string::npos);
+    const std::string gflop = strprintf("%.3f", 2 * 2.0 * 512 * 768 * 2304 / 1e9);
+    size_t qkv = t.find("  qkv ");
+    ASSERT_NE(qkv, std::string::npos) << t;
+    std::string row = t.substr(qkv, t.find('\n', qkv) - qkv);
+    EXPECT_NE(row.find(gflop + std::string(12 - gflop.size(), ' ') + gflop), std::string::npos) << row;
+    CounterReport none;
+    none.note = "no permission to read GPU performance counters";
+    EXPECT_NE(measured_vs_analytic(none, costs, true).find("counters: no permission"), std::string::npos);
+}
+
+// Kernels the join could not attribute land in one "(none)" row, after the attributed ones.
+TEST(ProfilerCounters, UnattributedKernelsGoLast) {
+    CounterReport r;
+    r.kernels = counted_step();
+    r.kernels[0].where = {(int)SubBlock::ln1, (int)Phase::fwd, 0, 0};
+    aggregate_counters(r);
+    ASSERT_EQ(r.subblocks.size(), 2u);
+    EXPECT_EQ(r.subblocks[0].subblock, (int)SubBlock::ln1);
+    EXPECT_EQ(r.subblocks[1].subblock, -1);
+    EXPECT_EQ(r.subblocks[1].kernels, 3);
+}
+
+} // namespace

@@ -1,0 +1,145 @@
+// train_gpt2 --profile DIR: the CPU trainer writes the profile directory of the brief, with a row per
+// sub-block and phase, sub-block times inside the step wall times, and one row per profiled step.
+#include <fstream>
+#include <gtest/gtest.h>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "llmc/cpu_profile.h"
+#include "test/cpu_profile_fixture.h"
+
+using namespace llmc;
+using testutil::CpuProfileRun;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// Rows of a CSV without quoted fields (the profile's CSVs quote only kernel names with commas), keyed by header.
+std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
+    std::istringstream in(slurp(path));
+    auto split = [](const std::string& line) {
+        std::vector<std::string> cells;
+        std::stringstream ss(line);
+        for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+        if (!line.empty() && line.back() == ',') cells.push_back("");
+        return cells;
+    };
+    std::string line;
+    std::getline(in, line);
+    std::vector<std::string> header = split(line);
+    std::vector<std::map<std::string, std::string>> rows;
+    while (std::getline(in, line)) {
+        std::vector<std::string> cells = split(line);
+        std::map<std::string, std::string> row;
+        for (size_t i = 0; i < header.size() && i < cells.size(); i++) row[header[i]] = cells[i];
+        rows.push_back(row);
+    }
+    return rows;
+}
+
+} // namespace
+
+TEST(CpuProfile, WritesTheProfileDirectory) {
+    CpuProfileRun r;
+    testutil::run_cpu_profile(r, 5, 1, 3);
+    ASSERT_EQ(r.result.exit_code, 0) << r.result.output;
+    EXPECT_NE(r.result.output.find("profile: steps 2-4 written to"), std::string::npos) << r.result.output;
+    const std::string d = r.profile_dir();
+    for (const char* f : {"summary.txt", "kernels.csv", "subblocks.csv", "steps.csv", "api.csv", "roofline.csv",
+                          "trace.json", "profile.json"})
+        EXPECT_TRUE(file_exists(d + "/" + f)) << f;
+
+    // Every CPU sub-block forward and backward, and the optimizer phase; 2 layers x 2 micro-batches x 3 steps.
+    std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>> cells;
+    double subblock_us = 0;
+    for (auto& row : read_csv(d + "/subblocks.csv")) {
+        cells[{row["subblock"], row["phase"]}] = row;
+        subblock_us += std::stod(row["time_us"]);
+    }
+    for (int s = 0; s <= (int)SubBlock::classifier; s++)
+        for (const char* p : {"fwd", "bwd"}) {
+            auto it = cells.find({subblock_name((SubBlock)s), p});
+            ASSERT_NE(it, cells.end()) << subblock_name((SubBlock)s) << " " << p;
+            bool per_layer = s >= (int)SubBlock::ln1 && s <= (int)SubBlock::residual2;
+            EXPECT_EQ(std::stol(it->second["calls"]), (per_layer ? 2 : 1) * 2 * 3) << it->first.first;
+            EXPECT_GT(std::stod(it->second["time_us"]), 0);
+        }
+    for (const char* s : {"optimizer", "grad_norm"}) {
+        ASSERT_TRUE(cells.count({s, "opt"})) << s;
+        EXPECT_EQ((cells[{s, "opt"}]["calls"]), "3");
+    }
+    EXPECT_FALSE(cells.count({"(none)", "(none)"})); // every execution is attributed
+
+    // One row per profiled step; the sub-blocks run inside the steps.
+    auto steps = read_csv(d + "/steps.csv");
+    ASSERT_EQ(steps.size(), 3u);
+    double wall_us = 0;
+    for (size_t i = 0; i < steps.size(); i++) {
+        EXPECT_EQ(steps[i]["step"], std::to_string(i));
+        EXPECT_EQ(steps[i]["tokens"], "128");
+        EXPECT_EQ(steps[i]["energy_j"], ""); // no power samples on the CPU
+        wall_us += std::stod(steps[i]["wall_ms"]) * 1e3;
+    }
+    EXPECT_GT(subblock_us, 0);
+    EXPECT_LE(subblock_us, wall_us);
+
+    auto j = nlohmann::json::parse(slurp(d + "/profile.json"));
+    EXPECT_EQ(j["context"]["program"], "train_gpt2");
+    EXPECT_EQ(j["context"]["device_kind"], "CPU");
+    EXPECT_NE(j["context"]["device"].get<std::string>().find("threads)"), std::string::npos);
+    EXPECT_GT(j["context"]["ceilings"]["fp32_tflops"].get<double>(), 0);
+    EXPECT_GT(j["context"]["ceilings"]["dram_gbps"].get<double>(), 0);
+    EXPECT_EQ(j["api"].size(), 0u); // no CUDA
+    std::string trace = slurp(d + "/trace.json");
+    EXPECT_NE(trace.find("\"cpu:matmul qkv\""), std::string::npos);
+    EXPECT_NE(trace.find("\"CPU 0: "), std::string::npos);
+    EXPECT_TRUE(nlohmann::json::accept(trace));
+}
+
+TEST(CpuProfile, WindowPastTheRunWritesNothing) {
+    CpuProfileRun r;
+    testutil::run_cpu_profile(r, 2, 5, 2);
+    ASSERT_EQ(r.result.exit_code, 0) << r.result.output;
+    EXPECT_NE(r.result.output.find("the run ended before step 6"), std::string::npos) << r.result.output;
+    EXPECT_FALSE(file_exists(r.profile_dir() + "/summary.txt"));
+}
+
+TEST(CpuProfile, RunEndingInsideTheWindowWritesWhatRan) {
+    CpuProfileRun r;
+    testutil::run_cpu_profile(r, 3, 1, 5);
+    ASSERT_EQ(r.result.exit_code, 0) << r.result.output;
+    EXPECT_NE(r.result.output.find("profile: steps 2-3 written to"), std::string::npos) << r.result.output;
+    EXPECT_EQ(read_csv(r.profile_dir() + "/steps.csv").size(), 2u);
+}
+
+TEST(CpuProfile, OpNamesAndRecords) {
+    EXPECT_EQ(prof::cpu_op_name(SubBlock::qkv), "cpu:matmul qkv");
+    EXPECT_EQ(prof::cpu_op_name(SubBlock::attention), "cpu:attention");
+    EXPECT_EQ(prof::kernel_category(prof::cpu_op_name(SubBlock::fc)), "gemm");
+    std::vector<SubBlockEvent> ev = {{SubBlock::ln1, Phase::fwd, 0, 110, 120},
+                                     {SubBlock::qkv, Phase::fwd, 0, 120, 150},
+                                     {SubBlock::qkv, Phase::bwd, 0, 150, 190},
+                                     {SubBlock::optimizer, Phase::opt, -1, 190, 199}};
+    prof::ProfileRecords rec = prof::cpu_profile_records(ev, {{3, 100, 200, 64}});
+    ASSERT_EQ(rec.kernels.size(), 4u);
+    EXPECT_EQ(rec.kernels[1].name, "cpu:matmul qkv");
+    EXPECT_EQ(rec.kernels[1].where.step, 3);
+    EXPECT_EQ(rec.kernels[1].where.layer, 0);
+    // The step, then one range per run of a phase.
+    ASSERT_EQ(rec.ranges.size(), 4u);
+    EXPECT_EQ(rec.ranges[1].name, "forward");
+    EXPECT_EQ(rec.ranges[1].start_ns, 110u);
+    EXPECT_EQ(rec.ranges[1].end_ns, 150u);
+    EXPECT_EQ(rec.ranges[2].name, "backward");
+    EXPECT_EQ(rec.ranges[3].name, "optimizer");
+}

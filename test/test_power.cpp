@@ -1,0 +1,244 @@
+// Power and energy (llmc/nvml_sampler.h, step energy and efficiency in llmc/profile_report.h) from a fake
+// NVML function table and synthetic records: no GPU, no NVML needed. Times are nanoseconds.
+#include <atomic>
+#include <cmath>
+#include <gtest/gtest.h>
+#include <string>
+#include <vector>
+
+#include "llmc/nvml_sampler.h"
+#include "llmc/profile_writers.h"
+
+using namespace llmc;
+using namespace llmc::prof;
+
+namespace {
+
+constexpr uint64_t MS = 1000000;
+
+// The fake GPU: readings the test sets, and the clock it advances. NVML entry points are plain function
+// pointers, so the fake's state is global.
+struct FakeGpu {
+    std::atomic<uint64_t> now{0};
+    std::atomic<unsigned> power_mw{250000}, sm_mhz{1980}, mem_mhz{2619}, temp_c{55};
+    std::atomic<unsigned long long> reasons{0}, energy_mj{0};
+    nvmlReturn_t init_rc = NVML_SUCCESS, power_rc = NVML_SUCCESS;
+    bool has_energy = true;
+    int inits = 0, shutdowns = 0;
+};
+FakeGpu* fake = nullptr;
+nvmlDevice_t const FAKE_DEVICE = reinterpret_cast<nvmlDevice_t>(0x1234);
+
+NvmlApi fake_api() {
+    NvmlApi a;
+    a.init = [] { return fake->inits++, fake->init_rc; };
+    a.shutdown = [] { return fake->shutdowns++, NVML_SUCCESS; };
+    a.error_string = [](nvmlReturn_t rc) { return rc == 9 ? "Driver Not Loaded" : "Unknown Error"; };
+    a.handle_by_index = [](unsigned i, nvmlDevice_t* d) { return *d = FAKE_DEVICE, i == 0 ? NVML_SUCCESS : 2; };
+    a.power_usage = [](nvmlDevice_t, unsigned* mw) { return *mw = fake->power_mw, fake->power_rc; };
+    a.clock_info = [](nvmlDevice_t, int type, unsigned* v) {
+        return *v = type == NVML_CLOCK_SM ? fake->sm_mhz.load() : fake->mem_mhz.load(), NVML_SUCCESS;
+    };
+    a.max_clock_info = [](nvmlDevice_t, int, unsigned* v) { return *v = 1980, NVML_SUCCESS; };
+    a.temperature = [](nvmlDevice_t, int, unsigned* v) { return *v = fake->temp_c, NVML_SUCCESS; };
+    a.clocks_event_reasons = [](nvmlDevice_t, unsigned long long* v) { return *v = fake->reasons, NVML_SUCCESS; };
+    a.total_energy = [](nvmlDevice_t, unsigned long long* mj) {
+        return *mj = fake->energy_mj, fake->has_energy ? NVML_SUCCESS : 3;
+    };
+    return a;
+}
+
+class ProfilerPowerTest : public ::testing::Test {
+protected:
+    void SetUp() override { fake = &gpu; }
+    void TearDown() override { fake = nullptr; }
+    PowerSampler::Clock clock() {
+        return [this] { return gpu.now.load(); };
+    }
+    FakeGpu gpu;
+};
+
+StepRecord step(int n, uint64_t start, uint64_t end, long tokens) {
+    StepRecord s;
+    s.step = n, s.start_ns = start, s.end_ns = end, s.tokens = tokens;
+    return s;
+}
+
+} // namespace
+
+TEST_F(ProfilerPowerTest, MarkRecordsSampleAndEnergyInTheClockTimebase) {
+    {
+        PowerSampler p(fake_api(), clock(), 100);
+        ASSERT_TRUE(p.available());
+        EXPECT_EQ(p.status(), "");
+        gpu.now = 5 * MS, gpu.energy_mj = 1000, gpu.reasons = 0x4, gpu.power_mw = 301500;
+        p.mark();
+        gpu.now = 45 * MS, gpu.energy_mj = 13000;
+        p.mark();
+        ProfileRecords r;
+        p.take_into(r);
+        ASSERT_EQ(r.power.size(), 2u);
+        EXPECT_EQ(r.power[0].t_ns, 5 * MS);
+        EXPECT_DOUBLE_EQ(r.power[0].power_w, 301.5);
+        EXPECT_EQ(r.power[0].sm_clock_mhz, 1980);
+        EXPECT_EQ(r.power[0].mem_clock_mhz, 2619);
+        EXPECT_EQ(r.power[0].temperature_c, 55);
+        EXPECT_EQ(r.power[0].throttle_reasons, 0x4u);
+        ASSERT_EQ(r.energy.size(), 2u);
+        EXPECT_EQ(r.energy[1].t_ns, 45 * MS);
+        EXPECT_DOUBLE_EQ(r.energy[1].joules - r.energy[0].joules, 12.0);
+        EXPECT_EQ(r.max_sm_clock_mhz, 1980);
+        EXPECT_EQ(r.power_status, "");
+    }
+    EXPECT_EQ(gpu.inits, 1);
+    EXPECT_EQ(gpu.shutdowns, 1);
+}
+
+TEST_F(ProfilerPowerTest, ThreadSamplesUntilStopped) {
+    PowerSampler p(fake_api(), clock(), 1);
+    ASSERT_TRUE(p.start());
+    for (int i = 0; i < 200; i++) {
+        gpu.now += MS;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    p.stop();
+    ProfileRecords r;
+    p.take_into(r);
+    EXPECT_GE(r.power.size(), 3u); // 1 ms interval over >= 40 ms of sleeps
+    for (size_t i = 1; i < r.power.size(); i++) EXPECT_GE(r.power[i].t_ns, r.power[i - 1].t_ns);
+    for (const PowerSample& s : r.power) EXPECT_DOUBLE_EQ(s.power_w, 250.0);
+    EXPECT_TRUE(r.energy.empty()); // the counter is read at marks only
+    size_t n = r.power.size();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    p.take_into(r);
+    EXPECT_TRUE(r.power.empty()) << "no samples after stop (had " << n << ")";
+}
+
+TEST_F(ProfilerPowerTest, NvmlAbsentOrFailingIsNotAvailable) {
+    gpu.init_rc = 9;
+    PowerSampler p(fake_api(), clock());
+    EXPECT_FALSE(p.available());
+    EXPECT_EQ(p.status(), "NVML not available (nvmlInit_v2: Driver Not Loaded)");
+    EXPECT_FALSE(p.start());
+    p.mark();
+    ProfileRecords r;
+    p.take_into(r);
+    EXPECT_TRUE(r.power.empty());
+    EXPECT_TRUE(r.energy.empty());
+    EXPECT_EQ(r.power_status, p.status());
+    EXPECT_EQ(gpu.shutdowns, 0);
+
+    gpu.init_rc = NVML_SUCCESS, gpu.power_rc = 3; // power unsupported: nothing to sample
+    PowerSampler q(fake_api(), clock());
+    EXPECT_FALSE(q.available());
+    EXPECT_EQ(q.status(), "NVML not available (nvmlDeviceGetPowerUsage: Unknown Error)");
+
+    // The report and the writers say so; energy columns are unknown.
+    r.steps.push_back(step(0, 0, 10 * MS, 1000));
+    Report rep = build_report(r, ProfileContext{});
+    EXPECT_TRUE(std::isnan(rep.steps[0].energy_j));
+    EXPECT_TRUE(std::isnan(rep.steps[0].j_per_token));
+    EXPECT_EQ(rep.power.status, "NVML not available (nvmlInit_v2: Driver Not Loaded)");
+    std::string s = format_summary(rep);
+    EXPECT_NE(s.find("J/token, tokens/J, FLOP/s per W: n/a (NVML not available (nvmlInit_v2: Driver Not Loaded))"),
+              std::string::npos);
+    std::string csv = writer_detail::steps_csv(rep);
+    EXPECT_NE(csv.find("\n0,10.000000,0.000000,0.000000,0.000000,0.000000,0.000000,100000.0,,,10.000000,1,1000,,,,\n"),
+              std::string::npos)
+        << csv;
+}
+
+TEST(ProfilerPower, RealNvmlLoadFailsGracefullyOrSamples) {
+    // Without the driver (CI) the library is absent; on a GPU machine it loads. Either way nothing throws.
+    PowerSampler p([] { return (uint64_t)0; });
+    if (!p.available()) {
+        EXPECT_EQ(p.status().rfind("NVML not available (", 0), 0u) << p.status();
+    } else {
+        p.mark();
+        ProfileRecords r;
+        p.take_into(r);
+        ASSERT_EQ(r.power.size(), 1u);
+        EXPECT_GT(r.power[0].power_w, 0);
+    }
+}
+
+// Constant 200 W over a 50 ms step: counter advancing gives its delta; standing still falls back to the
+// integral of the samples.
+TEST_F(ProfilerPowerTest, StepEnergyFromCounterElseIntegrated) {
+    PowerSampler p(fake_api(), clock());
+    gpu.power_mw = 200000;
+    // Step 0 [10, 60) ms: the counter advances by 9.5 J (its own measure, not the 10 J of the samples).
+    gpu.now = 10 * MS, gpu.energy_mj = 100000;
+    p.mark();
+    gpu.now = 60 * MS, gpu.energy_mj = 109500;
+    p.mark();
+    // Step 1 [70, 120) ms: the counter does not move; the samples give 200 W x 50 ms = 10 J.
+    gpu.now = 70 * MS;
+    p.mark();
+    gpu.now = 120 * MS;
+    p.mark();
+    ProfileRecords r;
+    p.take_into(r);
+    r.steps = {step(0, 10 * MS, 60 * MS, 5000), step(1, 70 * MS, 120 * MS, 5000)};
+    Report rep = build_report(r, ProfileContext{});
+    EXPECT_NEAR(rep.steps[0].energy_j, 9.5, 1e-9);
+    EXPECT_STREQ(rep.steps[0].energy_source, "counter");
+    EXPECT_NEAR(rep.steps[1].energy_j, 10.0, 1e-9);
+    EXPECT_STREQ(rep.steps[1].energy_source, "integrated");
+    EXPECT_EQ(rep.power.counter_steps, 1);
+    EXPECT_EQ(rep.power.integrated_steps, 1);
+    EXPECT_NEAR(rep.power.energy_j, 19.5, 1e-9);
+    EXPECT_NEAR(rep.power.avg_w, 19.5 / 0.1, 1e-6);
+    std::string s = format_summary(rep);
+    EXPECT_NE(s.find("NVML energy counter where it advanced, else integrated power samples (1 steps counter, 1 "
+                     "integrated)"),
+              std::string::npos);
+}
+
+TEST(ProfilerPower, StepEnergyRampAndReadingsTooFarFromTheEdges) {
+    std::vector<PowerSample> ramp;
+    for (uint64_t t = 0; t <= 100 * MS; t += 10 * MS) ramp.push_back({t, 100.0 + 1000.0 * (t / 1e9)});
+    const char* src = "";
+    // No readings: ∫ (100 + 1000 t) dt over [0.015, 0.055] s = 4 + 1.4 J.
+    EXPECT_NEAR(step_energy({}, ramp, 15 * MS, 55 * MS, &src), 5.4, 1e-12);
+    EXPECT_STREQ(src, "integrated");
+    // Readings 20 ms off each edge (tolerance: 10% of 40 ms, at least 2 ms): not this step's; integrate.
+    std::vector<EnergyReading> far = {{0, 0.0}, {75 * MS, 7.0}};
+    EXPECT_NEAR(step_energy(far, ramp, 15 * MS, 55 * MS, &src), 5.4, 1e-12);
+    EXPECT_STREQ(src, "integrated");
+    // Readings 1 ms off: the counter.
+    std::vector<EnergyReading> near = {{14 * MS, 1.0}, {56 * MS, 6.5}};
+    EXPECT_NEAR(step_energy(near, ramp, 15 * MS, 55 * MS, &src), 5.5, 1e-12);
+    EXPECT_STREQ(src, "counter");
+    EXPECT_TRUE(std::isnan(step_energy({}, {}, 0, MS, &src)));
+    EXPECT_STREQ(src, "");
+}
+
+// J/token, tokens/J and FLOP/s per W by hand for GPT-2 124M at B=4, T=64: 6N + 12·L·C·T FLOPs per token.
+TEST(ProfilerPower, EfficiencyByHand) {
+    ProfileContext c;
+    GPT2Config g = gpt2_config_for_depth(12);
+    c.num_layers = g.num_layers, c.num_heads = g.num_heads, c.channels = g.channels;
+    c.max_seq_len = g.max_seq_len, c.vocab_size = g.vocab_size, c.padded_vocab_size = g.padded_vocab_size;
+    c.num_parameters = 124475904;
+    c.B = 4, c.T = 64;
+    ProfileRecords r;
+    r.steps = {step(0, 0, 100 * MS, 256)};
+    r.power = {{0, 300.0}, {100 * MS, 300.0}}; // 30 J over the step
+    Report rep = build_report(r, c);
+    const double flops_per_token = 6.0 * 124475904 + 12.0 * 12 * 768 * 64;
+    ASSERT_DOUBLE_EQ(rep.flops_per_token, flops_per_token);
+    EXPECT_NEAR(rep.steps[0].energy_j, 30.0, 1e-9);
+    EXPECT_NEAR(rep.steps[0].j_per_token, 30.0 / 256, 1e-12);
+    EXPECT_NEAR(rep.steps[0].tokens_per_j, 256 / 30.0, 1e-9);
+    // FLOP/s per W = (256 tokens / 0.1 s · flops_per_token) / 300 W = 256 · flops_per_token / 30 J.
+    EXPECT_NEAR(rep.steps[0].flops_per_w, 256 * flops_per_token / 30.0, 1);
+    EXPECT_NEAR(rep.power.joules_per_token, 0.1171875, 1e-12);
+    EXPECT_NEAR(rep.power.tokens_per_j, 8.533333333, 1e-6);
+    EXPECT_NEAR(rep.power.flops_per_w, 256 * flops_per_token / 30.0, 1);
+    std::string csv = writer_detail::steps_csv(rep);
+    EXPECT_NE(csv.find(",0.117187500,8.533,"), std::string::npos) << csv;
+    EXPECT_NE(csv.find(",integrated\n"), std::string::npos) << csv;
+    std::string s = format_summary(rep);
+    EXPECT_NE(s.find("0.11719 J/token, 8.5 tokens/J, "), std::string::npos) << s;
+}
