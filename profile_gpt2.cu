@@ -71,19 +71,14 @@ Options parse_options(int argc, char** argv) {
     constexpr long IMAX = 2147483647;
     Options o;
     for (int i = 1; i < argc; i++) {
-        std::string arg = argv[i], flag = arg, value;
-        bool has_value = false;
-        if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
-            flag = arg.substr(0, arg.find('='));
-            value = arg.substr(arg.find('=') + 1);
-            has_value = true;
-        }
+        llmc::detail::Arg a = llmc::detail::split_arg(argv[i]);
+        const std::string& flag = a.flag;
         if (flag == "-h" || flag == "--help") {
             o.help = true;
             continue;
         }
         if (flag == "--no-calibrate" || flag == "--counters") {
-            if (has_value) throw UsageError(strprintf("%s: takes no value", flag.c_str()));
+            if (a.has_value) throw UsageError(strprintf("%s: takes no value", flag.c_str()));
             if (flag == "--counters") o.counters = true;
             else o.calibrate = false;
             continue;
@@ -93,10 +88,7 @@ Options parse_options(int argc, char** argv) {
         bool known = false;
         for (const char* f : with_value) known |= flag == f;
         if (!known) throw UsageError(strprintf("unknown flag '%s' (see --help)", flag.c_str()));
-        if (!has_value) {
-            if (i + 1 >= argc) throw UsageError(strprintf("%s: missing value", flag.c_str()));
-            value = argv[++i];
-        }
+        const std::string value = llmc::detail::take_value(a, argc, argv, i);
         if (flag == "-e" || flag == "--model") o.model = value;
         else if (flag == "--layers") o.layers = (int)parse_long(flag, value, 1, 1000);
         else if (flag == "-b" || flag == "--batch") o.B = (int)parse_long(flag, value, 1, IMAX);

@@ -99,6 +99,25 @@ inline float parse_float(const std::string& flag, const std::string& v, float lo
         throw UsageError(strprintf("%s: expected a number in [%g, %g], got '%s'", flag.c_str(), lo, hi, v.c_str()));
     return x;
 }
+// One command-line argument: "--flag=value" carries its value; otherwise the value, if the flag takes one,
+// is the next argument (take_value).
+struct Arg {
+    std::string flag, value;
+    bool has_value = false;
+};
+inline Arg split_arg(const std::string& arg) {
+    size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) return {arg.substr(0, eq), arg.substr(eq + 1), true};
+    return {arg, "", false};
+}
+inline const std::string& take_value(Arg& a, int argc, char** argv, int& i) {
+    if (!a.has_value) {
+        if (i + 1 >= argc) throw UsageError(strprintf("%s: missing value", a.flag.c_str()));
+        a.value = argv[++i];
+        a.has_value = true;
+    }
+    return a.value;
+}
 } // namespace detail
 
 // Parses argv over the program's defaults `opt`. Throws UsageError on anything it does not understand.
@@ -107,13 +126,8 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
     using detail::parse_long;
     constexpr long IMAX = 2147483647;
     for (int i = 1; i < argc; i++) {
-        std::string arg = argv[i], flag = arg, value;
-        bool has_value = false;
-        if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
-            flag = arg.substr(0, arg.find('='));
-            value = arg.substr(arg.find('=') + 1);
-            has_value = true;
-        }
+        detail::Arg a = detail::split_arg(argv[i]);
+        const std::string& flag = a.flag;
         if (flag == "-h" || flag == "--help") {
             opt.help = true;
             continue;
@@ -130,10 +144,7 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
         for (auto& row : table)
             if (flag == row[0] || flag == row[1]) key = row[0];
         if (!key) throw UsageError(strprintf("unknown flag '%s' (see --help)", flag.c_str()));
-        if (!has_value) {
-            if (i + 1 >= argc) throw UsageError(strprintf("%s: missing value", flag.c_str()));
-            value = argv[++i];
-        }
+        const std::string value = detail::take_value(a, argc, argv, i);
         std::string k = key;
         if (k == "-i") opt.train_data = value;
         else if (k == "-j") opt.val_data = value;

@@ -10,6 +10,7 @@
 
 #include "dev/cuda/device_utils.cuh"
 #include "llmc/cuda_common.cuh"
+#include "llmc/gpt2_config.h"
 
 #define REQUIRE_GPU()                                                                                                 \
     do {                                                                                                              \
@@ -56,6 +57,19 @@ inline testing::AssertionResult close_rel(const std::vector<float>& out, const s
         return testing::AssertionFailure() << what << ": relative error " << rel << " > " << rel_tol << " (worst at "
                                            << worst << ": " << out[worst] << " vs " << ref[worst] << ")";
     return testing::AssertionSuccess() << what << ": relative error " << rel;
+}
+
+// The smallest model the GPU kernels take: head size 64 (the attention kernel's), a 500-token vocabulary padded
+// to 512 so the padding path runs, two layers so the residual stream crosses a layer boundary.
+inline llmc::GPT2Config tiny_gpt2_config() {
+    llmc::GPT2Config c;
+    c.max_seq_len = 64;
+    c.vocab_size = 500;
+    c.padded_vocab_size = 512;
+    c.num_layers = 2;
+    c.num_heads = 2;
+    c.channels = 128;
+    return c;
 }
 
 } // namespace gputest

@@ -21,20 +21,9 @@ using gputest::close_rel;
 
 namespace {
 
-GPT2Config tiny_config() {
-    GPT2Config c;
-    c.max_seq_len = 64;
-    c.vocab_size = 500;
-    c.padded_vocab_size = 512;
-    c.num_layers = 2;
-    c.num_heads = 2;
-    c.channels = 128;
-    return c;
-}
-
 // Both models from the same weights: the CPU one gets the bf16-rounded values the GPU computes with.
 struct Pair {
-    GPT2Config cfg = tiny_config();
+    GPT2Config cfg = gputest::tiny_gpt2_config();
     GPT2CPU<float> cpu{cfg};
     GPT2GPU gpu;
     Pair(int B, int T, uint64_t seed) : gpu(cfg, B, T) {
@@ -141,7 +130,7 @@ protected:
         };
         write_shard(dir / "toy_train.bin", make(40000));
         write_shard(dir / "toy_val.bin", make(8000));
-        GPT2Config c = tiny_config();
+        GPT2Config c = gputest::tiny_gpt2_config();
         std::vector<float> w(num_parameters(c));
         init_gpt2_parameters(w.data(), c, 5);
         save_model(dir / "toy_model.bin", c, w.data());

@@ -26,17 +26,6 @@ using namespace llmc::prof;
 
 namespace {
 
-GPT2Config tiny_config() {
-    GPT2Config c;
-    c.max_seq_len = 64;
-    c.vocab_size = 500;
-    c.padded_vocab_size = 512;
-    c.num_layers = 2;
-    c.num_heads = 2;
-    c.channels = 128;
-    return c;
-}
-
 // A train_gpt2cu step (GPUBackend::train_step) on a fixed batch.
 float train_step(GPT2GPU& m, const std::vector<int>& in, const std::vector<int>& tg, int B, int T, int t) {
     AdamWConfig adam;
@@ -111,7 +100,7 @@ void expect_profile_dir(const std::string& dir, size_t steps) {
 TEST(ProfilerGpu, EveryKernelOfAStepIsJoinedToItsSubBlock) {
     REQUIRE_GPU();
     const int B = 4, T = 64, steps = 3;
-    GPT2Config cfg = tiny_config();
+    GPT2Config cfg = gputest::tiny_gpt2_config();
     GPT2GPU m(cfg, B, T);
     std::vector<float> w(num_parameters(cfg));
     init_gpt2_parameters(w.data(), cfg, 7);
@@ -225,7 +214,7 @@ protected:
         std::vector<uint16_t> tokens(20000);
         for (uint16_t& x : tokens) x = (uint16_t)(g() % 500);
         write_shard(dir / "toy_train.bin", tokens);
-        GPT2Config c = tiny_config();
+        GPT2Config c = gputest::tiny_gpt2_config();
         std::vector<float> w(num_parameters(c));
         init_gpt2_parameters(w.data(), c, 5);
         save_model(dir / "toy_model.bin", c, w.data());
