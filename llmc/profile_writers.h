@@ -95,6 +95,11 @@ inline nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohm
 inline std::string format_summary(const Report& r, int top_n = 15) {
     using namespace writer_detail;
     const ProfileContext& c = r.context;
+    // The CPU trainer's profile has no GPU, no CUDA calls and no device memory: its "kernels" are sub-block
+    // executions on the CPU, so the report speaks of CPU time and leaves the GPU-only sections out.
+    const bool on_gpu = c.device_kind != "CPU";
+    const char* dev = on_gpu ? "GPU" : "CPU";
+    const char* pct_col = on_gpu ? "%gpu" : "%cpu";
     std::string s;
     s += strprintf("llmc profile: %s\n", c.program.empty() ? "(unnamed)" : c.program.c_str());
     s += "  device    " + c.device + "\n";
@@ -119,17 +124,19 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
 
     s += "\n== Throughput ==\n";
     const double per_step = r.num_steps ? 1.0 / r.num_steps : NAN;
-    s += strprintf("  %s tokens/s over %d steps (%s ms per step); GPU time %s ms per step\n",
+    s += strprintf("  %s tokens/s over %d steps (%s ms per step); %s time %s ms per step\n",
                    num(r.tokens_per_s, "%.0f").c_str(), r.num_steps, num(r.wall_s * 1e3 * per_step, "%.3f").c_str(),
-                   num(r.gpu_time_us / 1e3 * per_step, "%.3f").c_str());
+                   dev, num(r.gpu_time_us / 1e3 * per_step, "%.3f").c_str());
     if (r.has_model)
         s += strprintf("  model FLOPs %.4g per token (6N + 12LCT) -> %s TFLOP/s, MFU %s%% of bf16 %s TFLOP/s\n",
                        r.flops_per_token, num(r.model_tflops, "%.1f").c_str(), num(r.mfu, "%.1f").c_str(),
                        num(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN, "%.1f").c_str());
-    s += strprintf("  peak GPU memory %.2f GiB\n", c.peak_memory_bytes / 1073741824.0);
+    if (on_gpu) s += strprintf("  peak GPU memory %.2f GiB\n", c.peak_memory_bytes / 1073741824.0);
 
-    s += strprintf("\n== Top %d kernels (of %zu rows; %% of GPU time) ==\n", top_n, r.kernels.size());
-    TextTable kt({"kernel", "subblock", "phase", "category", "calls", "total_ms", "avg_us", "%gpu"}, "llllrrrr");
+    s += strprintf("\n== Top %d %s (of %zu rows; %% of %s time) ==\n", top_n, on_gpu ? "kernels" : "ops",
+                   r.kernels.size(), dev);
+    TextTable kt({on_gpu ? "kernel" : "op", "subblock", "phase", "category", "calls", "total_ms", "avg_us", pct_col},
+                 "llllrrrr");
     for (int i = 0; i < top_n && i < (int)r.kernels.size(); i++) {
         const KernelRow& k = r.kernels[i];
         kt.row({truncate(short_kernel_name(k.name), 60), subblock_label(k.subblock), phase_label(k.phase), k.category,
@@ -138,7 +145,7 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
     s += kt.str();
 
     s += "\n== Sub-blocks and roofline (analytic FLOPs and bytes, time per step) ==\n";
-    TextTable st({"subblock", "phase", "calls", "ms/step", "%gpu", "GFLOP", "MB", "FLOP/B", "floor_ms", "TFLOP/s",
+    TextTable st({"subblock", "phase", "calls", "ms/step", pct_col, "GFLOP", "MB", "FLOP/B", "floor_ms", "TFLOP/s",
                   "GB/s", "%roof", "bound"},
                  "llrrrrrrrrrrl");
     auto sub_row = [&](const SubBlockRow& b, const std::string& name, const std::string& phase) {
@@ -155,7 +162,7 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
          "  elementwise FLOPs against fp32 (bf16 when unknown); bytes: minimum DRAM traffic (doc/profiling.md).\n";
     s += measured_vs_analytic(r.counters, r.costs, r.has_model);
 
-    s += "\n== Steps (GPU time by phase) ==\n";
+    s += strprintf("\n== Steps (%s time by phase) ==\n", dev);
     TextTable pt({"step", "wall_ms", "busy_ms", "idle_ms", "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok/s",
                   "energy_J", "power_W"},
                  "rrrrrrrrrrr");
@@ -165,39 +172,41 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
                 num(x.tok_s, "%.0f"), num(x.energy_j, "%.2f"), num(x.avg_power_w, "%.0f")});
     s += pt.str();
 
-    s += "\n== GPU idle ==\n";
-    s += strprintf("  %.3f ms idle in %ld gaps over %d steps (%s%% of wall time)\n", r.idle_us / 1e3, r.idle_gaps,
-                   r.num_steps, num(r.wall_s > 0 ? 100 * r.idle_us / (r.wall_s * 1e6) : NAN, "%.1f").c_str());
-    TextTable gs({"gap size", "gaps", "total_ms", "%idle"}, "lrrr");
-    for (const NamedTime& g : r.gap_sizes)
-        gs.row({g.name, std::to_string(g.calls), num(g.total_us / 1e3, "%.3f"), num(g.pct, "%.1f")});
-    s += gs.str();
-    s += "  idle time by what the CPU thread was doing:\n";
-    TextTable ic({"CPU in", "gaps", "idle_ms", "%idle"}, "lrrr");
-    for (const NamedTime& g : r.idle_by_cpu)
-        ic.row({g.name, std::to_string(g.calls), num(g.total_us / 1e3, "%.3f"), num(g.pct, "%.1f")});
-    s += ic.str();
-    s += "  largest gaps:\n";
-    TextTable lg({"step", "at_ms", "gap_us", "main CUDA call in the gap", "its_us", "no_call_us", "CPU range"},
-                 "rrrlrrl");
-    for (const IdleGap& g : r.largest_gaps)
-        lg.row({std::to_string(g.step), num(g.offset_us / 1e3, "%.3f"), num(g.dur_us, "%.1f"),
-                g.api.empty() ? "(none)" : g.api, num(g.api_us, "%.1f"), num(g.outside_api_us, "%.1f"),
-                g.range.empty() ? "-" : g.range});
-    s += lg.str();
+    if (on_gpu) {
+        s += "\n== GPU idle ==\n";
+        s += strprintf("  %.3f ms idle in %ld gaps over %d steps (%s%% of wall time)\n", r.idle_us / 1e3, r.idle_gaps,
+                       r.num_steps, num(r.wall_s > 0 ? 100 * r.idle_us / (r.wall_s * 1e6) : NAN, "%.1f").c_str());
+        TextTable gs({"gap size", "gaps", "total_ms", "%idle"}, "lrrr");
+        for (const NamedTime& g : r.gap_sizes)
+            gs.row({g.name, std::to_string(g.calls), num(g.total_us / 1e3, "%.3f"), num(g.pct, "%.1f")});
+        s += gs.str();
+        s += "  idle time by what the CPU thread was doing:\n";
+        TextTable ic({"CPU in", "gaps", "idle_ms", "%idle"}, "lrrr");
+        for (const NamedTime& g : r.idle_by_cpu)
+            ic.row({g.name, std::to_string(g.calls), num(g.total_us / 1e3, "%.3f"), num(g.pct, "%.1f")});
+        s += ic.str();
+        s += "  largest gaps:\n";
+        TextTable lg({"step", "at_ms", "gap_us", "main CUDA call in the gap", "its_us", "no_call_us", "CPU range"},
+                     "rrrlrrl");
+        for (const IdleGap& g : r.largest_gaps)
+            lg.row({std::to_string(g.step), num(g.offset_us / 1e3, "%.3f"), num(g.dur_us, "%.1f"),
+                    g.api.empty() ? "(none)" : g.api, num(g.api_us, "%.1f"), num(g.outside_api_us, "%.1f"),
+                    g.range.empty() ? "-" : g.range});
+        s += lg.str();
 
-    s += strprintf("\n== CUDA API (CPU thread; %.1f%% of the window in CUDA calls) ==\n", r.api_pct);
-    auto time_row = [&](TextTable& t, const NamedTime& a) {
-        t.row({a.name, std::to_string(a.calls), num(a.total_us / 1e3, "%.3f"), num(a.avg_us, "%.2f"),
-               num(a.pct, "%.1f")});
-    };
-    TextTable at({"api", "calls", "total_ms", "avg_us", "%cpu"}, "lrrrr");
-    for (const NamedTime& a : r.api) time_row(at, a);
-    s += at.str();
-    s += strprintf("\n== Synchronisation (CPU blocked; %.1f%% of the window) ==\n", r.sync_pct);
-    TextTable yt({"type", "calls", "total_ms", "avg_us", "%cpu"}, "lrrrr");
-    for (const NamedTime& a : r.syncs) time_row(yt, a);
-    s += yt.str();
+        s += strprintf("\n== CUDA API (CPU thread; %.1f%% of the window in CUDA calls) ==\n", r.api_pct);
+        auto time_row = [&](TextTable& t, const NamedTime& a) {
+            t.row({a.name, std::to_string(a.calls), num(a.total_us / 1e3, "%.3f"), num(a.avg_us, "%.2f"),
+                   num(a.pct, "%.1f")});
+        };
+        TextTable at({"api", "calls", "total_ms", "avg_us", "%cpu"}, "lrrrr");
+        for (const NamedTime& a : r.api) time_row(at, a);
+        s += at.str();
+        s += strprintf("\n== Synchronisation (CPU blocked; %.1f%% of the window) ==\n", r.sync_pct);
+        TextTable yt({"type", "calls", "total_ms", "avg_us", "%cpu"}, "lrrrr");
+        for (const NamedTime& a : r.syncs) time_row(yt, a);
+        s += yt.str();
+    }
 
     s += "\n== Power ==\n";
     const PowerSummary& p = r.power;

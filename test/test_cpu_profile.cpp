@@ -100,6 +100,12 @@ TEST(CpuProfile, WritesTheProfileDirectory) {
     EXPECT_GT(j["context"]["ceilings"]["fp32_tflops"].get<double>(), 0);
     EXPECT_GT(j["context"]["ceilings"]["dram_gbps"].get<double>(), 0);
     EXPECT_EQ(j["api"].size(), 0u); // no CUDA
+    // The summary speaks of CPU time and leaves out the GPU-only sections.
+    std::string summary = slurp(d + "/summary.txt");
+    EXPECT_NE(summary.find("== Steps (CPU time by phase) =="), std::string::npos) << summary;
+    EXPECT_NE(summary.find("% of CPU time) =="), std::string::npos) << summary;
+    for (const char* gpu_only : {"GPU time", "GPU idle", "peak GPU memory", "== CUDA API", "%gpu"})
+        EXPECT_EQ(summary.find(gpu_only), std::string::npos) << gpu_only;
     std::string trace = slurp(d + "/trace.json");
     EXPECT_NE(trace.find("\"cpu:matmul qkv\""), std::string::npos);
     EXPECT_NE(trace.find("\"CPU 0: "), std::string::npos);
