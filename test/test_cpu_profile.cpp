@@ -1,11 +1,9 @@
 // train_gpt2 --profile DIR: the CPU trainer writes the profile directory of the brief, with a row per
 // sub-block and phase, sub-block times inside the step wall times, and one row per profiled step.
-#include <fstream>
 #include <gtest/gtest.h>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,40 +12,8 @@
 
 using namespace llmc;
 using testutil::CpuProfileRun;
-
-namespace {
-
-std::string slurp(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-// Rows of a CSV without quoted fields (the profile's CSVs quote only kernel names with commas), keyed by header.
-std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
-    std::istringstream in(slurp(path));
-    auto split = [](const std::string& line) {
-        std::vector<std::string> cells;
-        std::stringstream ss(line);
-        for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
-        if (!line.empty() && line.back() == ',') cells.push_back("");
-        return cells;
-    };
-    std::string line;
-    std::getline(in, line);
-    std::vector<std::string> header = split(line);
-    std::vector<std::map<std::string, std::string>> rows;
-    while (std::getline(in, line)) {
-        std::vector<std::string> cells = split(line);
-        std::map<std::string, std::string> row;
-        for (size_t i = 0; i < header.size() && i < cells.size(); i++) row[header[i]] = cells[i];
-        rows.push_back(row);
-    }
-    return rows;
-}
-
-} // namespace
+using testutil::read_csv;
+using testutil::slurp;
 
 TEST(CpuProfile, WritesTheProfileDirectory) {
     CpuProfileRun r;

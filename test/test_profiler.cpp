@@ -8,7 +8,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -124,12 +123,6 @@ ProfileRecords two_steps() {
     return r;
 }
 
-std::string read_text(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
 std::string first_line(const std::string& path) {
     std::ifstream f(path);
     std::string line;
@@ -545,13 +538,13 @@ TEST(ProfilerWriters, CsvHeadersStartWithTheBriefsColumns) {
     EXPECT_FALSE(file_exists(dir + "/kernels.csv.tmp"));
 
     // Names with commas are quoted; values are the report's.
-    std::string kernels = read_text(dir + "/kernels.csv");
+    std::string kernels = testutil::slurp(dir + "/kernels.csv");
     const char* ln_row = "\"void llmc::layernorm_forward_kernel<true>(__nv_bfloat16*, float*, int, int)\","
                          "ln2,fwd,norm,2,2000.000,1000.000,";
     EXPECT_NE(kernels.find(ln_row), std::string::npos);
-    std::string steps = read_text(dir + "/steps.csv");
+    std::string steps = testutil::slurp(dir + "/steps.csv");
     EXPECT_NE(steps.find("\n0,10.000000,"), std::string::npos);
-    std::string sub = read_text(dir + "/subblocks.csv");
+    std::string sub = testutil::slurp(dir + "/subblocks.csv");
     EXPECT_NE(sub.find("\nqkv,fwd,2,2000.000,"), std::string::npos);
     EXPECT_NE(sub.find(",695784701952,1250482176,695.7847,1250.48,"), std::string::npos);
 }
@@ -561,7 +554,7 @@ TEST(ProfilerWriters, TraceJsonIsAValidNestedTrace) {
     ProfileRecords rec = two_steps();
     Report r = build_report(rec, gpt2_124m_context());
     write_profile_dir(tmp.path, r, rec);
-    json j = json::parse(read_text(tmp / "trace.json"));
+    json j = json::parse(testutil::slurp(tmp / "trace.json"));
     EXPECT_EQ(j["displayTimeUnit"], "ns");
     ASSERT_TRUE(j["traceEvents"].is_array());
 
@@ -663,8 +656,8 @@ TEST(ProfilerWriters, SummaryAndProfileJson) {
     EXPECT_NE(s.find("1638400 tokens/s"), std::string::npos);
 
     write_profile_dir(tmp.path, r, rec);
-    EXPECT_EQ(read_text(tmp / "summary.txt"), format_summary(r));
-    json j = json::parse(read_text(tmp / "profile.json"));
+    EXPECT_EQ(testutil::slurp(tmp / "summary.txt"), format_summary(r));
+    json j = json::parse(testutil::slurp(tmp / "profile.json"));
     EXPECT_EQ(j["context"]["device"], "Test GPU");
     EXPECT_EQ(j["context"]["model"]["num_parameters"], 124475904);
     EXPECT_EQ(j["context"]["ceilings"]["bf16_tflops"], 798.0);

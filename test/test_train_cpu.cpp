@@ -2,11 +2,9 @@
 // accumulation, bit-exact resume, checkpoints as -e input. Uses a small-vocabulary model file so each
 // run takes well under a second.
 #include <cmath>
-#include <fstream>
 #include <gtest/gtest.h>
 #include <random>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +14,7 @@
 
 using namespace llmc;
 using testutil::run;
+using testutil::slurp;
 using testutil::TempDir;
 
 namespace {
@@ -40,13 +39,6 @@ std::vector<double> parse_val(const std::string& out) {
     for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
         v.push_back(std::stod((*it)[1]));
     return v;
-}
-
-std::string slurp(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
 }
 
 // A data directory with train and val shards of token ids < 60, and a V=60 (Vp=64) model file.

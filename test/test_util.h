@@ -2,7 +2,11 @@
 #pragma once
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +16,52 @@ namespace testutil {
 inline std::string data_dir() {
     const char* d = getenv("LLMC_DATA");
     return d ? d : "../shared/data";
+}
+
+// The whole file as bytes ("" when it cannot be read).
+inline std::string slurp(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// RFC 4180 rows, header included: quoted fields may hold commas and doubled quotes (kernel names do).
+inline std::vector<std::vector<std::string>> read_csv_rows(const std::string& path) {
+    std::vector<std::vector<std::string>> rows(1);
+    std::string text = slurp(path), cell;
+    bool quoted = false;
+    for (size_t i = 0; i < text.size(); i++) {
+        char c = text[i];
+        if (quoted) {
+            if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') cell += '"', i++;
+            else if (c == '"') quoted = false;
+            else cell += c;
+        } else if (c == '"') {
+            quoted = true;
+        } else if (c == ',') {
+            rows.back().push_back(cell), cell.clear();
+        } else if (c == '\n') {
+            rows.back().push_back(cell), cell.clear();
+            rows.emplace_back();
+        } else {
+            cell += c;
+        }
+    }
+    if (rows.back().empty()) rows.pop_back();
+    return rows;
+}
+
+// The data rows of a CSV, each keyed by the header's column names.
+inline std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
+    std::vector<std::vector<std::string>> rows = read_csv_rows(path);
+    std::vector<std::map<std::string, std::string>> out;
+    for (size_t r = 1; r < rows.size(); r++) {
+        std::map<std::string, std::string> row;
+        for (size_t i = 0; i < rows[0].size() && i < rows[r].size(); i++) row[rows[0][i]] = rows[r][i];
+        out.push_back(row);
+    }
+    return out;
 }
 
 // A fresh directory under /tmp, removed when the object dies.

@@ -2,12 +2,10 @@
 // Ranges (llmc/cupti_collector.cuh), measured and cached ceilings (llmc/calibrate.cuh), and the profile
 // directories written by profile_gpt2cu and train_gpt2cu --profile. Skipped without a GPU.
 #include <cstdlib>
-#include <fstream>
 #include <gtest/gtest.h>
 #include <map>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,47 +40,14 @@ float train_step(GPT2GPU& m, const std::vector<int>& in, const std::vector<int>&
     return m.read_scalars().first;
 }
 
-std::string read_text(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-// RFC 4180 rows: quoted fields may hold commas and doubled quotes (kernel names do).
-std::vector<std::vector<std::string>> read_csv(const std::string& path) {
-    std::vector<std::vector<std::string>> rows(1);
-    std::string text = read_text(path), cell;
-    bool quoted = false;
-    for (size_t i = 0; i < text.size(); i++) {
-        char c = text[i];
-        if (quoted) {
-            if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') cell += '"', i++;
-            else if (c == '"') quoted = false;
-            else cell += c;
-        } else if (c == '"') {
-            quoted = true;
-        } else if (c == ',') {
-            rows.back().push_back(cell), cell.clear();
-        } else if (c == '\n') {
-            rows.back().push_back(cell), cell.clear();
-            rows.emplace_back();
-        } else {
-            cell += c;
-        }
-    }
-    if (rows.back().empty()) rows.pop_back();
-    return rows;
-}
-
 const char* PROFILE_FILES[] = {"summary.txt", "kernels.csv", "subblocks.csv", "steps.csv",
                                "api.csv",     "roofline.csv", "trace.json",   "profile.json"};
 
 // Every file of the brief's profile directory exists and is not empty; kernels.csv names a sub-block for
 // every kernel (only memsets and copies, issued between the sub-blocks, may have none).
 void expect_profile_dir(const std::string& dir, size_t steps) {
-    for (const char* f : PROFILE_FILES) EXPECT_FALSE(read_text(dir + "/" + f).empty()) << f;
-    auto kernels = read_csv(dir + "/kernels.csv");
+    for (const char* f : PROFILE_FILES) EXPECT_FALSE(testutil::slurp(dir + "/" + f).empty()) << f;
+    auto kernels = testutil::read_csv_rows(dir + "/kernels.csv");
     ASSERT_GT(kernels.size(), 1u);
     ASSERT_EQ(kernels[0][0], "kernel");
     ASSERT_EQ(kernels[0][1], "subblock");
@@ -92,7 +57,7 @@ void expect_profile_dir(const std::string& dir, size_t steps) {
         if (kernels[i][3] != "memset" && kernels[i][3] != "memcpy")
             EXPECT_NE(kernels[i][1], "(none)") << kernels[i][0];
     }
-    EXPECT_EQ(read_csv(dir + "/steps.csv").size(), steps + 1);
+    EXPECT_EQ(testutil::read_csv_rows(dir + "/steps.csv").size(), steps + 1);
 }
 
 } // namespace
