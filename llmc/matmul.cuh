@@ -18,9 +18,10 @@
 
 namespace llmc {
 
+// cuBLAS and cuBLASLt share the status type: one check for both.
 inline void cublas_check(cublasStatus_t s, const char* what, const char* file, int line) {
     if (s != CUBLAS_STATUS_SUCCESS)
-        throw Error(strprintf("cuBLASLt error %d in %s (%s:%d)", (int)s, what, file, line));
+        throw Error(strprintf("cuBLAS error %d in %s (%s:%d)", (int)s, what, file, line));
 }
 #define CUBLAS_CHECK(call) ::llmc::cublas_check((call), #call, __FILE__, __LINE__)
 

@@ -22,13 +22,6 @@
 using llmc::floatX;
 using namespace devutil;
 
-#define CUBLAS_CHECK(call)                                                                                            \
-    do {                                                                                                              \
-        cublasStatus_t st_ = (call);                                                                                  \
-        if (st_ != CUBLAS_STATUS_SUCCESS)                                                                             \
-            throw llmc::Error(llmc::strprintf("cuBLAS error %d in %s (%s:%d)", (int)st_, #call, __FILE__, __LINE__)); \
-    } while (0)
-
 // ---- naive path ----
 
 // Offset of element idx of a (B, NH, T, HS) tensor in a (B, T, parts, NH, HS) one, within part 0.

@@ -4,7 +4,7 @@
  * reference, and on-device random fills for the timing inputs. Device buffers, bf16 conversion and seeded
  * host inputs come from device_utils.cuh (shared with the GPU tests).
  *
- * Ceilings come from the spec table in llmc/device_specs.h; unknown devices fall back to DRAM bandwidth from the memory clock and bus width, and no compute ceiling.
+ * Ceilings are the profiler's (llmc::prof::Ceilings) from the datasheet table; see device_ceilings().
  */
 #pragma once
 #include <algorithm>
@@ -17,28 +17,18 @@
 #include <vector>
 
 #include "dev/cuda/device_utils.cuh"
+#include "llmc/calibrate.cuh"
 #include "llmc/cuda_common.cuh"
-#include "llmc/device_specs.h"
 
 namespace bench {
 
-struct Ceilings {
-    std::string device;
-    double bf16_tflops = 0; // dense tensor-core bf16, fp32 accumulate
-    double dram_gbps = 0;
-    const char* source = "spec table";
-};
+using llmc::prof::Ceilings;
 
-inline Ceilings device_ceilings() {
-    cudaDeviceProp p;
-    CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
-    Ceilings c;
-    c.device = p.name;
-    if (const llmc::DeviceSpec* spec = llmc::lookup_device_spec(p.name)) {
-        c.bf16_tflops = spec->bf16_tflops;
-        c.dram_gbps = spec->dram_gbps;
-        return c;
-    }
+// The datasheet ceilings (llmc/calibrate.cuh's spec table); a device without an entry gets DRAM bandwidth from
+// its memory clock and bus width, and no compute ceiling.
+inline Ceilings device_ceilings(const cudaDeviceProp& p) {
+    Ceilings c = llmc::prof::spec_ceilings(p.name);
+    if (c.dram_gbps > 0) return c;
     int mem_khz = 0, bus_bits = 0;
     cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0);
     cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0);
@@ -156,9 +146,11 @@ inline Ceilings require_device(const char* program) {
         fprintf(stderr, "%s: no CUDA device found (these benchmarks need a GPU)\n", program);
         exit(1);
     }
-    Ceilings c = device_ceilings();
-    printf("device: %s | ceilings: %.0f bf16 TFLOP/s, %.0f GB/s (%s)\n", c.device.c_str(), c.bf16_tflops, c.dram_gbps,
-           c.source);
+    cudaDeviceProp p;
+    CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    Ceilings c = device_ceilings(p);
+    printf("device: %s | ceilings: %.0f bf16 TFLOP/s, %.0f GB/s (%s)\n", p.name, c.bf16_tflops, c.dram_gbps,
+           c.source.c_str());
     return c;
 }
 
