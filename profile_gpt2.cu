@@ -133,8 +133,11 @@ float train_step(GPT2GPU& m, Batches& data, int B, int T, int t) {
     return m.train_step(next, B, T, 1, 3e-4f, AdamWConfig{}, t).first;
 }
 
-// ncu exports this to the processes it profiles; nsys does not (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS tells both).
-bool ncu_environment() { return getenv("NV_COMPUTE_PROFILER_PERFWORKS_DIR") != nullptr; }
+// Running under nsys or ncu: both inject themselves through CUDA_INJECTION64_PATH; ncu also exports its
+// metrics directory. The replayed or traced run then leaves calibration and counters to the tool.
+bool under_cuda_tool() {
+    return prof::cuda_tool_injected() || getenv("NV_COMPUTE_PROFILER_PERFWORKS_DIR") != nullptr;
+}
 
 } // namespace
 
@@ -188,7 +191,7 @@ int main(int argc, char** argv) {
 
         prof::CuptiCollector collector;
         bool traced = collector.start();
-        if (!traced || ncu_environment())
+        if (!traced || under_cuda_tool())
             printf("profiler: under ncu keep the replay short: --layers 1 --steps 1 --warmup 1, and "
                    "ncu --nvtx --nvtx-include \"llmc@forward/\"\n");
         // Power in CUPTI's timebase; the energy counter is read just outside each step (mark).
@@ -224,8 +227,8 @@ int main(int argc, char** argv) {
         // Counters in a step of their own: the range profiler replays every kernel, which tracing would record.
         // Its kernels take the sub-blocks of the last traced step's, joined by launch order.
         prof::CounterReport counters;
-        if (opt.counters && ncu_environment()) {
-            printf("counters: skipped under ncu (it owns the counters)\n");
+        if (opt.counters && under_cuda_tool()) {
+            printf("counters: skipped under nsys/ncu (the tool owns the counters)\n");
         } else if (opt.counters && !records.steps.empty()) {
             const prof::StepRecord& last = records.steps.back();
             std::vector<prof::KernelRecord> traced_step;
@@ -246,9 +249,9 @@ int main(int argc, char** argv) {
 
         // The ceilings are measured with the model freed (the GEMM and the copy need ~2.4 GiB) and untraced.
         model.reset();
-        // Under ncu the calibration kernels would be replayed too.
+        // Under ncu the calibration kernels would be replayed too, and under nsys they would crowd the timeline.
         ctx.ceilings =
-            opt.calibrate && !ncu_environment() ? prof::measure_ceilings(true) : prof::spec_ceilings(prop.name);
+            opt.calibrate && !under_cuda_tool() ? prof::measure_ceilings(true) : prof::spec_ceilings(prop.name);
         printf("ceilings: bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n", ctx.ceilings.bf16_tflops, ctx.ceilings.dram_gbps,
                ctx.ceilings.source.c_str());
 

@@ -22,61 +22,69 @@
 #include "llmc/gpt2.cuh"
 #include "llmc/optimizer.h"
 #include "llmc/profile_report.h"
+#include "llmc/profile_schedule.h"
 #include "llmc/profile_writers.h"
 #include "llmc/train_loop.h"
 
 using namespace llmc;
 
 /*
- * --profile DIR: the run's steps [--profile-start, --profile-start + --profile-steps) traced with CUPTI.
- * Everything the profiler adds to the loop happens between steps, after the step line is printed: the
- * collector starts before the window's first step, each traced step is flushed after its loss read, and
- * the profile is written when the window closes (or the run ends inside it). The ceilings are measured
- * (or read from their cache) at construction, before the model takes the device memory.
+ * --profile DIR: the steps its schedule selects (llmc/profile_schedule.h) traced with CUPTI. Everything the
+ * profiler adds to the loop happens between steps, after the step line is printed: the collector starts
+ * one step before the window, each traced step is flushed after its loss read, and the profile is written
+ * when the window closes (or the run ends inside it). The ceilings are measured (or read from their cache)
+ * at construction, before the model takes the device memory.
  */
 class ProfileWindow {
 public:
     ProfileWindow(const GPT2Config& c, const TrainOptions& opt)
-        : dir_(opt.profile_dir), first_(opt.profile_start), count_(opt.profile_steps), config_(c), B_(opt.B),
-          T_(opt.T), grad_accum_((int)(opt.total_batch / ((long)opt.B * opt.T))),
-          ceilings_(prof::measure_ceilings(true)) {
-        printf("profile: steps %d-%d into %s/; ceilings bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n", first_ + 1,
-               first_ + count_, dir_.c_str(), ceilings_.bf16_tflops, ceilings_.dram_gbps, ceilings_.source.c_str());
-        if (first_ == 0) arm();
+        : dir_(opt.profile_dir), schedule_(opt.profile_start, opt.profile_steps), config_(c), B_(opt.B), T_(opt.T),
+          grad_accum_((int)(opt.total_batch / ((long)opt.B * opt.T))), ceilings_(prof::measure_ceilings(true)) {
+        printf("profile: %s into %s/; ceilings bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n", schedule_.window().c_str(),
+               dir_.c_str(), ceilings_.bf16_tflops, ceilings_.dram_gbps, ceilings_.source.c_str());
+        if (schedule_.arm_at_start()) arm();
     }
     // Brackets a step's work; step is the run's 0-based step index.
     void begin(int step) {
-        last_step_ = step;
-        in_window_ = collector_ && collector_->running() && step >= first_ && step < first_ + count_;
+        step_ = step;
+        in_window_ = armed() && schedule_.in_window(step);
         if (!in_window_) return;
         power_->mark();
-        collector_->begin_step(step - first_);
+        collector_->begin_step(schedule_.num_recorded());
     }
     void end(long tokens) {
         if (!in_window_) return;
         collector_->end_step(tokens);
         power_->mark();
-        traced_++;
+        schedule_.recorded(step_);
         in_window_ = false;
     }
     void step_done(bool last_step) {
-        if (done_) return;
-        if (collector_ && collector_->running()) {
-            collector_->flush();
-            if (last_step || last_step_ + 1 >= first_ + count_) finish();
-        } else if (!collector_ && last_step_ + 1 == first_ && !last_step) {
-            arm();
-        } else if (last_step) {
-            printf("profile: the run ended before step %d; nothing written to %s\n", first_ + 1, dir_.c_str());
-            done_ = true;
+        if (armed()) collector_->flush();
+        switch (schedule_.after_step(step_, last_step, armed())) {
+        case prof::ProfileSchedule::Next::arm: arm(); break;
+        case prof::ProfileSchedule::Next::write: finish(); break;
+        case prof::ProfileSchedule::Next::give_up:
+            stop();
+            printf("%s\n", schedule_.nothing_recorded(step_, dir_).c_str());
+            break;
+        case prof::ProfileSchedule::Next::keep_going: break;
         }
     }
 
 private:
+    bool armed() const { return collector_ && collector_->running(); }
     void arm() {
         collector_ = std::make_unique<prof::CuptiCollector>();
-        if (!collector_->start()) {
-            done_ = true; // another tool holds CUPTI: train on, untraced
+        bool started = false;
+        try {
+            started = collector_->start(); // false: another tool holds CUPTI
+        } catch (const Error& e) {
+            printf("%s; training goes on untraced\n", e.what());
+        }
+        if (!started) {
+            schedule_.abandon();
+            collector_.reset();
             return;
         }
         // Power in CUPTI's timebase, sampled for as long as the collector runs.
@@ -87,14 +95,13 @@ private:
         power_ = std::make_unique<prof::PowerSampler>(prof::CuptiCollector::timestamp, 100, bus_id);
         if (!power_->start()) printf("power: %s\n", power_->status().c_str());
     }
-    void finish() {
+    void stop() {
+        if (!collector_) return;
         collector_->stop();
         power_->stop();
-        done_ = true;
-        if (traced_ == 0) {
-            printf("profile: no step traced; nothing written to %s\n", dir_.c_str());
-            return;
-        }
+    }
+    void finish() {
+        stop();
         prof::ProfileRecords records = collector_->take();
         power_->take_into(records);
         collector_.reset();
@@ -107,18 +114,18 @@ private:
         std::string dropped = records.dropped_records ? strprintf(" (%llu CUPTI records dropped: incomplete)",
                                                                  (unsigned long long)records.dropped_records)
                                                       : "";
-        printf("profile: steps %d-%d written to %s/%s\n", first_ + 1, first_ + traced_, dir_.c_str(), dropped.c_str());
+        printf("profile: %s written to %s/%s\n", schedule_.recorded_steps().c_str(), dir_.c_str(), dropped.c_str());
     }
 
     std::string dir_;
-    int first_, count_;
+    prof::ProfileSchedule schedule_;
     GPT2Config config_;
     int B_, T_, grad_accum_;
     prof::Ceilings ceilings_;
     std::unique_ptr<prof::CuptiCollector> collector_;
     std::unique_ptr<prof::PowerSampler> power_; // set with a running collector_
-    int traced_ = 0, last_step_ = -1;
-    bool in_window_ = false, done_ = false;
+    int step_ = -1;
+    bool in_window_ = false;
 };
 
 class GPUBackend {
@@ -185,9 +192,11 @@ public:
         return model_.read_scalars().first;
     }
 
+    // The activations hold B*T positions: a longer context (only with -b 1 and -g beyond -t) is cut to its
+    // last B*T tokens.
     std::vector<float> next_token_probs(const std::vector<int>& ids) {
-        int t = (int)ids.size();
-        model_.forward(ids.data(), nullptr, 1, t, 0.0f, 0.0f);
+        int t = std::min((int)ids.size(), B_ * T_);
+        model_.forward(ids.data() + ids.size() - t, nullptr, 1, t, 0.0f, 0.0f);
         std::vector<float> logits = model_.logits_row(t - 1);
         int V = model_.config.vocab_size;
         float mx = *std::max_element(logits.begin(), logits.begin() + V);

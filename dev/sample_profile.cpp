@@ -134,6 +134,7 @@ int main(int argc, char** argv) {
         double w = busy ? 610 + 40 * std::sin(t / 3e6) : 120 + 0.02 * (t / 1e6);
         rec.power.push_back({t, w, busy ? 1980 : 1755, 2619, busy ? 58 : 41, 0});
     }
+    rec.power_reading = "instantaneous";
 
     Report report = build_report(rec, ctx);
     write_profile_dir(dir, report, rec);

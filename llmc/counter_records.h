@@ -2,10 +2,11 @@
  * Hardware-counter records (llmc/cupti_counters.cuh collects them) and their aggregation into sub-block and
  * per-kernel rows for the roofline. Plain C++ with no CUDA types, testable from synthetic records.
  *
- * One KernelCounters per kernel launch of the counted step, in launch order. The range profiler names a
- * range after its kernel and knows nothing of our Ranges, so attribution is joined by order: the counted
- * step runs the same code as the traced steps, so its i-th kernel is the i-th kernel (by launch order =
- * correlation id) of a traced step, and takes that kernel's sub-block, phase and layer (join_by_launch_order).
+ * One KernelCounters per kernel launch of the counted step, in launch order. In auto-range mode the range
+ * profiler names each range by its index ("0", "1", ...), not by its kernel, and knows nothing of our
+ * Ranges, so attribution is joined by order: the counted step runs the same code as the traced steps, so
+ * its i-th kernel is the i-th kernel (by launch order = correlation id) of a traced step, and takes that
+ * kernel's name, sub-block, phase and layer (join_by_launch_order).
  *
  * FLOPs: sm__ops_path_tensor_src_bf16_dst_fp32 counts 2·M·N·K for a GEMM, the analytic model's unit; the
  * CUDA-core FP32 FLOPs are fadd + fmul + 2·ffma thread instructions. Bytes: DRAM read + write.
@@ -27,7 +28,7 @@
 namespace llmc::prof {
 
 struct KernelCounters {
-    std::string name; // demangled kernel name (the range name)
+    std::string name; // the range's name until joined ("12" in auto range), then the traced kernel's name
     Attribution where;
     double time_ns = 0;                        // gpu__time_duration.sum
     double dram_read = 0, dram_write = 0;      // dram__bytes_{read,write}.sum
@@ -104,10 +105,16 @@ inline std::string kernel_base_name(const std::string& name) {
     return s;
 }
 
+// True for a range named by its index, as auto range names them.
+inline bool is_range_index(const std::string& name) {
+    return !name.empty() && name.find_first_not_of("0123456789") == std::string::npos;
+}
+
 /*
- * Copies `traced` (one traced step's kernels) attribution onto `counted` by launch order. Returns "" on
- * success, else why the join failed (counts differ, or a name at the same position differs); on failure
- * the counted kernels keep no attribution and land in "(none)".
+ * Copies `traced` (one traced step's kernels) names and attribution onto `counted` by launch order.
+ * Returns "" on success, else why the join failed (counts differ, or a kernel name at the same position
+ * differs; a range named by its index matches any kernel); on failure the counted kernels keep no
+ * attribution and land in "(none)".
  */
 inline std::string join_by_launch_order(std::vector<KernelRecord> traced, std::vector<KernelCounters>& counted) {
     std::stable_sort(traced.begin(), traced.end(),
@@ -116,10 +123,10 @@ inline std::string join_by_launch_order(std::vector<KernelRecord> traced, std::v
         return strprintf("the counted step launched %zu kernels, the traced step %zu", counted.size(),
                                   traced.size());
     for (size_t i = 0; i < traced.size(); i++)
-        if (kernel_base_name(traced[i].name) != kernel_base_name(counted[i].name))
+        if (!is_range_index(counted[i].name) && kernel_base_name(traced[i].name) != kernel_base_name(counted[i].name))
             return strprintf("kernel %zu is %s in the counted step but %s in the traced step", i,
                                       counted[i].name.c_str(), traced[i].name.c_str());
-    for (size_t i = 0; i < traced.size(); i++) counted[i].where = traced[i].where;
+    for (size_t i = 0; i < traced.size(); i++) counted[i].name = traced[i].name, counted[i].where = traced[i].where;
     return "";
 }
 

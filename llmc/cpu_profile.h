@@ -17,6 +17,7 @@
 #include "llmc/cpu/matmul.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/profile_report.h"
+#include "llmc/profile_schedule.h"
 #include "llmc/profile_writers.h"
 #include "llmc/subblocks.h"
 
@@ -116,59 +117,57 @@ inline ProfileContext cpu_profile_context(const GPT2Config& c, int B, int T, int
 }
 
 /*
- * The window of --profile-start/--profile-steps, as train_gpt2cu's: steps [first, first + count) are
- * recorded, and DIR is written after the window's last step is printed (or when the run ends inside it).
+ * train_gpt2 --profile: records the sub-block executions of the steps its schedule selects
+ * (llmc/profile_schedule.h) and writes DIR after the window's last step is printed (or when the run ends
+ * inside it).
  */
 class CPUProfileWindow {
 public:
     CPUProfileWindow(const GPT2Config& c, const std::string& dir, int first, int count, int B, int T, int grad_accum)
-        : dir_(dir), first_(first), count_(count), ctx_(cpu_profile_context(c, B, T, grad_accum)) {
+        : dir_(dir), schedule_(first, count), ctx_(cpu_profile_context(c, B, T, grad_accum)) {
         ctx_.ceilings = measure_cpu_ceilings();
-        printf("profile: steps %d-%d into %s/; ceilings fp32 %.3f TFLOP/s, memory %.0f GB/s (%s)\n", first_ + 1,
-               first_ + count_, dir_.c_str(), ctx_.ceilings.fp32_tflops, ctx_.ceilings.dram_gbps,
-               ctx_.ceilings.source.c_str());
+        printf("profile: %s into %s/; ceilings fp32 %.3f TFLOP/s, memory %.0f GB/s (%s)\n", schedule_.window().c_str(),
+               dir_.c_str(), ctx_.ceilings.fp32_tflops, ctx_.ceilings.dram_gbps, ctx_.ceilings.source.c_str());
     }
     // Brackets a step's work (step: the run's 0-based step index); returns where to record its sub-blocks.
     std::vector<SubBlockEvent>* begin(int step) {
-        last_step_ = step;
-        in_window_ = !done_ && step >= first_ && step < first_ + count_;
+        step_ = step;
+        in_window_ = schedule_.in_window(step);
         if (!in_window_) return nullptr;
         step_start_ = steady_ns();
         return &events_;
     }
     void end(long tokens) {
         if (!in_window_) return;
-        steps_.push_back({last_step_ - first_, (uint64_t)step_start_, (uint64_t)steady_ns(), tokens});
+        steps_.push_back({(int)steps_.size(), (uint64_t)step_start_, (uint64_t)steady_ns(), tokens});
+        schedule_.recorded(step_);
         in_window_ = false;
     }
     void step_done(bool last_step) {
-        if (done_) return;
-        if (!steps_.empty() && (last_step || last_step_ + 1 >= first_ + count_)) {
-            finish();
-        } else if (last_step) {
-            printf("profile: the run ended before step %d; nothing written to %s\n", first_ + 1, dir_.c_str());
-            done_ = true;
+        switch (schedule_.after_step(step_, last_step, true)) {
+        case ProfileSchedule::Next::write: finish(); break;
+        case ProfileSchedule::Next::give_up: printf("%s\n", schedule_.nothing_recorded(step_, dir_).c_str()); break;
+        default: break;
         }
     }
 
 private:
     void finish() {
-        done_ = true;
         ProfileRecords records = cpu_profile_records(events_, steps_);
         Report report = build_report(records, ctx_);
         printf("%s", format_summary(report).c_str());
         write_profile_dir(dir_, report, records);
-        printf("profile: steps %d-%d written to %s/\n", first_ + 1, first_ + (int)steps_.size(), dir_.c_str());
+        printf("profile: %s written to %s/\n", schedule_.recorded_steps().c_str(), dir_.c_str());
     }
 
     std::string dir_;
-    int first_, count_;
+    ProfileSchedule schedule_;
     ProfileContext ctx_;
     std::vector<SubBlockEvent> events_;
     std::vector<StepRecord> steps_;
     int64_t step_start_ = 0;
-    int last_step_ = -1;
-    bool in_window_ = false, done_ = false;
+    int step_ = -1;
+    bool in_window_ = false;
 };
 
 } // namespace llmc::prof

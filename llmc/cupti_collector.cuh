@@ -63,6 +63,12 @@ inline bool cupti_taken(CUptiResult r) {
     return r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || r == CUPTI_ERROR_NOT_COMPATIBLE;
 }
 
+// nsys and ncu load themselves into the processes they profile through this variable.
+inline bool cuda_tool_injected() {
+    const char* p = getenv("CUDA_INJECTION64_PATH");
+    return p && *p;
+}
+
 // Kernel names arrive mangled ("_Z20layernorm_forward..."); C names (cuBLAS's) are kept as they are.
 inline std::string demangle(const char* name) {
     if (!name) return "(unknown)";
@@ -101,24 +107,36 @@ public:
 
     /*
      * Enables the activity kinds and installs the Range hook. Returns false, after printing one line, when
-     * another tool holds CUPTI: collection stays off and every other method is a no-op.
+     * another tool holds CUPTI: collection stays off and every other method is a no-op. Any other CUPTI
+     * failure throws, with nothing left enabled.
      */
     bool start() {
+        if (cuda_tool_injected()) { // its CUPTI session would see ours, or refuse it half-way
+            printf("profiler: another CUDA tool is attached (nsys/ncu); in-process profiling off\n");
+            return false;
+        }
         Pool& pool = Pool::get();
         {
             std::lock_guard<std::mutex> lock(pool.records_mutex);
             if (pool.sink) throw Error("profiler: a CUPTI collector is already running in this process");
             pool.sink = this;
         }
-        CUptiResult r = cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed);
+        // Every CUPTI client subscribes first; a second subscriber is refused, which is how a tool holding
+        // CUPTI shows itself. The subscription enables no callbacks.
+        CUptiResult r = cuptiSubscribe(&subscriber_, &ignore_callback, nullptr);
+        if (r != CUPTI_SUCCESS) subscriber_ = nullptr;
+        if (r == CUPTI_SUCCESS) r = cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed);
         if (r == CUPTI_SUCCESS) r = cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM); // = gettid()
         for (size_t i = 0; r == CUPTI_SUCCESS && i < std::size(KINDS); i++) {
             r = cuptiActivityEnable(KINDS[i]);
             if (r == CUPTI_SUCCESS) enabled_kinds_++;
         }
+        size_t dropped = 0; // starts the drop count from here
+        if (r == CUPTI_SUCCESS) r = cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped);
         if (r != CUPTI_SUCCESS) {
             for (int i = 0; i < enabled_kinds_; i++) cuptiActivityDisable(KINDS[i]);
             enabled_kinds_ = 0;
+            unsubscribe();
             detach_sink();
             if (cupti_taken(r)) {
                 printf("profiler: CUPTI is in use by another tool (nsys/ncu?); in-process profiling off\n");
@@ -126,8 +144,6 @@ public:
             }
             throw Error(strprintf("profiler: cannot start CUPTI activity tracing: %s", cupti_error_string(r)));
         }
-        size_t dropped = 0; // starts the drop count from here
-        CUPTI_CHECK(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped));
         range_hook() = RangeHook{&hook_push, &hook_pop, this};
         running_ = true;
         return true;
@@ -165,6 +181,7 @@ public:
         enabled_kinds_ = 0;
         CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
         count_dropped();
+        unsubscribe();
         detach_sink();
         rethrow_callback_error();
     }
@@ -198,9 +215,10 @@ public:
     }
 
     // CUPTI's clock: the timebase of every record.
-    static uint64_t timestamp() {
+    // Never throws (the power sampler's thread calls it): cuptiGetTimestamp fails only on a null pointer.
+    static uint64_t timestamp() noexcept {
         uint64_t t = 0;
-        CUPTI_CHECK(cuptiGetTimestamp(&t));
+        cuptiGetTimestamp(&t);
         return t;
     }
 
@@ -387,8 +405,14 @@ private:
     static void hook_push(const RangeInfo& info, void* ctx) {
         auto* self = static_cast<CuptiCollector*>(ctx);
         Attribution where{info.subblock, info.phase, info.layer, self->step_};
-        CUPTI_CHECK(
-            cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, pack_range_id(where)));
+        // No throw from inside Range's constructor (its NVTX push is done); a failure surfaces at flush().
+        CUptiResult r =
+            cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, pack_range_id(where));
+        if (r != CUPTI_SUCCESS) {
+            std::lock_guard<std::mutex> lock(Pool::get().records_mutex);
+            if (self->callback_error_.empty())
+                self->callback_error_ = strprintf("pushing an external correlation id: %s", cupti_error_string(r));
+        }
         int depth = (int)self->open_.size();
         self->open_.push_back(self->ranges_.size());
         self->ranges_.push_back(RangeRecord{info.name, timestamp(), 0, current_thread_id(), depth, where});
@@ -430,11 +454,18 @@ private:
             for (int i = 0; i < enabled_kinds_; i++) cuptiActivityDisable(KINDS[i]);
             cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         }
+        unsubscribe();
         detach_sink();
+    }
+    static void CUPTIAPI ignore_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+    void unsubscribe() noexcept {
+        if (subscriber_) cuptiUnsubscribe(subscriber_);
+        subscriber_ = nullptr;
     }
 
     bool running_ = false;
     int enabled_kinds_ = 0;
+    CUpti_SubscriberHandle subscriber_ = nullptr;
     // Guarded by Pool::records_mutex (appended on CUPTI's thread):
     ProfileRecords rec_;
     std::unordered_map<uint32_t, uint64_t> external_; // correlation id -> packed range id

@@ -5,7 +5,7 @@
  * the profiler schedules its passes from, and evaluates counter data back into metric values.
  *
  * Device half: collect_counters() runs one callable (a training step) under the range profiler with auto
- * range (one range per kernel, named after it) and kernel replay (CUPTI replays each kernel once per pass,
+ * range (one range per kernel, named by its index) and kernel replay (CUPTI replays each kernel once per pass,
  * saving and restoring its memory, so one call of the step collects every pass), and returns one
  * KernelCounters per kernel in launch order. Activity tracing (llmc/cupti_collector.cuh) must be stopped
  * first: it would record the replays. Joining to sub-blocks: llmc/counter_records.h.
@@ -212,7 +212,7 @@ inline bool counters_permission_error(CUptiResult r) {
 inline CounterReport collect_counters(const std::function<void()>& step, size_t max_kernels,
                                       const std::function<std::string(const char*)>& demangle_name) {
     CounterReport out;
-    bool initialized = false;
+    bool initialized = false, started = false;
     CUpti_RangeProfiler_Object* profiler = nullptr;
     try {
         auto init = COUNTER_PARAMS(CUpti_Profiler_Initialize_Params);
@@ -282,10 +282,12 @@ inline CounterReport collect_counters(const std::function<void()>& step, size_t 
         auto start = COUNTER_PARAMS(CUpti_RangeProfiler_Start_Params);
         start.pRangeProfilerObject = profiler;
         counters_check(cuptiRangeProfilerStart(&start), "counters: start");
+        started = true;
         step();
         if (cudaDeviceSynchronize() != cudaSuccess) throw Error("counters: the counted step failed");
         auto stop = COUNTER_PARAMS(CUpti_RangeProfiler_Stop_Params);
         stop.pRangeProfilerObject = profiler;
+        started = false;
         counters_check(cuptiRangeProfilerStop(&stop), "counters: stop");
         // Kernel replay submits every pass inside each launch: one call of the step is all of them.
         if (!stop.isAllPassSubmitted) throw Error("counters: kernel replay left passes unsubmitted");
@@ -315,8 +317,13 @@ inline CounterReport collect_counters(const std::function<void()>& step, size_t 
                        ? "no permission to read GPU performance counters (ERR_NVGPUCTRPERM): run as root, or load "
                          "the nvidia module with NVreg_RestrictProfilingToAdminUsers=0"
                        : e.what();
-    } catch (const Error& e) {
+    } catch (const std::exception& e) { // Error, or bad_alloc for a counter image too large
         out.note = e.what();
+    }
+    if (started) { // the step threw: stop the profiler before disabling it
+        auto stop = COUNTER_PARAMS(CUpti_RangeProfiler_Stop_Params);
+        stop.pRangeProfilerObject = profiler;
+        cuptiRangeProfilerStop(&stop);
     }
     if (profiler) {
         auto dis = COUNTER_PARAMS(CUpti_RangeProfiler_Disable_Params);

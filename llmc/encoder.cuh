@@ -79,26 +79,12 @@ struct EncoderBackwardScratch {
     void* temp = nullptr;
     size_t temp_bytes = 0;
 
-    EncoderBackwardScratch(int B, int T, int vocab = 0) : capacity(B * T) {
+    EncoderBackwardScratch(int B, int T, int vocab = 0) : capacity(B * T), key_bits(sort_key_bits(vocab)) {
         if (B <= 0 || T <= 0) throw Error(strprintf("EncoderBackwardScratch: bad shape B=%d T=%d", B, T));
-        if (vocab > 0) {
-            key_bits = 1;
-            while (key_bits < 31 && (1u << key_bits) < (unsigned)vocab) key_bits++;
-        }
-        // Temp storage queries (no work is done when the temp pointer is null).
-        size_t sort_bytes = 0, rle_bytes = 0, scan_bytes = 0;
-        CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const int*)nullptr, (int*)nullptr,
-                                                   (const int*)nullptr, (int*)nullptr, capacity, 0, key_bits));
-        CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, rle_bytes, (const int*)nullptr, (int*)nullptr,
-                                                      (int*)nullptr, (int*)nullptr, capacity));
-        CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, (const int*)nullptr, (int*)nullptr, capacity));
-        temp_bytes = std::max(sort_bytes, std::max(rle_bytes, scan_bytes));
-
-        // Carve every array at a 256-byte boundary from one allocation.
-        auto round = [](size_t b) { return (b + 255) / 256 * 256; };
-        const size_t arr = round((size_t)capacity * sizeof(int));
-        const size_t total = 6 * arr + round(sizeof(int)) + round(temp_bytes);
+        const size_t total = bytes(capacity, key_bits, &temp_bytes);
         CUDA_CHECK(cudaMalloc(&base, total));
+        // Every array at a 256-byte boundary, as bytes() counts them.
+        const size_t arr = round256((size_t)capacity * sizeof(int));
         char* p = static_cast<char*>(base);
         positions = reinterpret_cast<int*>(p), p += arr;
         sorted_tok = reinterpret_cast<int*>(p), p += arr;
@@ -106,14 +92,39 @@ struct EncoderBackwardScratch {
         unique_tok = reinterpret_cast<int*>(p), p += arr;
         run_count = reinterpret_cast<int*>(p), p += arr;
         run_offset = reinterpret_cast<int*>(p), p += arr;
-        num_runs = reinterpret_cast<int*>(p), p += round(sizeof(int));
+        num_runs = reinterpret_cast<int*>(p), p += round256(sizeof(int));
         temp = p;
 
         std::vector<int> iota(capacity);
         std::iota(iota.begin(), iota.end(), 0);
         CUDA_CHECK(cudaMemcpy(positions, iota.data(), (size_t)capacity * sizeof(int), cudaMemcpyHostToDevice));
+        // A copy from pageable memory may return before it lands, and the legacy stream it ran on does not
+        // order the callers' non-blocking streams: wait for it here.
+        CUDA_CHECK(cudaDeviceSynchronize());
     }
     ~EncoderBackwardScratch() { cudaFree(base); }
+
+    // Bits of the sort key: enough for ids below vocab, all 32 when vocab is 0.
+    static int sort_key_bits(int vocab) {
+        if (vocab <= 0) return 32;
+        int bits = 1;
+        while (bits < 31 && (1u << bits) < (unsigned)vocab) bits++;
+        return bits;
+    }
+    // Device bytes a scratch of this capacity takes (the memory plan counts them before allocating);
+    // *temp: the CUB temporary storage among them, the largest of the sort, the run-length encode and the scan.
+    static size_t bytes(int capacity, int key_bits, size_t* temp) {
+        size_t sort_bytes = 0, rle_bytes = 0, scan_bytes = 0; // queries: no work is done with a null temp pointer
+        CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const int*)nullptr, (int*)nullptr,
+                                                   (const int*)nullptr, (int*)nullptr, capacity, 0, key_bits));
+        CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, rle_bytes, (const int*)nullptr, (int*)nullptr,
+                                                      (int*)nullptr, (int*)nullptr, capacity));
+        CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, (const int*)nullptr, (int*)nullptr, capacity));
+        *temp = std::max(sort_bytes, std::max(rle_bytes, scan_bytes));
+        return 6 * round256((size_t)capacity * sizeof(int)) + round256(sizeof(int)) + round256(*temp);
+    }
+    static size_t round256(size_t b) { return (b + 255) / 256 * 256; }
+
     EncoderBackwardScratch(const EncoderBackwardScratch&) = delete;
     EncoderBackwardScratch& operator=(const EncoderBackwardScratch&) = delete;
 };

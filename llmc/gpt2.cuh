@@ -128,7 +128,11 @@ inline ActivationLayout layout_activations(char* base, const GPT2Config& c, int 
 
 struct GPUMemoryPlan {
     size_t params, grads, optimizer, activations, free_before;
+    size_t other; // cuBLASLt workspace and the encoder backward's sort scratch
     int max_batch; // largest micro-batch at this T that fits in free_before
+    size_t total() const { return params + grads + optimizer + activations + other; }
+    // 5% of free memory stays spare for the CUDA context, cuBLASLt's own allocations and fragmentation.
+    size_t budget() const { return (size_t)(free_before * 0.95); }
 };
 
 inline GPUMemoryPlan plan_gpu_memory(const GPT2Config& c, int B, int T) {
@@ -138,13 +142,17 @@ inline GPUMemoryPlan plan_gpu_memory(const GPT2Config& c, int B, int T) {
     p.grads = n * sizeof(floatX);
     p.optimizer = 3 * n * sizeof(float);
     p.activations = layout_activations(nullptr, c, B, T).bytes;
+    const int key_bits = EncoderBackwardScratch::sort_key_bits(c.padded_vocab_size);
+    size_t temp = 0;
+    auto encoder_scratch = [&](int b) { return EncoderBackwardScratch::bytes(b * T, key_bits, &temp); };
+    p.other = CublasLt::WORKSPACE_BYTES + encoder_scratch(B);
     size_t total = 0;
     CUDA_CHECK(cudaMemGetInfo(&p.free_before, &total));
-    // Activations grow linearly in B; 5% of free memory stays spare for cuBLASLt, CUB and the CUDA context.
-    size_t per_batch = layout_activations(nullptr, c, 1, T).bytes;
-    size_t budget = (size_t)(p.free_before * 0.95);
+    // Everything but the weights' share grows (about) linearly in B; the per-batch cost is measured at B=1,
+    // which rounds every per-tensor alignment up once per B and so overestimates slightly.
+    size_t per_batch = layout_activations(nullptr, c, 1, T).bytes + encoder_scratch(1);
     size_t fixed = p.params + p.grads + p.optimizer + CublasLt::WORKSPACE_BYTES;
-    p.max_batch = budget > fixed ? (int)((budget - fixed) / per_batch) : 0;
+    p.max_batch = p.budget() > fixed ? (int)((p.budget() - fixed) / per_batch) : 0;
     return p;
 }
 
@@ -169,12 +177,15 @@ public:
                                   c.num_heads));
         if (c.channels % 8 != 0 || c.padded_vocab_size % 8 != 0)
             throw Error("the GPU kernels need C and Vp to be multiples of 8");
+        if (T > c.max_seq_len)
+            throw Error(strprintf("-t %d: exceeds the model's maximum sequence length %d", T, c.max_seq_len));
         memory = plan_gpu_memory(c, B, T);
-        size_t need = memory.params + memory.grads + memory.optimizer + memory.activations;
-        if (need > memory.free_before)
-            throw Error(strprintf("-b %d: needs %.0f MiB of GPU memory, %.0f MiB are free; the largest micro-batch "
-                                  "that fits at T=%d is %d",
-                                  B, need / 1048576.0, memory.free_before / 1048576.0, T, memory.max_batch));
+        if (memory.total() > memory.budget())
+            throw Error(strprintf("-b %d: needs %.0f MiB of GPU memory, %.0f MiB are free (%.0f MiB usable); the "
+                                  "largest micro-batch that fits at T=%d is %d",
+                                  B, memory.total() / 1048576.0, memory.free_before / 1048576.0,
+                                  memory.budget() / 1048576.0, T, memory.max_batch));
+        CublasLt::get(); // its workspace is part of the plan: allocate it now, not inside the first matmul
         CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         CUDA_CHECK(cudaMalloc(&params_memory, memory.params));
         CUDA_CHECK(cudaMalloc(&grads_memory, memory.grads));
@@ -185,8 +196,11 @@ public:
         acts = layout_activations(acts_memory_, c, B, T).t;
         params.point_into(params_memory, c);
         grads.point_into(grads_memory, c);
-        CUDA_CHECK(cudaMemset(grads_memory, 0, memory.grads));
-        CUDA_CHECK(cudaMemset(m, 0, 2 * num_params * sizeof(float)));
+        // Everything is ordered on `stream`: plain cudaMemset/cudaMemcpy run on the legacy default stream,
+        // which a non-blocking stream does not wait for.
+        CUDA_CHECK(cudaMemsetAsync(grads_memory, 0, memory.grads, stream));
+        CUDA_CHECK(cudaMemsetAsync(m, 0, 2 * num_params * sizeof(float), stream));
+        CUDA_CHECK(cudaMemsetAsync(acts.scalars, 0, 2 * sizeof(float), stream));
         CUDA_CHECK(cudaMallocHost(&pinned_tokens_, 4 * (size_t)B * T * sizeof(int)));
         CUDA_CHECK(cudaMallocHost(&pinned_scalars_, 2 * sizeof(float)));
         CUDA_CHECK(cudaEventCreateWithFlags(&scalars_ready_, cudaEventDisableTiming));
@@ -209,7 +223,7 @@ public:
 
     // Sets the fp32 master weights (num_params values, llm.c order) and the bf16 parameters from them.
     void set_parameters(const float* host_params) {
-        CUDA_CHECK(cudaMemcpy(master, host_params, num_params * sizeof(float), cudaMemcpyHostToDevice));
+        upload(master, host_params, num_params);
         copy_float_to_bf16(params_memory, master, num_params, stream);
         CUDA_CHECK(cudaStreamSynchronize(stream));
     }
@@ -217,8 +231,8 @@ public:
     std::vector<float> get_moments_m() const { return download(m, num_params); }
     std::vector<float> get_moments_v() const { return download(v, num_params); }
     void set_moments(const std::vector<float>& mh, const std::vector<float>& vh) {
-        CUDA_CHECK(cudaMemcpy(m, mh.data(), num_params * sizeof(float), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(v, vh.data(), num_params * sizeof(float), cudaMemcpyHostToDevice));
+        upload(m, mh.data(), num_params);
+        upload(v, vh.data(), num_params);
     }
 
     /*
@@ -227,9 +241,13 @@ public:
      * leaves dlogits = dloss * (probs - onehot) in place of the logits for backward().
      */
     void forward(const int* inputs, const int* targets, int b, int t, float loss_scale, float dloss) {
-        if (b > B || t > T || b * t > B * T)
-            throw Error(strprintf("forward shape (%d, %d) exceeds the allocated (%d, %d)", b, t, B, T));
+        // Any shape with b*t <= B*T fits: the per-layer slabs and every scratch are sized by B*T alone, so
+        // sampling can run (1, t) with t up to maxT on a model allocated for a shorter T.
+        if (b <= 0 || t <= 0 || t > config.max_seq_len || (size_t)b * t > (size_t)B * T)
+            throw Error(strprintf("forward shape (%d, %d) does not fit the allocated (%d, %d) with maxT %d", b, t, B, T,
+                                  config.max_seq_len));
         cur_B_ = b, cur_T_ = t;
+        backward_ready_ = false;
         upload_tokens(inputs, targets, b * t);
         const int L = config.num_layers, C = config.channels, NH = config.num_heads, Vp = config.padded_vocab_size;
         const int BT = b * t;
@@ -305,12 +323,15 @@ public:
                 fused_classifier(a.logits, a.losses, a.targets, dloss, BT, config.vocab_size, Vp, dloss > 0, stream);
                 accumulate_loss_kernel<<<1, 1024, 0, stream>>>(a.scalars, a.losses, BT, loss_scale);
                 CUDA_LAUNCH_CHECK();
+                backward_ready_ = dloss > 0;
             }
         }
     }
 
     // Backward of the last forward (which must have run with dloss > 0); parameter gradients accumulate.
     void backward() {
+        if (!backward_ready_) throw Error("backward() without a forward() with targets and dloss > 0 before it");
+        backward_ready_ = false; // dlogits are consumed: a second backward would read them as logits
         const int L = config.num_layers, C = config.channels, NH = config.num_heads, Vp = config.padded_vocab_size;
         const int b = cur_B_, t = cur_T_, BT = b * t;
         const size_t slab = (size_t)B * T;
@@ -457,6 +478,8 @@ private:
         if (slot_pending_[slot_]) CUDA_CHECK(cudaEventSynchronize(slot_events_[slot_]));
         int* in = pinned_tokens_ + (size_t)slot_ * 2 * B * T; // a slot: B*T inputs, then B*T targets
         int* tg = in + (size_t)B * T;
+        check_tokens(inputs, n, "input");
+        if (targets) check_tokens(targets, n, "target");
         memcpy(in, inputs, n * sizeof(int));
         CUDA_CHECK(cudaMemcpyAsync(acts.inputs, in, n * sizeof(int), cudaMemcpyHostToDevice, stream));
         if (targets) {
@@ -466,9 +489,22 @@ private:
         CUDA_CHECK(cudaEventRecord(slot_events_[slot_], stream));
         slot_pending_[slot_] = true;
     }
-    static std::vector<float> download(const float* d, size_t n) {
+    // An id outside [0, V) would read past wte in the encoder and be mis-sorted by its backward.
+    void check_tokens(const int* ids, int n, const char* what) const {
+        for (int i = 0; i < n; i++)
+            if (ids[i] < 0 || ids[i] >= config.vocab_size)
+                throw Error(strprintf("forward: %s token id %d at position %d is outside [0, %d)", what, ids[i], i,
+                                      config.vocab_size));
+    }
+    // Copies between pageable host memory and fp32 device arrays, in order on `stream` and complete on return.
+    void upload(float* d, const float* h, size_t n) const {
+        CUDA_CHECK(cudaMemcpyAsync(d, h, n * sizeof(float), cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    std::vector<float> download(const float* d, size_t n) const {
         std::vector<float> h(n);
-        CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpyAsync(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
         return h;
     }
 
@@ -481,6 +517,7 @@ private:
     bool slot_pending_[2] = {false, false};
     int slot_ = 0;
     int cur_B_ = 0, cur_T_ = 0;
+    bool backward_ready_ = false;
 };
 
 } // namespace llmc

@@ -39,6 +39,26 @@ using nvmlDevice_t = struct nvmlDevice_st*;
 constexpr nvmlReturn_t NVML_SUCCESS = 0;
 constexpr int NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2, NVML_TEMPERATURE_GPU = 0;
 
+// nvmlFieldValue_t as nvml.h lays it out, for nvmlDeviceGetFieldValues.
+struct NvmlFieldValue {
+    unsigned field_id, scope_id;
+    long long timestamp_us, latency_us;
+    int value_type;
+    nvmlReturn_t nvml_return;
+    union {
+        double d;
+        unsigned ui;
+        unsigned long ul;
+        unsigned long long ull;
+        long long sll;
+        int si;
+    } value;
+};
+static_assert(sizeof(NvmlFieldValue) == 40, "nvmlFieldValue_t is 40 bytes");
+// Power now, in mW (unsigned). nvmlDeviceGetPowerUsage is a 1 s trailing average on Ampere (GA100 aside)
+// and newer GPUs: too slow for steps of tens of milliseconds.
+constexpr unsigned NVML_FI_DEV_POWER_INSTANT = 186;
+
 // The NVML entry points the sampler calls. Optional ones (null when missing) are marked.
 struct NvmlApi {
     nvmlReturn_t (*init)() = nullptr;     // nvmlInit_v2
@@ -52,6 +72,7 @@ struct NvmlApi {
     nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned*) = nullptr;        // C
     nvmlReturn_t (*clocks_event_reasons)(nvmlDevice_t, unsigned long long*) = nullptr; // optional
     nvmlReturn_t (*total_energy)(nvmlDevice_t, unsigned long long*) = nullptr;          // optional, mJ
+    nvmlReturn_t (*field_values)(nvmlDevice_t, int, NvmlFieldValue*) = nullptr;          // optional
 };
 
 /*
@@ -79,6 +100,7 @@ inline bool load_nvml(NvmlApi* api, void** lib, std::string* why) {
     sym(api->clocks_event_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
     if (!api->clocks_event_reasons) sym(api->clocks_event_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
     sym(api->total_energy, "nvmlDeviceGetTotalEnergyConsumption");
+    sym(api->field_values, "nvmlDeviceGetFieldValues");
     const char* missing = !api->init               ? "nvmlInit_v2"
                           : !api->shutdown         ? "nvmlShutdown"
                           : !api->handle_by_index  ? "nvmlDeviceGetHandleByIndex_v2"
@@ -124,6 +146,8 @@ public:
     }
 
     bool available() const { return device_ != nullptr; }
+    // True when power is read instantaneously (NVML_FI_DEV_POWER_INSTANT), false for the averaged reading.
+    bool instant_power() const { return instant_power_; }
     // "" when available, else "NVML not available (<why>)".
     const std::string& status() const { return status_; }
 
@@ -161,12 +185,14 @@ public:
         wake_.notify_all();
         thread_.join();
     }
-    // Moves what was sampled into r (power, energy, power_status, max_sm_clock_mhz). Call after stop().
+    // Moves what was sampled into r (power, energy, power_reading, power_status, max_sm_clock_mhz). Call after
+    // stop().
     void take_into(ProfileRecords& r) {
         std::lock_guard<std::mutex> lock(mutex_);
         r.power = std::move(samples_);
         r.energy = std::move(energy_);
         r.power_status = status_;
+        r.power_reading = !available() ? "" : instant_power_ ? "instantaneous" : "1 s average";
         r.max_sm_clock_mhz = max_sm_clock_mhz_;
         samples_.clear(), energy_.clear();
     }
@@ -188,28 +214,37 @@ private:
         } else if ((rc = api_.handle_by_index(0, &dev)) != NVML_SUCCESS) {
             return fail("nvmlDeviceGetHandleByIndex_v2", rc);
         }
-        // Power is the one reading the sampler cannot do without: probe it once.
+        // Power is the one reading the sampler cannot do without: probe it once, the instantaneous field
+        // first (drivers before R530 or older GPUs lack it).
         unsigned mw = 0;
         if ((rc = api_.power_usage(dev, &mw)) != NVML_SUCCESS) return fail("nvmlDeviceGetPowerUsage", rc);
         device_ = dev;
+        instant_power_ = read_instant_power(&mw);
         unsigned mhz = 0;
         if (api_.max_clock_info && api_.max_clock_info(dev, NVML_CLOCK_SM, &mhz) == NVML_SUCCESS)
             max_sm_clock_mhz_ = (int)mhz;
+    }
+    bool read_instant_power(unsigned* mw) const {
+        if (!api_.field_values) return false;
+        NvmlFieldValue f{};
+        f.field_id = NVML_FI_DEV_POWER_INSTANT;
+        if (api_.field_values(device_, 1, &f) != NVML_SUCCESS || f.nvml_return != NVML_SUCCESS) return false;
+        *mw = f.value.ui;
+        return true;
     }
     // One sample; a reading that fails stays 0 (NVML can refuse one query and answer the next).
     void sample() {
         PowerSample s;
         unsigned v = 0;
         unsigned long long reasons = 0;
-        if (api_.power_usage(device_, &v) != NVML_SUCCESS) return;
+        if (!(instant_power_ && read_instant_power(&v)) && api_.power_usage(device_, &v) != NVML_SUCCESS) return;
         s.power_w = v * 1e-3;
+        s.t_ns = clock_(); // the time of the power reading
         if (api_.clock_info(device_, NVML_CLOCK_SM, &v) == NVML_SUCCESS) s.sm_clock_mhz = (int)v;
         if (api_.clock_info(device_, NVML_CLOCK_MEM, &v) == NVML_SUCCESS) s.mem_clock_mhz = (int)v;
         if (api_.temperature(device_, NVML_TEMPERATURE_GPU, &v) == NVML_SUCCESS) s.temperature_c = (int)v;
         if (api_.clocks_event_reasons && api_.clocks_event_reasons(device_, &reasons) == NVML_SUCCESS)
             s.throttle_reasons = reasons;
-        // The time of the power reading: NVML's power is an average over its last update period (~tens of ms).
-        s.t_ns = clock_();
         std::lock_guard<std::mutex> lock(mutex_);
         samples_.push_back(s);
     }
@@ -220,6 +255,7 @@ private:
     nvmlDevice_t device_ = nullptr;
     std::string status_;
     int max_sm_clock_mhz_ = 0;
+    bool instant_power_ = false;
     Clock clock_;
     int interval_ms_;
     std::thread thread_;

@@ -138,6 +138,7 @@ struct ProfileRecords {
     std::vector<StepRecord> steps;
     std::vector<PowerSample> power;
     std::vector<EnergyReading> energy;
+    std::string power_reading; // "instantaneous" or "1 s average": what NVML's power samples are
     std::string power_status;  // why there are no power samples ("NVML not available (...)"), "" when sampled
     int max_sm_clock_mhz = 0;  // the GPU's maximum SM clock (NVML), 0 = unknown
     uint64_t dropped_records = 0;  // CUPTI records lost to full buffers

@@ -194,6 +194,7 @@ struct PowerSummary {
     double tokens_per_j = NAN, flops_per_w = NAN; // flops_per_w: model FLOP/s per W (= FLOP per J)
     int counter_steps = 0, integrated_steps = 0;  // steps whose energy came from the counter / the samples
     int max_sm_clock_limit_mhz = 0;               // the GPU's maximum SM clock, 0 = unknown
+    std::string reading;                          // "instantaneous" or "1 s average" power samples
     std::string status;                           // why there is no power data ("NVML not available (...)")
 };
 
@@ -513,6 +514,7 @@ inline Report build_report(const ProfileRecords& rec, const ProfileContext& ctx)
     }
     r.power.status = rec.power_status.empty() && power.empty() ? "no power samples" : rec.power_status;
     r.power.max_sm_clock_limit_mhz = rec.max_sm_clock_mhz;
+    r.power.reading = rec.power_reading;
     if (!power.empty() && windowed) {
         PowerSummary& p = r.power;
         p.energy_j = 0;

@@ -217,8 +217,8 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
                                                                       "integrated power samples"
                              : p.counter_steps ? "NVML energy counter"
                                                : "integrated power samples (the energy counter did not advance)";
-        s += strprintf("  %zu samples: energy %.2f J, average %.0f W, peak %.0f W\n", p.samples, p.energy_j, p.avg_w,
-                       p.peak_w);
+        s += strprintf("  %zu samples%s: energy %.2f J, average %.0f W, peak %.0f W\n", p.samples,
+                       p.reading.empty() ? "" : (" (" + p.reading + " power)").c_str(), p.energy_j, p.avg_w, p.peak_w);
         s += strprintf("  %s J/token, %s tokens/J, %s GFLOP/s per W\n", num(p.joules_per_token, "%.5f").c_str(),
                        num(p.tokens_per_j, "%.1f").c_str(), num(p.flops_per_w / 1e9, "%.1f").c_str());
         s += strprintf("  energy from the %s (%d steps counter, %d integrated)\n", source, p.counter_steps,
@@ -580,7 +580,7 @@ inline std::string profile_json(const Report& r) {
                   {"max_sm_clock_mhz", p.max_sm_clock_mhz}, {"throttle_reasons", p.throttle_reasons},
                   {"tokens_per_j", finite_or_null(p.tokens_per_j)}, {"flops_per_w", finite_or_null(p.flops_per_w)},
                   {"counter_steps", p.counter_steps}, {"integrated_steps", p.integrated_steps},
-                  {"max_sm_clock_limit_mhz", p.max_sm_clock_limit_mhz}, {"status", p.status}};
+                  {"max_sm_clock_limit_mhz", p.max_sm_clock_limit_mhz}, {"reading", p.reading}, {"status", p.status}};
     json& fj = j["findings"] = json::array();
     for (const Finding& f : r.findings)
         fj.push_back({{"rule", f.rule}, {"what", f.what}, {"evidence", f.evidence}, {"next_step", f.next_step},

@@ -105,6 +105,22 @@ TEST(ProfilerCounters, JoinsByLaunchOrder) {
     EXPECT_EQ(k[3].where.layer, 1);
 }
 
+// Auto range names ranges by index: they take the traced kernels' names along with their attribution.
+TEST(ProfilerCounters, JoinNamesRangesNamedByIndex) {
+    std::vector<KernelCounters> k = counted_step();
+    for (size_t i = 0; i < k.size(); i++) k[i].name = std::to_string(i);
+    ASSERT_EQ(join_by_launch_order(traced_step(), k), "");
+    EXPECT_EQ(k[0].name, "void layernorm_forward_kernel<int>(float*, int)");
+    EXPECT_EQ(k[1].name, "sm90_xmma_gemm_bf16bf16");
+    EXPECT_EQ(k[2].where.subblock, (int)SubBlock::ln1);
+    EXPECT_EQ(k[2].where.layer, 1);
+    EXPECT_TRUE(is_range_index("12"));
+    EXPECT_FALSE(is_range_index("f12"));
+    EXPECT_FALSE(is_range_index(""));
+    k.pop_back();
+    EXPECT_NE(join_by_launch_order(traced_step(), k).find("launched 3 kernels"), std::string::npos);
+}
+
 TEST(ProfilerCounters, JoinRefusesMismatches) {
     std::vector<KernelCounters> k = counted_step();
     k.pop_back();

@@ -115,3 +115,44 @@ TEST(CpuProfile, OpNamesAndRecords) {
     EXPECT_EQ(rec.ranges[2].name, "backward");
     EXPECT_EQ(rec.ranges[3].name, "optimizer");
 }
+
+// The window bookkeeping both trainers share: drive it as the training loop does and log what it asks for.
+namespace {
+std::string drive_schedule(int first, int count, int start_step, int max_steps, bool needs_arming) {
+    prof::ProfileSchedule s(first, count);
+    bool armed = !needs_arming || s.arm_at_start();
+    std::string log = armed && needs_arming ? "arm@start " : "";
+    for (int step = start_step; step < max_steps; step++) {
+        if (armed && s.in_window(step)) s.recorded(step), log += "rec" + std::to_string(step) + " ";
+        switch (s.after_step(step, step + 1 == max_steps, armed)) {
+        case prof::ProfileSchedule::Next::arm: armed = true, log += "arm@" + std::to_string(step) + " "; break;
+        case prof::ProfileSchedule::Next::write: log += "write:" + s.recorded_steps(); break;
+        case prof::ProfileSchedule::Next::give_up: log += s.nothing_recorded(step, "D"); break;
+        case prof::ProfileSchedule::Next::keep_going: break;
+        }
+    }
+    return log;
+}
+} // namespace
+
+TEST(ProfileSchedule, RecordsTheWindowAndArmsOneStepAhead) {
+    EXPECT_EQ(drive_schedule(2, 3, 0, 8, true), "arm@1 rec2 rec3 rec4 write:steps 3-5");
+    EXPECT_EQ(drive_schedule(2, 3, 0, 8, false), "rec2 rec3 rec4 write:steps 3-5");
+    EXPECT_EQ(drive_schedule(0, 2, 0, 8, true), "arm@start rec0 rec1 write:steps 1-2");
+}
+
+TEST(ProfileSchedule, RunEndingInsideOrBeforeTheWindow) {
+    EXPECT_EQ(drive_schedule(1, 5, 0, 3, true), "arm@0 rec1 rec2 write:steps 2-3");
+    EXPECT_EQ(drive_schedule(5, 1, 0, 2, true), "profile: the run ended before step 6; nothing written to D");
+    // Ending right before the window: arming would be wasted, and nothing is written.
+    EXPECT_EQ(drive_schedule(3, 2, 0, 3, true), "profile: the run ended before step 4; nothing written to D");
+}
+
+TEST(ProfileSchedule, ResumedRunsKeepTheirStepNumbers) {
+    // Resumed inside the window: what is left of it (the GPU arms after the first resumed step).
+    EXPECT_EQ(drive_schedule(5, 5, 7, 20, true), "arm@7 rec8 rec9 write:steps 9-10");
+    EXPECT_EQ(drive_schedule(5, 5, 7, 20, false), "rec7 rec8 rec9 write:steps 8-10");
+    // Resumed past the window: said once, at the first step.
+    EXPECT_EQ(drive_schedule(5, 5, 12, 20, true),
+              "profile: the run started after steps 6-10; nothing written to D");
+}

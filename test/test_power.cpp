@@ -22,6 +22,7 @@ struct FakeGpu {
     std::atomic<uint64_t> now{0};
     std::atomic<unsigned> power_mw{250000}, sm_mhz{1980}, mem_mhz{2619}, temp_c{55};
     std::atomic<unsigned long long> reasons{0}, energy_mj{0};
+    std::atomic<unsigned> instant_mw{0}; // 0: the driver has no instantaneous power field
     nvmlReturn_t init_rc = NVML_SUCCESS, power_rc = NVML_SUCCESS;
     bool has_energy = true;
     int inits = 0, shutdowns = 0;
@@ -44,6 +45,12 @@ NvmlApi fake_api() {
     a.clocks_event_reasons = [](nvmlDevice_t, unsigned long long* v) { return *v = fake->reasons, NVML_SUCCESS; };
     a.total_energy = [](nvmlDevice_t, unsigned long long* mj) {
         return *mj = fake->energy_mj, fake->has_energy ? NVML_SUCCESS : 3;
+    };
+    a.field_values = [](nvmlDevice_t, int n, NvmlFieldValue* f) {
+        if (n != 1 || f->field_id != NVML_FI_DEV_POWER_INSTANT) return 2; // invalid argument
+        f->nvml_return = fake->instant_mw ? NVML_SUCCESS : 3;             // not supported
+        f->value.ui = fake->instant_mw;
+        return NVML_SUCCESS;
     };
     return a;
 }
@@ -92,6 +99,31 @@ TEST_F(ProfilerPowerTest, MarkRecordsSampleAndEnergyInTheClockTimebase) {
     }
     EXPECT_EQ(gpu.inits, 1);
     EXPECT_EQ(gpu.shutdowns, 1);
+}
+
+// The instantaneous field is preferred to the 1 s average where the driver answers it.
+TEST_F(ProfilerPowerTest, InstantPowerWhereTheDriverHasIt) {
+    gpu.instant_mw = 412250, gpu.power_mw = 300000;
+    PowerSampler p(fake_api(), clock(), 100);
+    ASSERT_TRUE(p.available());
+    EXPECT_TRUE(p.instant_power());
+    p.mark();
+    gpu.instant_mw = 0; // a refused reading falls back to the average for that sample
+    p.mark();
+    ProfileRecords r;
+    p.take_into(r);
+    ASSERT_EQ(r.power.size(), 2u);
+    EXPECT_DOUBLE_EQ(r.power[0].power_w, 412.25);
+    EXPECT_DOUBLE_EQ(r.power[1].power_w, 300.0);
+    EXPECT_EQ(r.power_reading, "instantaneous");
+    r.steps.push_back(step(0, 0, 10 * MS, 1000));
+    EXPECT_NE(format_summary(build_report(r, ProfileContext{})).find("2 samples (instantaneous power)"),
+              std::string::npos);
+
+    PowerSampler q(fake_api(), clock(), 100); // no field at start: the average throughout
+    EXPECT_FALSE(q.instant_power());
+    q.take_into(r);
+    EXPECT_EQ(r.power_reading, "1 s average");
 }
 
 TEST_F(ProfilerPowerTest, ThreadSamplesUntilStopped) {

@@ -38,20 +38,21 @@ struct Pair {
 
 } // namespace
 
-TEST(GPT2GPU, LossAndEveryGradientMatchTheCPU) {
-    REQUIRE_GPU();
-    const int B = 2, T = 48; // T not a multiple of the attention tile
+namespace {
+// One forward and backward of a (b, t) batch on a model allocated for (B, T), against the CPU model.
+void expect_loss_and_gradients_match_cpu(int B, int T, int b, int t) {
+    SCOPED_TRACE(testing::Message() << "allocated (" << B << ", " << T << "), run (" << b << ", " << t << ")");
     Pair p(B, T, std::random_device{}());
-    auto in = gputest::random_tokens(B * T, p.cfg.vocab_size), tg = gputest::random_tokens(B * T, p.cfg.vocab_size);
+    auto in = gputest::random_tokens(b * t, p.cfg.vocab_size), tg = gputest::random_tokens(b * t, p.cfg.vocab_size);
 
     p.cpu.zero_grad();
-    p.cpu.forward(in.data(), tg.data(), B, T);
+    p.cpu.forward(in.data(), tg.data(), b, t);
     p.cpu.backward(1.0f);
 
     p.gpu.zero_grad();
     p.gpu.zero_loss();
-    float scale = 1.0f / (B * T);
-    p.gpu.forward(in.data(), tg.data(), B, T, scale, scale);
+    float scale = 1.0f / (b * t);
+    p.gpu.forward(in.data(), tg.data(), b, t, scale, scale);
     p.gpu.backward();
     p.gpu.fetch_scalars();
     float loss = p.gpu.read_scalars().first;
@@ -71,6 +72,37 @@ TEST(GPT2GPU, LossAndEveryGradientMatchTheCPU) {
         off += sizes[i];
     }
     for (size_t i = (size_t)p.cfg.vocab_size * p.cfg.channels; i < sizes[WTE]; i++) ASSERT_EQ(g[i], 0.0f) << i;
+}
+} // namespace
+
+TEST(GPT2GPU, LossAndEveryGradientMatchTheCPU) {
+    REQUIRE_GPU();
+    expect_loss_and_gradients_match_cpu(2, 48, 2, 48); // T not a multiple of the attention tile
+}
+
+// Smaller batches than allocated (the per-layer strides stay those of the allocation), and a t beyond the
+// allocated T with b*t within it, as sampling runs.
+TEST(GPT2GPU, ShapesOtherThanTheAllocatedOneMatchTheCPU) {
+    REQUIRE_GPU();
+    expect_loss_and_gradients_match_cpu(4, 32, 3, 20);
+    expect_loss_and_gradients_match_cpu(4, 32, 1, 64);
+}
+
+TEST(GPT2GPU, RejectsOutOfRangeTokensAndShapes) {
+    REQUIRE_GPU();
+    Pair p(2, 16, 7);
+    std::vector<int> in(32, 1), tg(32, 2);
+    in[5] = p.cfg.vocab_size;
+    try {
+        p.gpu.forward(in.data(), tg.data(), 2, 16, 1.0f, 1.0f);
+        ADD_FAILURE() << "token id V accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("input token id 500 at position 5"), std::string::npos) << e.what();
+    }
+    in[5] = 1, tg[0] = -1;
+    EXPECT_THROW(p.gpu.forward(in.data(), tg.data(), 2, 16, 1.0f, 1.0f), Error);
+    EXPECT_THROW(p.gpu.forward(in.data(), nullptr, 3, 16, 0.0f, 0.0f), Error); // b*t beyond the allocation
+    EXPECT_THROW(p.gpu.backward(), Error);                                     // no forward with targets ran
 }
 
 TEST(GPT2GPU, TenAdamWStepsTrackTheCPU) {
@@ -173,6 +205,16 @@ TEST_F(TrainGpu, CheckpointsMoveBetweenCpuAndGpuTrainers) {
     auto back = testutil::run("./train_gpt2cu" + args("-x 6 -v 0 -n 2 -y 1 -o " + (dir / "g")));
     ASSERT_EQ(back.exit_code, 0) << back.output;
     EXPECT_EQ(step_lines(back.output).size(), 2u);
+}
+
+TEST_F(TrainGpu, SamplesLongerThanTheTrainingSequence) {
+    // -g 40 beyond -t 16: the sample runs forward on up to 40 positions of the 64 the model allows.
+    for (const char* b : {"4", "1"}) { // with -b 1 the context is cut to the B*T = 16 positions allocated
+        auto r = testutil::run("./train_gpt2cu -i " + dir.path + " -e " + (dir / "toy_model.bin") + " -b " + b +
+                               " -t 16 -x 2 -v 0 -s 2 -g 40");
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_NE(r.output.find("---- sample ----"), std::string::npos) << r.output;
+    }
 }
 
 TEST_F(TrainGpu, OutOfMemoryBatchGetsAMessage) {

@@ -210,6 +210,20 @@ TEST(KernelsLayernorm, BackwardMatchesCpuAndIsDeterministic) {
 
 // ---------------------------------------------------------------------------------------------------- gelu
 
+// Host arithmetic, no GPU: the scratch sized for N rows holds the partials of a backward on any n <= N rows
+// (the model runs backward on fewer rows than it allocated for; the block count is not monotone in n).
+TEST(KernelsLayernorm, BackwardScratchCoversEveryRowCountBelowItsSize) {
+    for (int C : {32, 128, 768, 1600, 3072}) {
+        size_t needed = 0; // the most any n <= N needs
+        for (int N = 1; N <= 20000; N++) {
+            needed = std::max(needed, (size_t)llmc::layernorm_backward_plan(N, C).blocks * 2 * C);
+            ASSERT_LE(needed, llmc::layernorm_backward_scratch_floats(N, C)) << "C=" << C << " N=" << N;
+        }
+    }
+    // The case that overflowed the old per-N sizing: 5120 rows need more blocks than 8192.
+    EXPECT_GT(llmc::layernorm_backward_plan(5120, 768).blocks, llmc::layernorm_backward_plan(8192, 768).blocks);
+}
+
 TEST(KernelsGelu, ForwardAndBackwardMatchCpu) {
     REQUIRE_GPU();
     for (size_t N : {(size_t)5, (size_t)8 * 1000 + 3, (size_t)4 * 768 * 64}) {

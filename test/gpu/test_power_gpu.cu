@@ -64,7 +64,7 @@ TEST(ProfilerPowerGpu, SamplesDuringABusyLoopHavePositivePower) {
     Report rep = build_report(r, ProfileContext{});
     EXPECT_GT(rep.steps[0].energy_j, 0);
     EXPECT_GT(rep.steps[0].avg_power_w, 10); // a busy datacenter GPU draws far more than 10 W
-    printf("power: %zu samples, %.1f J over %.3f s (%.0f W, energy from %s), SM clock %d MHz of max %d MHz\n",
-           r.power.size(), rep.steps[0].energy_j, (t1 - t0) / 1e9, rep.steps[0].avg_power_w,
+    printf("power: %zu samples (%s), %.1f J over %.3f s (%.0f W, energy from %s), SM clock %d MHz of max %d MHz\n",
+           r.power.size(), power.instant_power() ? "instantaneous" : "1 s average", rep.steps[0].energy_j, (t1 - t0) / 1e9, rep.steps[0].avg_power_w,
            rep.steps[0].energy_source, r.power.back().sm_clock_mhz, r.max_sm_clock_mhz);
 }
