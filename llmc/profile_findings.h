@@ -141,20 +141,26 @@ inline std::vector<Finding> find_limits(const Report& r, const ProfileRecords& r
             lossy.push_back(&s);
     std::sort(lossy.begin(), lossy.end(),
               [](auto* a, auto* b) { return a->roof.time_s - a->roof.floor_s > b->roof.time_s - b->roof.floor_s; });
+    // The CPU trainer's sub-blocks are plain loops, not kernels and GEMM libraries: its advice differs.
+    const bool cpu = r.context.device_kind == "CPU";
     for (size_t i = 0; i < std::min<size_t>(3, lossy.size()); i++) {
         const SubBlockRow& s = *lossy[i];
         const bool compute = std::string(s.roof.bound) == "compute";
+        const char* next = cpu ? (compute ? "compute-bound on the CPU: block the loops for cache, let the compiler "
+                                            "vectorise the inner loop (SIMD), run more OpenMP threads"
+                                          : "memory-bound on the CPU: fuse it with its neighbours so data is read "
+                                            "once, block it so rows stay in cache")
+                         : compute ? "compute-bound: check the GEMM shapes and cuBLASLt algorithm (tile fit, bf16 "
+                                     "tensor cores), fuse bias/GELU into the GEMM epilogue"
+                                   : "memory-bound: fuse it with its neighbours to cut DRAM passes, use 128-bit "
+                                     "vector loads, keep activations in bf16";
         Finding f{"roofline",
                   strprintf("%s %s runs at %.0f%% of its %s roofline", subblock_label(s.subblock).c_str(),
                             phase_label(s.phase).c_str(), s.roof.pct_of_roofline, s.roof.bound),
                   strprintf("%.3f ms per step against a floor of %.3f ms (%.1f TFLOP/s, %.0f GB/s, %.1f FLOP/B)",
                             s.roof.time_s * 1e3, s.roof.floor_s * 1e3, s.roof.tflops, s.roof.gbps,
                             s.roof.intensity),
-                  compute ? "compute-bound: check the GEMM shapes and cuBLASLt algorithm (tile fit, bf16 tensor "
-                            "cores), fuse bias/GELU into the GEMM epilogue"
-                          : "memory-bound: fuse it with its neighbours to cut DRAM passes, use 128-bit vector "
-                            "loads, keep activations in bf16",
-                  (s.roof.time_s - s.roof.floor_s) * 1e3};
+                  next, (s.roof.time_s - s.roof.floor_s) * 1e3};
         out.push_back(f);
     }
 

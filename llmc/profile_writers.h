@@ -117,6 +117,9 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
                    num(ce.dram_gbps > 0 ? ce.dram_gbps : NAN, "%.0f").c_str(),
                    num(ce.dram_gbps > 0 ? ce.bf16_tflops * 1e3 / ce.dram_gbps : NAN, "%.0f").c_str(),
                    ce.source.empty() ? "none" : ce.source.c_str());
+    if (!on_gpu)
+        s += "  roofline  the GPU step's analytic model: the same FLOPs, but bytes count its bf16 tensors, about half "
+             "of what this fp32 code moves at the least\n";
     s += strprintf("  records   %zu kernels, %zu memcpys, %zu memsets, %zu API calls, %zu syncs, %zu ranges, %zu power "
                    "samples; %llu dropped; CUPTI overhead %.3f ms\n",
                    r.records.kernels, r.records.memcpys, r.records.memsets, r.records.api, r.records.syncs,

@@ -24,6 +24,8 @@ TEST(CpuProfile, WritesTheProfileDirectory) {
     for (const char* f : {"summary.txt", "kernels.csv", "subblocks.csv", "steps.csv", "api.csv", "roofline.csv",
                           "trace.json", "profile.json"})
         EXPECT_TRUE(file_exists(d + "/" + f)) << f;
+    // The summary says whose byte model its roofline uses.
+    EXPECT_NE(slurp(d + "/summary.txt").find("roofline  the GPU step's analytic model"), std::string::npos);
 
     // Every CPU sub-block forward and backward, and the optimizer phase; 2 layers x 2 micro-batches x 3 steps.
     std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>> cells;

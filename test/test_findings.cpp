@@ -105,6 +105,12 @@ TEST(ProfilerFindings, RooflineFiresForASubBlockFarBelowItsCeiling) {
     EXPECT_TRUE(has(x->evidence, "9.000 ms per step against a floor of 0.872 ms")) << x->evidence;
     EXPECT_TRUE(has(x->next_step, "GEMM"));
     EXPECT_EQ(rule(findings(fast, c), "roofline"), nullptr) << "87% of roofline is not a finding";
+    c.device_kind = "CPU"; // the CPU trainer's profile: CPU advice, not cuBLASLt's
+    f = findings(slow, c);
+    x = rule(f, "roofline");
+    ASSERT_NE(x, nullptr);
+    EXPECT_TRUE(has(x->next_step, "on the CPU")) << x->next_step;
+    EXPECT_FALSE(has(x->next_step, "cuBLASLt")) << x->next_step;
 }
 
 // 100 kernels of 60 us per step with 40 us gaps between them; in `launch` the CPU is inside
