@@ -183,7 +183,8 @@ int run(int argc, char** argv) {
     // Cross-check the fused forward against the naive one at this shape too (no CPU reference needed).
     naive.forward(buf.out_naive, buf.qkv);
     llmc::attention_forward(buf.out, buf.lse, buf.qkv, B, T, NH, HS, 0);
-    bench::validate("fused vs naive out", to_float(buf.out.download()), to_float(buf.out_naive.download()), 1e-2);
+    if (!bench::validate("fused vs naive out", to_float(buf.out.download()), to_float(buf.out_naive.download()), 1e-2))
+        return bench::validation_failed();
 
     const double t_naive = bench::measure("naive forward (cuBLAS + softmax)", fwd_flops, 0, ceilings,
                                           [&] { naive.forward(buf.out_naive, buf.qkv); });

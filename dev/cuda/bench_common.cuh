@@ -37,7 +37,21 @@ inline Ceilings device_ceilings(const cudaDeviceProp& p) {
     return c;
 }
 
-// Median milliseconds of `repeats` runs of fn after `warmup` runs, timed with CUDA events.
+// Overwrites twice the L2 so a timed run starts with a cold cache, as the op meets its inputs in a training
+// step (a layer's activations are tens of MB, the L2 50-60 MB on H100/H200: a warm rerun would read from L2).
+inline void flush_l2() {
+    static void* buf = nullptr;
+    static size_t bytes = 0;
+    if (!buf) {
+        int l2 = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+        bytes = 2 * (size_t)std::max(l2, 1 << 20);
+        CUDA_CHECK(cudaMalloc(&buf, bytes));
+    }
+    CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes));
+}
+
+// Median milliseconds of `repeats` runs of fn after `warmup` runs, timed with CUDA events, each from a cold L2.
 inline double time_ms(const std::function<void()>& fn, int warmup = 5, int repeats = 20) {
     for (int i = 0; i < warmup; i++) fn();
     cudaEvent_t a, b;
@@ -45,6 +59,7 @@ inline double time_ms(const std::function<void()>& fn, int warmup = 5, int repea
     CUDA_CHECK(cudaEventCreate(&b));
     std::vector<float> ms(repeats);
     for (int i = 0; i < repeats; i++) {
+        flush_l2(); // outside the events
         CUDA_CHECK(cudaEventRecord(a));
         fn();
         CUDA_CHECK(cudaEventRecord(b));

@@ -21,6 +21,19 @@
 
 namespace llmc::cpu {
 
+/*
+ * The tile shape depends on the vector ISA the translation unit is compiled for, and one program can link
+ * translation units built for different ones (g++ -march=native objects beside nvcc host code): each ISA's
+ * kernels live in their own inline namespace, so their symbols never merge across such objects.
+ */
+#if defined(__AVX512F__)
+#define LLMC_GEMM_ISA avx512
+#elif defined(__AVX__)
+#define LLMC_GEMM_ISA avx
+#else
+#define LLMC_GEMM_ISA sse
+#endif
+inline namespace LLMC_GEMM_ISA {
 namespace gemm_detail {
 
 #if defined(__AVX512F__)
@@ -128,6 +141,8 @@ template <typename Real> void gemm(int M, int N, int K, const Real* a, long sam,
 }
 
 } // namespace gemm_detail
+} // inline namespace LLMC_GEMM_ISA
+#undef LLMC_GEMM_ISA
 
 // out (B, T, OC) = inp (B, T, C) @ weight (OC, C)^T + bias (OC); bias may be null.
 template <typename Real>

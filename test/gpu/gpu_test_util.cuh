@@ -17,6 +17,16 @@
         if (::llmc::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";                                      \
     } while (0)
 
+// Tests that run ./train_gpt2cu or ./profile_gpt2cu: this process holds a context, so the child can only get
+// the GPU in the default compute mode (not in exclusive-process mode).
+#define REQUIRE_GPU_FOR_CHILD_PROCESS()                                                                               \
+    do {                                                                                                              \
+        REQUIRE_GPU();                                                                                                \
+        int mode = 0;                                                                                                 \
+        if (cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, 0) == cudaSuccess && mode != cudaComputeModeDefault) \
+            GTEST_SKIP() << "the GPU is not in the default compute mode: a second process cannot use it";             \
+    } while (0)
+
 namespace gputest {
 
 // Device buffers and bf16 conversion: one definition, shared with the kernel benchmarks.

@@ -38,15 +38,16 @@ TEST(ProfilerPowerGpu, SamplesDuringABusyLoopHavePositivePower) {
     int* sink = nullptr;
     CUDA_CHECK(cudaMalloc(&sink, sizeof(int)));
 
-    ASSERT_TRUE(power.start());
+    // t0 before the sampler starts and t1 after it stops: every sample falls between them.
     const uint64_t t0 = CuptiCollector::timestamp();
+    ASSERT_TRUE(power.start());
     power.mark();
     // ~0.5 s of spinning at the GPU's clock rate (kHz), over every SM.
     for (int i = 0; i < 5; i++) spin_kernel<<<sms * 4, 256>>>(khz * 100LL, sink);
     CUDA_CHECK(cudaDeviceSynchronize());
     power.mark();
-    const uint64_t t1 = CuptiCollector::timestamp();
     power.stop();
+    const uint64_t t1 = CuptiCollector::timestamp();
     CUDA_CHECK(cudaFree(sink));
 
     ProfileRecords r;
