@@ -9,10 +9,12 @@
  * gradient accumulation needs +=, deterministically.
  */
 #pragma once
-#include <cublasLt.h>
+#include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cub/cub.cuh>
+#include <cublasLt.h>
 #include <map>
-#include <tuple>
 
 #include "llmc/cuda_common.cuh"
 
@@ -40,7 +42,10 @@ public:
     void* workspace = nullptr;
     static constexpr size_t WORKSPACE_BYTES = 32u << 20;
 
-    using Key = std::tuple<int, int, int, bool, bool, int, bool>; // m, n, k, transA, transB, epilogue, accumulate
+    // m, n, k, transA, transB, epilogue, accumulate, and the alignments of A, B, D, bias and aux: the
+    // heuristic picks an algorithm for the pointers it is shown, so layers whose tensors sit at other
+    // alignments (odd layers of a model whose C*2 bytes is not a multiple of 256) get their own.
+    using Key = std::array<int, 12>;
     std::map<Key, cublasLtMatmulAlgo_t> algos;
 
 private:
@@ -49,6 +54,12 @@ private:
         CUDA_CHECK(cudaMalloc(&workspace, WORKSPACE_BYTES));
     }
 };
+
+// The largest power of two up to 256 that divides the address (256 for null): what an algorithm may assume.
+inline int pointer_alignment(const void* p) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    return a ? (int)std::min<uintptr_t>(256, a & (~a + 1)) : 256;
+}
 
 /*
  * D (m, n) = alpha * op(A) (m, k) * op(B) (k, n) + beta * D, column-major, with an optional epilogue
@@ -75,13 +86,24 @@ inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const f
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, m));
 
-    CublasLt::Key key{m, n, k, trans_a, trans_b, (int)epilogue, accumulate};
+    const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
+    CublasLt::Key key{m, n, k, trans_a, trans_b, (int)epilogue, accumulate, (int)align_a, (int)align_b, (int)align_d,
+                      pointer_alignment(bias), pointer_alignment(aux)};
     auto it = lt.algos.find(key);
     if (it == lt.algos.end()) {
         cublasLtMatmulPreference_t pref;
         CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
         size_t ws = CublasLt::WORKSPACE_BYTES;
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+        // The preferences default to 256-byte operands; state the real alignments (C is D here).
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                          sizeof(align_a)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                          sizeof(align_b)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                                          sizeof(align_d)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                          sizeof(align_d)));
         cublasLtMatmulHeuristicResult_t result;
         int found = 0;
         CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, desc, la, lb, ld, ld, pref, 1, &result, &found));

@@ -22,6 +22,7 @@
 #include "llmc/gelu.cuh"
 #include "llmc/gpt2_config.h"
 #include "llmc/layernorm.cuh"
+#include "llmc/matmul.cuh"
 #include "test/gpu/gpu_test_util.cuh"
 
 using llmc::floatX;
@@ -214,6 +215,15 @@ TEST(KernelsLayernorm, BackwardMatchesCpuAndIsDeterministic) {
 }
 
 // ---------------------------------------------------------------------------------------------------- gelu
+
+// Host arithmetic, no GPU: the alignment the cuBLASLt algorithm cache keys on.
+TEST(KernelsMatmul, PointerAlignmentIsTheLargestPowerOfTwoUpTo256) {
+    EXPECT_EQ(llmc::pointer_alignment(nullptr), 256);
+    EXPECT_EQ(llmc::pointer_alignment(reinterpret_cast<void*>(0x10000)), 256);
+    EXPECT_EQ(llmc::pointer_alignment(reinterpret_cast<void*>(0x10180)), 128); // d3's layer-1 bias: 384 bytes in
+    EXPECT_EQ(llmc::pointer_alignment(reinterpret_cast<void*>(0x10010)), 16);
+    EXPECT_EQ(llmc::pointer_alignment(reinterpret_cast<void*>(0x10002)), 2);
+}
 
 // Host arithmetic, no GPU: the scratch sized for N rows holds the partials of a backward on any n <= N rows
 // (the model runs backward on fewer rows than it allocated for; the block count is not monotone in n).
