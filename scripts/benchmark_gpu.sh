@@ -2,7 +2,8 @@
 # Training throughput of train_gpt2cu: GPT-2 124M (-e d12), T=1024, micro-batch B in {16, 32, 64}.
 # Prints ms/step, tok/s, MFU and device memory, averaged over steps after a warmup. With -p every B runs a
 # second time with --profile tracing all the steps after the warmup, and prints that run's tok/s and the
-# profiler's overhead, 100 * (1 - traced tok/s / untraced tok/s) (the target is at most 2%).
+# profiler's overhead, 100 * (1 - traced tok/s / untraced tok/s) (the target is at most 2%). The traced
+# tok/s counts the CUPTI buffer flushes between steps, which the step lines leave out.
 #
 #   scripts/benchmark_gpu.sh [-e d12] [-t 1024] [-x 40] [-w 10] [-B "16 32 64"] [-p]
 set -euo pipefail
@@ -20,8 +21,9 @@ done
 [ -x ./train_gpt2cu ] || make train_gpt2cu
 [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || make tinyshakespeare
 
-# One train_gpt2cu run at micro-batch $1 (more flags after it). Prints "ms tok/s MFU mem", each the mean over
-# the steps after the warmup (mem: the last one), or "failed: <reason>".
+# One train_gpt2cu run at micro-batch $1 (more flags after it). Prints "ms tok/s MFU mem flush", each the mean
+# over the steps after the warmup (mem: the last one; flush: the profiler's between-step ms per traced step, 0
+# without --profile), or "failed: <reason>".
 measure() {
     local B=$1 log
     shift
@@ -38,7 +40,9 @@ measure() {
             if (a[2] > w) { n++; ms += $5 + 0; tok += $6 + 0
                 for (i = 7; i <= NF; i++) { if ($i ~ /MFU/) { gsub(/[^0-9.]/, "", $i); mfu += $i }
                                             if ($i ~ /mem/) { gsub(/[^0-9.]/, "", $i); mem = $i } } } }
-        END { if (n) printf "%.2f %.0f %.1f %.2f\n", ms/n, tok/n, mfu/n, mem; else print "failed: no step lines" }' "$log"
+        /^profile: [0-9.]+ ms per traced step flushing/ { flush = $1; sub(/^profile: /, "", flush); flush += 0 }
+        END { if (n) printf "%.2f %.0f %.1f %.2f %.3f\n", ms/n, tok/n, mfu/n, mem, flush + 0
+              else print "failed: no step lines" }' "$log"
     rm -f "$log"
 }
 
@@ -53,7 +57,7 @@ for B in $batches; do
         printf "%-6s %-6s %-5s %s\n" "$model" "$T" "$B" "$base"
         continue
     fi
-    read -r ms tok mfu mem <<<"$base"
+    read -r ms tok mfu mem _ <<<"$base"
     if [ "$profile" = 0 ]; then
         printf "%-6s %-6s %-5s %10.2f %12.0f %6.1f%% %6.2f GiB\n" "$model" "$T" "$B" "$ms" "$tok" "$mfu" "$mem"
         continue
@@ -66,7 +70,9 @@ for B in $batches; do
             "$mfu" "$mem" "$traced"
         continue
     fi
-    read -r _ traced_tok _ _ <<<"$traced"
+    read -r traced_ms traced_tok _ _ flush <<<"$traced"
+    # The step lines' tok/s, scaled to include the flush after each step.
+    traced_tok=$(awk -v t="$traced_tok" -v m="$traced_ms" -v f="$flush" 'BEGIN { printf "%.0f", t * m / (m + f) }')
     overhead=$(awk -v a="$tok" -v b="$traced_tok" 'BEGIN { printf "%.2f", 100 * (1 - b / a) }')
     printf "%-6s %-6s %-5s %10.2f %12.0f %6.1f%% %6.2f GiB %14.0f %8s%%\n" "$model" "$T" "$B" "$ms" "$tok" "$mfu" \
         "$mem" "$traced_tok" "$overhead"
