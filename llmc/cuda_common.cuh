@@ -33,6 +33,8 @@ inline int cuda_device_count() {
 
 inline __host__ __device__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 inline __host__ __device__ size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+// Device buffers are carved at 256-byte boundaries (what cuBLASLt's algorithms assume by default).
+inline size_t round_up_256(size_t bytes) { return ceil_div(bytes, (size_t)256) * 256; }
 
 /*
  * Packed128<T>: 16 bytes of T (8 bf16 or 4 float) moved with one 128-bit load or store. Every tensor in the

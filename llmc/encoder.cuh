@@ -84,7 +84,7 @@ struct EncoderBackwardScratch {
         const size_t total = bytes(capacity, key_bits, &temp_bytes);
         CUDA_CHECK(cudaMalloc(&base, total));
         // Every array at a 256-byte boundary, as bytes() counts them.
-        const size_t arr = round256((size_t)capacity * sizeof(int));
+        const size_t arr = round_up_256((size_t)capacity * sizeof(int));
         char* p = static_cast<char*>(base);
         positions = reinterpret_cast<int*>(p), p += arr;
         sorted_tok = reinterpret_cast<int*>(p), p += arr;
@@ -92,7 +92,7 @@ struct EncoderBackwardScratch {
         unique_tok = reinterpret_cast<int*>(p), p += arr;
         run_count = reinterpret_cast<int*>(p), p += arr;
         run_offset = reinterpret_cast<int*>(p), p += arr;
-        num_runs = reinterpret_cast<int*>(p), p += round256(sizeof(int));
+        num_runs = reinterpret_cast<int*>(p), p += round_up_256(sizeof(int));
         temp = p;
 
         std::vector<int> iota(capacity);
@@ -112,18 +112,19 @@ struct EncoderBackwardScratch {
         return bits;
     }
     // Device bytes a scratch of this capacity takes (the memory plan counts them before allocating);
-    // *temp: the CUB temporary storage among them, the largest of the sort, the run-length encode and the scan.
-    static size_t bytes(int capacity, int key_bits, size_t* temp) {
+    // *temp (if given): the CUB temporary storage among them, the largest of the sort, the run-length encode
+    // and the scan.
+    static size_t bytes(int capacity, int key_bits, size_t* temp = nullptr) {
         size_t sort_bytes = 0, rle_bytes = 0, scan_bytes = 0; // queries: no work is done with a null temp pointer
         CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const int*)nullptr, (int*)nullptr,
                                                    (const int*)nullptr, (int*)nullptr, capacity, 0, key_bits));
         CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, rle_bytes, (const int*)nullptr, (int*)nullptr,
                                                       (int*)nullptr, (int*)nullptr, capacity));
         CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, (const int*)nullptr, (int*)nullptr, capacity));
-        *temp = std::max(sort_bytes, std::max(rle_bytes, scan_bytes));
-        return 6 * round256((size_t)capacity * sizeof(int)) + round256(sizeof(int)) + round256(*temp);
+        const size_t temp_bytes = std::max(sort_bytes, std::max(rle_bytes, scan_bytes));
+        if (temp) *temp = temp_bytes;
+        return 6 * round_up_256((size_t)capacity * sizeof(int)) + round_up_256(sizeof(int)) + round_up_256(temp_bytes);
     }
-    static size_t round256(size_t b) { return (b + 255) / 256 * 256; }
 
     EncoderBackwardScratch(const EncoderBackwardScratch&) = delete;
     EncoderBackwardScratch& operator=(const EncoderBackwardScratch&) = delete;

@@ -89,7 +89,7 @@ inline ActivationLayout layout_activations(char* base, const GPT2Config& c, int 
     size_t off = 0;
     auto carve = [&](auto*& ptr, size_t count) {
         using E = std::remove_reference_t<decltype(*ptr)>;
-        off = (off + 255) & ~size_t(255);
+        off = round_up_256(off);
         ptr = base ? reinterpret_cast<E*>(base + off) : nullptr;
         off += count * sizeof(E);
     };
@@ -122,7 +122,7 @@ inline ActivationLayout layout_activations(char* base, const GPT2Config& c, int 
     carve(a.dqkv, BT * 3 * C);
     carve(a.scratch, scratch);
     carve(a.scalars, 2);
-    out.bytes = (off + 255) & ~size_t(255);
+    out.bytes = round_up_256(off);
     return out;
 }
 
@@ -143,8 +143,7 @@ inline GPUMemoryPlan plan_gpu_memory(const GPT2Config& c, int B, int T) {
     p.optimizer = 3 * n * sizeof(float);
     p.activations = layout_activations(nullptr, c, B, T).bytes;
     const int key_bits = EncoderBackwardScratch::sort_key_bits(c.padded_vocab_size);
-    size_t temp = 0;
-    auto encoder_scratch = [&](int b) { return EncoderBackwardScratch::bytes(b * T, key_bits, &temp); };
+    auto encoder_scratch = [&](int b) { return EncoderBackwardScratch::bytes(b * T, key_bits); };
     p.other = CublasLt::WORKSPACE_BYTES + encoder_scratch(B);
     size_t total = 0;
     CUDA_CHECK(cudaMemGetInfo(&p.free_before, &total));
@@ -478,8 +477,9 @@ private:
         if (slot_pending_[slot_]) CUDA_CHECK(cudaEventSynchronize(slot_events_[slot_]));
         int* in = pinned_tokens_ + (size_t)slot_ * 2 * B * T; // a slot: B*T inputs, then B*T targets
         int* tg = in + (size_t)B * T;
-        check_tokens(inputs, n, "input");
-        if (targets) check_tokens(targets, n, "target");
+        // An id outside [0, V) would also be mis-sorted by the encoder backward's bounded-key sort.
+        check_token_ids(config, inputs, n, "input");
+        if (targets) check_token_ids(config, targets, n, "target");
         memcpy(in, inputs, n * sizeof(int));
         CUDA_CHECK(cudaMemcpyAsync(acts.inputs, in, n * sizeof(int), cudaMemcpyHostToDevice, stream));
         if (targets) {
@@ -488,13 +488,6 @@ private:
         }
         CUDA_CHECK(cudaEventRecord(slot_events_[slot_], stream));
         slot_pending_[slot_] = true;
-    }
-    // An id outside [0, V) would read past wte in the encoder and be mis-sorted by its backward.
-    void check_tokens(const int* ids, int n, const char* what) const {
-        for (int i = 0; i < n; i++)
-            if (ids[i] < 0 || ids[i] >= config.vocab_size)
-                throw Error(strprintf("forward: %s token id %d at position %d is outside [0, %d)", what, ids[i], i,
-                                      config.vocab_size));
     }
     // Copies between pageable host memory and fp32 device arrays, in order on `stream` and complete on return.
     void upload(float* d, const float* h, size_t n) const {

@@ -80,6 +80,14 @@ inline void validate_config(const GPT2Config& c, const std::string& origin) {
                               c.padded_vocab_size));
 }
 
+// Token ids a forward pass takes (what: "input" or "target"): an id outside [0, V) would read past wte.
+inline void check_token_ids(const GPT2Config& c, const int* ids, int n, const char* what) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c.vocab_size)
+            throw Error(strprintf("forward: %s token id %d at position %d is outside [0, %d)", what, ids[i], i,
+                                  c.vocab_size));
+}
+
 // The 16 parameter tensors as views into one contiguous buffer (T = float, double, or a GPU type).
 template <typename T> struct ParameterTensors {
     T* wte;      // (Vp, C)

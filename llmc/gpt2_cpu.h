@@ -69,8 +69,8 @@ template <typename Real> struct GPT2CPU {
         if (B < 1 || T < 1 || T > config.max_seq_len)
             throw Error(strprintf("forward: bad batch shape B=%d T=%d (need B >= 1, 1 <= T <= maxT=%d)", B, T,
                                   config.max_seq_len));
-        check_tokens(inputs, B * T, "input");
-        if (targets) check_tokens(targets, B * T, "target");
+        check_token_ids(config, inputs, B * T, "input");
+        if (targets) check_token_ids(config, targets, B * T, "target");
         probs_valid_ = backward_ready_ = false; // until this forward completes
         this->B = B;
         this->T = T;
@@ -311,13 +311,6 @@ private:
     template <typename F> void timed(SubBlock s, Phase p, F&& f) {
         ScopedSubBlockTimer timer(timings, s, p, timed_layer_);
         f();
-    }
-
-    void check_tokens(const int* ids, int n, const char* what) const {
-        for (int i = 0; i < n; i++)
-            if (ids[i] < 0 || ids[i] >= config.vocab_size)
-                throw Error(strprintf("forward: %s token id %d at position %d is outside [0, %d)", what, ids[i], i,
-                                      config.vocab_size));
     }
 };
 

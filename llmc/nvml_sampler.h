@@ -214,8 +214,8 @@ private:
         } else if ((rc = api_.handle_by_index(0, &dev)) != NVML_SUCCESS) {
             return fail("nvmlDeviceGetHandleByIndex_v2", rc);
         }
-        // Power is the one reading the sampler cannot do without: probe it once, the instantaneous field
-        // first (drivers before R530 or older GPUs lack it).
+        // Power is the one reading the sampler cannot do without: the averaged reading must answer; the
+        // instantaneous field is used where it answers too (older drivers and GPUs lack it).
         unsigned mw = 0;
         if ((rc = api_.power_usage(dev, &mw)) != NVML_SUCCESS) return fail("nvmlDeviceGetPowerUsage", rc);
         device_ = dev;
