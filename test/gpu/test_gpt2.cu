@@ -115,6 +115,7 @@ TEST(GPT2GPU, RejectsOutOfRangeTokensAndShapes) {
     EXPECT_THROW(p.gpu.forward(in.data(), tg.data(), 2, 16, 1.0f, 1.0f), Error);
     EXPECT_THROW(p.gpu.forward(in.data(), nullptr, 3, 16, 0.0f, 0.0f), Error); // b*t beyond the allocation
     EXPECT_THROW(p.gpu.backward(), Error);                                     // no forward with targets ran
+    EXPECT_THROW(GPT2GPU(p.cfg, 1, p.cfg.max_seq_len + 1), Error);           // T beyond the model's maxT
 }
 
 TEST(GPT2GPU, TenAdamWStepsTrackTheCPU) {
