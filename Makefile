@@ -5,7 +5,8 @@
 #   make profile_gpt2cu  runs a few GPU training steps traced with CUPTI and writes a profile directory
 #   make sample_profile  regenerates test/data/sample_profile (synthetic GPU profile for the plot tests)
 #   make dev_cuda        kernel benchmarks in dev/cuda/ (build/dev/cuda/<name>)
-#   make test            GoogleTest suite (GPU tests skip without a device)
+#   make test            GoogleTest suite (GPU tests skip without a device) and the emulated GPU tier
+#   make emu             the emulated GPU tier alone (build/emu/emu_tests), make emu_mutation its mutation check
 #   make tinyshakespeare prepares data/tinyshakespeare (TINYSHAKESPEARE=/path/input.txt to skip the download)
 
 CXX ?= g++
@@ -91,11 +92,60 @@ $(BUILD)/run_tests: $(TEST_OBJS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) -lpthread
 endif
 
+# ---- emulated GPU tier (test/emu/, doc/testing.md): the real llmc/*.cuh and the GPU tests of test/gpu/, built by
+# the host compiler against an emulated CUDA runtime, WMMA, cuBLASLt and CUB. Sources pass through
+# test/emu/rewrite.py first (launch syntax, __shared__); the toolkit is used for its NVTX headers only.
+# build/emu/emu_tests is the quick build; build/emu-asan/emu_tests the same under AddressSanitizer and UBSan.
+EMU_SRC := $(BUILD)/emu/src
+EMU_CUDA_SRCS := $(wildcard llmc/*.cuh) dev/cuda/device_utils.cuh test/gpu/gpu_test_util.cuh
+EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_attention.cu test/gpu/test_gpt2.cu test/emu/test_emulator.cu
+EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS))
+EMU_LIB_SRCS := $(wildcard test/emu/*.cpp)
+$(EMU_SRC)/%: % test/emu/rewrite.py
+	@mkdir -p $(dir $@)
+	python3 test/emu/rewrite.py $< $@
+# Emulator include paths come first: the rewritten headers shadow the originals, the shims the toolkit's.
+EMU_CPPFLAGS = -I$(EMU_SRC) -Itest/emu/include -DLLMC_EMU -MMD -MP
+# Device code's rules, not ISO C++'s: type punning through pointer casts, and unsigned built-ins compared with ints.
+EMU_CXXFLAGS = $(CXXFLAGS) -fno-strict-aliasing -Wno-unknown-pragmas -Wno-sign-compare -idirafter $(CUDA_HOME)/include
+EMU_SAN := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+define emu_variant # $(1): build directory, $(2): extra flags
+$(1)/lib/%.o: test/emu/%.cpp $(wildcard test/emu/*.h test/emu/include/*.h test/emu/include/cub/*.cuh)
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(EMU_CPPFLAGS) $$(EMU_CXXFLAGS) $(2) -c $$< -o $$@
+# Every rewritten header exists before a test compiles (order-only); -MMD tracks which ones it really reads.
+$(1)/obj/%.o: $(EMU_SRC)/%.cu | $(EMU_REWRITTEN)
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(EMU_CPPFLAGS) $$(EMU_CXXFLAGS) $(2) -x c++ -c $$< -o $$@
+$(1)/main.o: test/main.cpp
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(CXXFLAGS) $(2) -c $$< -o $$@
+$(1)/emu_tests: $(patsubst test/emu/%.cpp,$(1)/lib/%.o,$(EMU_LIB_SRCS)) \
+                $(patsubst %.cu,$(1)/obj/%.o,$(EMU_TEST_SRCS)) $(1)/main.o
+	$$(CXX) $$(CXXFLAGS) $(2) $$^ -o $$@ -lgtest -lboost_context -lpthread
+-include $(wildcard $(1)/lib/*.d $(1)/obj/test/*/*.d)
+endef
+$(eval $(call emu_variant,$(BUILD)/emu,))
+$(eval $(call emu_variant,$(BUILD)/emu-asan,$(EMU_SAN)))
+.PHONY: emu emu_asan emu_mutation
+emu: $(BUILD)/emu/emu_tests
+emu_asan: $(BUILD)/emu-asan/emu_tests
+# Applies single-line mutations to the kernels one at a time and reports which ones the emulated tests catch.
+emu_mutation:
+	python3 test/emu/mutate.py
+
 # Tests find the tinyshakespeare text and GPT-2 vocabulary files through LLMC_DATA (default ../shared/data).
 LLMC_DATA ?= ../shared/data
 TEST_PROGRAMS := train_gpt2 prepare_data $(if $(HAVE_NVCC),train_gpt2cu profile_gpt2cu)
-test: $(BUILD)/run_tests $(TEST_PROGRAMS)
+# The emulated GPU tier runs twice: the plain build under all three schedules (races), then the AddressSanitizer +
+# UBSan build under one (any out-of-bounds access in a kernel fails it).
+EMU_TEST_BINS := $(if $(HAVE_NVCC),$(BUILD)/emu/emu_tests $(BUILD)/emu-asan/emu_tests)
+test: $(BUILD)/run_tests $(TEST_PROGRAMS) $(EMU_TEST_BINS)
 	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/run_tests
+ifneq ($(HAVE_NVCC),)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/emu/emu_tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} EMU_SCHEDULES=1 ./$(BUILD)/emu-asan/emu_tests
+endif
 
 tinyshakespeare: prepare_data
 	bash dev/data/tinyshakespeare.sh

@@ -15,6 +15,9 @@
 #include <cub/cub.cuh>
 #include <cublasLt.h>
 #include <map>
+#include <memory>
+#include <string>
+#include <type_traits>
 
 #include "llmc/cuda_common.cuh"
 
@@ -27,10 +30,38 @@ inline void cublas_check(cublasStatus_t s, const char* what, const char* file, i
 }
 #define CUBLAS_CHECK(call) ::llmc::cublas_check((call), #call, __FILE__, __LINE__)
 
+// cuBLASLt objects, destroyed on every path (an error thrown between creation and use included).
+template <typename T> using LtPtr = std::unique_ptr<std::remove_pointer_t<T>, cublasStatus_t (*)(T)>;
+
+inline const char* epilogue_name(cublasLtEpilogue_t e) {
+    switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return "DEFAULT";
+    case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+    case CUBLASLT_EPILOGUE_GELU_AUX: return "GELU_AUX";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+    default: return "other";
+    }
+}
+
 /*
- * One handle and workspace per process, and a cache of the heuristic's algorithm per problem shape: the
- * heuristic query costs host time on every call otherwise, and a fixed algorithm keeps results bitwise
- * reproducible from step to step.
+ * Everything cuBLASLt needs for one problem shape, built once and reused: the matmul descriptor (transposes,
+ * epilogue, aux leading dimension; the bias and aux pointers are set per call), the three matrix layouts, and
+ * the heuristic's algorithm, which also keeps results bitwise reproducible from step to step.
+ */
+struct MatmulPlan {
+    LtPtr<cublasLtMatmulDesc_t> desc{nullptr, cublasLtMatmulDescDestroy};
+    LtPtr<cublasLtMatrixLayout_t> la{nullptr, cublasLtMatrixLayoutDestroy}, lb{nullptr, cublasLtMatrixLayoutDestroy},
+        ld{nullptr, cublasLtMatrixLayoutDestroy};
+    cublasLtMatmulAlgo_t algo{};
+    std::string what; // "m=.. n=.. k=.. ..." for error messages
+};
+
+/*
+ * One handle and workspace per process, and the plans by problem: m, n, k, transA, transB, epilogue,
+ * accumulate, and the alignments of A, B, D, bias and aux. The heuristic picks an algorithm for the pointers it
+ * is shown, so layers whose tensors sit at other alignments (odd layers of a model whose C*2 bytes is not a
+ * multiple of 256) get their own.
  */
 class CublasLt {
 public:
@@ -42,11 +73,8 @@ public:
     void* workspace = nullptr;
     static constexpr size_t WORKSPACE_BYTES = 32u << 20;
 
-    // m, n, k, transA, transB, epilogue, accumulate, and the alignments of A, B, D, bias and aux: the
-    // heuristic picks an algorithm for the pointers it is shown, so layers whose tensors sit at other
-    // alignments (odd layers of a model whose C*2 bytes is not a multiple of 256) get their own.
     using Key = std::array<int, 12>;
-    std::map<Key, cublasLtMatmulAlgo_t> algos;
+    std::map<Key, std::unique_ptr<MatmulPlan>> plans;
 
 private:
     CublasLt() {
@@ -61,6 +89,68 @@ inline int pointer_alignment(const void* p) {
     return a ? (int)std::min<uintptr_t>(256, a & (~a + 1)) : 256;
 }
 
+// A failed cuBLASLt call, named with the problem it was for.
+inline void lt_check(cublasStatus_t s, const char* call, const std::string& what) {
+    if (s != CUBLAS_STATUS_SUCCESS)
+        throw Error(strprintf("cuBLASLt error %d in %s for the matmul %s", (int)s, call, what.c_str()));
+}
+
+template <typename T> void lt_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v,
+                                  const std::string& what) {
+    lt_check(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)), "cublasLtMatmulDescSetAttribute", what);
+}
+
+// Builds the plan for one problem: descriptor, layouts, and the heuristic's algorithm for these alignments.
+inline std::unique_ptr<MatmulPlan> make_matmul_plan(int m, int n, int k, bool trans_a, bool trans_b,
+                                                    cublasLtEpilogue_t epilogue, const uint32_t (&align)[3]) {
+    auto plan = std::make_unique<MatmulPlan>();
+    plan->what = strprintf("m=%d n=%d k=%d transA=%d transB=%d epilogue %s", m, n, k, (int)trans_a, (int)trans_b,
+                           epilogue_name(epilogue));
+    const std::string& what = plan->what;
+    cublasLtMatmulDesc_t desc = nullptr;
+    lt_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate", what);
+    plan->desc.reset(desc);
+    const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    lt_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, ta, what);
+    lt_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, tb, what);
+    lt_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, what);
+    if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+        epilogue == CUBLASLT_EPILOGUE_DGELU)
+        lt_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)m, what);
+    auto layout = [&](LtPtr<cublasLtMatrixLayout_t>& l, uint64_t rows, uint64_t cols) {
+        cublasLtMatrixLayout_t h = nullptr;
+        lt_check(cublasLtMatrixLayoutCreate(&h, CUDA_R_16BF, rows, cols, (int64_t)rows), "cublasLtMatrixLayoutCreate",
+                 what);
+        l.reset(h);
+    };
+    layout(plan->la, trans_a ? k : m, trans_a ? m : k);
+    layout(plan->lb, trans_b ? n : k, trans_b ? k : n);
+    layout(plan->ld, m, n);
+
+    LtPtr<cublasLtMatmulPreference_t> pref{nullptr, cublasLtMatmulPreferenceDestroy};
+    cublasLtMatmulPreference_t p = nullptr;
+    lt_check(cublasLtMatmulPreferenceCreate(&p), "cublasLtMatmulPreferenceCreate", what);
+    pref.reset(p);
+    auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& v) {
+        lt_check(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof(v)), "cublasLtMatmulPreferenceSetAttribute",
+                 what);
+    };
+    set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, CublasLt::WORKSPACE_BYTES);
+    // The preferences default to 256-byte operands; state the real alignments (C is D here).
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]);
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]);
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]);
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    lt_check(cublasLtMatmulAlgoGetHeuristic(CublasLt::get().handle, desc, plan->la.get(), plan->lb.get(),
+                                            plan->ld.get(), plan->ld.get(), p, 1, &result, &found),
+             "cublasLtMatmulAlgoGetHeuristic", what);
+    if (found == 0) throw Error("cuBLASLt has no algorithm for the matmul " + what);
+    plan->algo = result.algo;
+    return plan;
+}
+
 /*
  * D (m, n) = alpha * op(A) (m, k) * op(B) (k, n) + beta * D, column-major, with an optional epilogue
  * (bias of length m; GELU with its pre-activation aux (m, n) written or read).
@@ -69,56 +159,22 @@ inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const f
                             bool trans_a, bool trans_b, bool accumulate, cublasLtEpilogue_t epilogue,
                             floatX* aux, cudaStream_t stream) {
     CublasLt& lt = CublasLt::get();
-    cublasLtMatmulDesc_t desc;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    if (bias) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    if (aux) {
-        int64_t ld_aux = m;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)));
-    }
-    cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, m));
-
-    const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
-    CublasLt::Key key{m, n, k, trans_a, trans_b, (int)epilogue, accumulate, (int)align_a, (int)align_b, (int)align_d,
-                      pointer_alignment(bias), pointer_alignment(aux)};
-    auto it = lt.algos.find(key);
-    if (it == lt.algos.end()) {
-        cublasLtMatmulPreference_t pref;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-        size_t ws = CublasLt::WORKSPACE_BYTES;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-        // The preferences default to 256-byte operands; state the real alignments (C is D here).
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                          sizeof(align_a)));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                          sizeof(align_b)));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
-                                                          sizeof(align_d)));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
-                                                          sizeof(align_d)));
-        cublasLtMatmulHeuristicResult_t result;
-        int found = 0;
-        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, desc, la, lb, ld, ld, pref, 1, &result, &found));
-        cublasLtMatmulPreferenceDestroy(pref);
-        if (found == 0)
-            throw Error(strprintf("cuBLASLt has no algorithm for m=%d n=%d k=%d epilogue %d", m, n, k, (int)epilogue));
-        it = lt.algos.emplace(key, result.algo).first;
-    }
-    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(lt.handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &it->second, lt.workspace,
-                                CublasLt::WORKSPACE_BYTES, stream));
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulDescDestroy(desc);
+    const uint32_t align[3] = {(uint32_t)pointer_alignment(a), (uint32_t)pointer_alignment(b),
+                               (uint32_t)pointer_alignment(d)};
+    const CublasLt::Key key{m, n, k, trans_a, trans_b, (int)epilogue, accumulate, (int)align[0], (int)align[1],
+                            (int)align[2], pointer_alignment(bias), pointer_alignment(aux)};
+    auto it = lt.plans.find(key);
+    if (it == lt.plans.end())
+        it = lt.plans.emplace(key, make_matmul_plan(m, n, k, trans_a, trans_b, epilogue, align)).first;
+    MatmulPlan& plan = *it->second;
+    // Per-call operands of the epilogue: the descriptor is read when cublasLtMatmul is called.
+    if (bias) lt_set(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, plan.what);
+    if (aux) lt_set(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, plan.what);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    lt_check(cublasLtMatmul(lt.handle, plan.desc.get(), &alpha, a, plan.la.get(), b, plan.lb.get(), &beta, d,
+                            plan.ld.get(), d, plan.ld.get(), &plan.algo, lt.workspace, CublasLt::WORKSPACE_BYTES,
+                            stream),
+             "cublasLtMatmul", plan.what);
 }
 
 /*

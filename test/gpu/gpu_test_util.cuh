@@ -12,6 +12,27 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/gpt2_config.h"
 
+/*
+ * GPU_TEST(suite, name): a test of GPU code. Built by nvcc it is a plain TEST that skips without a device;
+ * built against the emulator (test/emu/, LLMC_EMU defined) it is suite Emu<suite>, run under several
+ * schedules (test/emu/emu_test.h).
+ */
+#ifdef LLMC_EMU
+#include "test/emu/emu_test.h"
+#define GPU_TEST(suite, name) EMU_TEST(suite, name)
+#else
+#define GPU_TEST(suite, name) TEST(suite, name)
+#endif
+namespace gputest {
+// Under the emulator a thread costs microseconds, not nanoseconds: tests keep their small shapes and leave
+// the largest ones to the device.
+#ifdef LLMC_EMU
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
+} // namespace gputest
+
 #define REQUIRE_GPU()                                                                                                 \
     do {                                                                                                              \
         if (::llmc::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";                                      \
@@ -36,15 +57,22 @@ using devutil::download;
 using devutil::to_bf16;
 using devutil::to_float;
 
-// Every call draws a new seed, so every run checks different inputs.
-inline uint64_t fresh_seed() {
-    static std::mt19937_64 seeder(std::random_device{}());
-    return seeder();
+// Every call draws a new seed, so every run checks different inputs; reseed() replays a sequence (the
+// emulator runs each test under several schedules with the same inputs).
+inline std::mt19937_64& seeder() {
+    static std::mt19937_64 s(std::random_device{}());
+    return s;
 }
+inline uint64_t fresh_seed() { return seeder()(); }
+inline void reseed(uint64_t seed) { seeder().seed(seed); }
 inline std::vector<float> random_normal(size_t n, float scale = 1.0f) {
     return devutil::random_normal(n, scale, fresh_seed());
 }
 inline std::vector<int> random_tokens(size_t n, int vocab) { return devutil::random_tokens(n, vocab, fresh_seed()); }
+
+// The CPU references run in double: inputs widened, results narrowed for the comparison.
+inline std::vector<double> wide(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+inline std::vector<float> narrow(const std::vector<double>& x) { return {x.begin(), x.end()}; }
 
 /*
  * ||out - ref|| / ||ref|| <= rel_tol, and no NaN/inf. bf16 storage carries 8 significant bits (relative

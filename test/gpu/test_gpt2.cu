@@ -1,19 +1,16 @@
 // The whole GPU model against the CPU reference on a tiny config (head size 64, as the attention kernel
-// needs): loss and every parameter gradient, ten AdamW steps, determinism; and train_gpt2cu end to end:
-// bit-exact resume and checkpoints shared with train_gpt2. Skipped without a GPU.
+// needs): loss and every parameter gradient, AdamW steps, determinism. Skipped without a GPU; also built
+// against the emulator (suite EmuGPT2GPU). train_gpt2cu end to end is in test_train_gpu.cu.
 #include <cmath>
 #include <gtest/gtest.h>
 #include <random>
-#include <regex>
 #include <vector>
 
-#include "llmc/checkpoint.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2_cpu.h"
 #include "llmc/gpt2_init.h"
 #include "test/gpu/gpu_test_util.cuh"
-#include "test/test_util.h"
 
 using namespace llmc;
 using gputest::bf16_round;
@@ -41,7 +38,9 @@ struct Pair {
                 for (size_t j = off; j < off + sizes[i]; j++) w[j] *= 4.0f;
             off += sizes[i];
         }
-        cpu.params_memory = bf16_round(w);
+        // Copied into the model's own buffer: assigning a new vector would leave its tensor views dangling.
+        const std::vector<float> rounded = bf16_round(w);
+        std::copy(rounded.begin(), rounded.end(), cpu.params_memory.begin());
         gpu.set_parameters(w.data());
     }
 };
@@ -52,7 +51,7 @@ namespace {
 // One forward and backward of a (b, t) batch on a model allocated for (B, T), against the CPU model.
 void expect_loss_and_gradients_match_cpu(int B, int T, int b, int t) {
     SCOPED_TRACE(testing::Message() << "allocated (" << B << ", " << T << "), run (" << b << ", " << t << ")");
-    Pair p(B, T, std::random_device{}());
+    Pair p(B, T, gputest::fresh_seed());
     auto in = gputest::random_tokens(b * t, p.cfg.vocab_size), tg = gputest::random_tokens(b * t, p.cfg.vocab_size);
 
     p.cpu.zero_grad();
@@ -87,20 +86,20 @@ void expect_loss_and_gradients_match_cpu(int B, int T, int b, int t) {
 }
 } // namespace
 
-TEST(GPT2GPU, LossAndEveryGradientMatchTheCPU) {
+GPU_TEST(GPT2GPU, LossAndEveryGradientMatchTheCPU) {
     REQUIRE_GPU();
     expect_loss_and_gradients_match_cpu(2, 48, 2, 48); // T not a multiple of the attention tile
 }
 
 // Smaller batches than allocated (the per-layer strides stay those of the allocation), and a t beyond the
 // allocated T with b*t within it, as sampling runs.
-TEST(GPT2GPU, ShapesOtherThanTheAllocatedOneMatchTheCPU) {
+GPU_TEST(GPT2GPU, ShapesOtherThanTheAllocatedOneMatchTheCPU) {
     REQUIRE_GPU();
     expect_loss_and_gradients_match_cpu(4, 32, 3, 20);
     expect_loss_and_gradients_match_cpu(4, 32, 1, 64);
 }
 
-TEST(GPT2GPU, RejectsOutOfRangeTokensAndShapes) {
+GPU_TEST(GPT2GPU, RejectsOutOfRangeTokensAndShapes) {
     REQUIRE_GPU();
     Pair p(2, 16, 7);
     std::vector<int> in(32, 1), tg(32, 2);
@@ -118,9 +117,10 @@ TEST(GPT2GPU, RejectsOutOfRangeTokensAndShapes) {
     EXPECT_THROW(GPT2GPU(p.cfg, 1, p.cfg.max_seq_len + 1), Error);           // T beyond the model's maxT
 }
 
-TEST(GPT2GPU, TenAdamWStepsTrackTheCPU) {
+// Ten steps on a device, two under the emulator (a step there takes seconds).
+GPU_TEST(GPT2GPU, AdamWStepsTrackTheCPU) {
     REQUIRE_GPU();
-    const int B = 4, T = 64, steps = 10;
+    const int B = 4, T = 64, steps = gputest::kEmulated ? 2 : 10;
     Pair p(B, T, 1234);
     AdamWConfig adam;
     adam.weight_decay = 0.1f;
@@ -143,9 +143,14 @@ TEST(GPT2GPU, TenAdamWStepsTrackTheCPU) {
         EXPECT_NEAR(gnorm, norm, 5e-2 * norm) << "step " << t;
     }
     EXPECT_LT(p.cpu.mean_loss, first_loss); // both trained on the fixed batch
+    // The GPU's fp32 master weights after its updates against the CPU model's weights after its own. Their
+    // gradients differ by bf16 rounding, and AdamW moves a weight by about lr whatever its gradient's size, so
+    // where a small gradient's sign differs the two move 2 lr apart: the gap grows with the steps (measured
+    // under the emulator: 2e-3 relative after 2 steps).
+    EXPECT_TRUE(close_rel(p.gpu.get_master_weights(), p.cpu.params_memory, 3e-3 * steps, "master weights"));
 }
 
-TEST(GPT2GPU, SameSeedSameBits) {
+GPU_TEST(GPT2GPU, SameSeedSameBits) {
     REQUIRE_GPU();
     const int B = 2, T = 64;
     auto in = gputest::random_tokens(B * T, 500), tg = gputest::random_tokens(B * T, 500);
@@ -153,91 +158,12 @@ TEST(GPT2GPU, SameSeedSameBits) {
         Pair p(B, T, 99);
         std::vector<float> losses;
         auto batch = [&] { return std::make_pair(in.data(), tg.data()); };
-        for (int t = 1; t <= 3; t++) losses.push_back(p.gpu.train_step(batch, B, T, 1, 1e-3f, AdamWConfig{}, t).first);
+        const int steps = gputest::kEmulated ? 2 : 3;
+        for (int t = 1; t <= steps; t++)
+            losses.push_back(p.gpu.train_step(batch, B, T, 1, 1e-3f, AdamWConfig{}, t).first);
         return std::make_pair(losses, p.gpu.get_master_weights());
     };
     auto a = run(), b = run();
     EXPECT_EQ(a.first, b.first);
     EXPECT_TRUE(a.second == b.second) << "master weights differ between identical runs";
-}
-
-// ---- train_gpt2cu as a user runs it ----
-namespace {
-class TrainGpu : public testing::Test {
-protected:
-    void SetUp() override {
-        REQUIRE_GPU_FOR_CHILD_PROCESS();
-        std::mt19937 g(3);
-        auto make = [&](size_t n) {
-            std::vector<uint16_t> t(n);
-            for (size_t i = 0; i < n; i++) t[i] = (uint16_t)(g() % 8 == 0 ? g() % 500 : (i * 7) % 23);
-            return t;
-        };
-        write_shard(dir / "toy_train.bin", make(40000));
-        write_shard(dir / "toy_val.bin", make(8000));
-        GPT2Config c = gputest::tiny_gpt2_config();
-        std::vector<float> w(num_parameters(c));
-        init_gpt2_parameters(w.data(), c, 5);
-        save_model(dir / "toy_model.bin", c, w.data());
-    }
-    std::string args(const std::string& more) const {
-        return " -i " + dir.path + " -e " + (dir / "toy_model.bin") + " -b 4 -t 64 -s 0 " + more;
-    }
-    static std::vector<std::string> step_lines(const std::string& out) {
-        std::vector<std::string> v;
-        std::regex re(R"(step +\d+/\d+ \| loss [^|]+\| norm [^|]+\| lr [^|]+)");
-        for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
-            v.push_back(it->str());
-        return v;
-    }
-    testutil::TempDir dir;
-};
-} // namespace
-
-TEST_F(TrainGpu, ResumeIsBitExact) {
-    std::string flags = "-x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 4 -n 4 ";
-    auto a = testutil::run("./train_gpt2cu" + args(flags + "-o " + (dir / "a")));
-    ASSERT_EQ(a.exit_code, 0) << a.output;
-    ASSERT_EQ(testutil::run("mkdir -p " + (dir / "b") + " && cp " + (dir / "a/*_00000004.bin") + " " + (dir / "b/")).exit_code, 0);
-    auto b = testutil::run("./train_gpt2cu" + args(flags + "-y 1 -o " + (dir / "b")));
-    ASSERT_EQ(b.exit_code, 0) << b.output;
-    auto la = step_lines(a.output), lb = step_lines(b.output);
-    ASSERT_EQ(la.size(), 8u);
-    ASSERT_EQ(lb.size(), 4u);
-    for (int i = 0; i < 4; i++) EXPECT_EQ(la[4 + i], lb[i]);
-}
-
-TEST_F(TrainGpu, CheckpointsMoveBetweenCpuAndGpuTrainers) {
-    // GPU checkpoint (bf16 model + fp32 master) resumed by the CPU trainer, and a CPU checkpoint by the GPU one.
-    auto g = testutil::run("./train_gpt2cu" + args("-x 2 -v 0 -n 2 -o " + (dir / "g")));
-    ASSERT_EQ(g.exit_code, 0) << g.output;
-    auto c = testutil::run("./train_gpt2" + args("-x 4 -v 0 -n 2 -y 1 -o " + (dir / "g")));
-    ASSERT_EQ(c.exit_code, 0) << c.output;
-    EXPECT_NE(c.output.find("resumed from"), std::string::npos);
-    EXPECT_EQ(step_lines(c.output).size(), 2u);
-    auto back = testutil::run("./train_gpt2cu" + args("-x 6 -v 0 -n 2 -y 1 -o " + (dir / "g")));
-    ASSERT_EQ(back.exit_code, 0) << back.output;
-    EXPECT_EQ(step_lines(back.output).size(), 2u);
-}
-
-TEST_F(TrainGpu, SamplesLongerThanTheTrainingSequence) {
-    // -g 40 beyond -t 16: the sample runs forward on up to 40 positions of the 64 the model allows.
-    for (const char* b : {"4", "1"}) { // with -b 1 the context is cut to the B*T = 16 positions allocated
-        auto r = testutil::run("./train_gpt2cu -i " + dir.path + " -e " + (dir / "toy_model.bin") + " -b " + b +
-                               " -t 16 -x 2 -v 0 -s 2 -g 40");
-        ASSERT_EQ(r.exit_code, 0) << r.output;
-        EXPECT_NE(r.output.find("---- sample ----"), std::string::npos) << r.output;
-    }
-}
-
-TEST_F(TrainGpu, OutOfMemoryBatchGetsAMessage) {
-    // GPT-2 124M at B=1024, T=1024 needs about 400 GB of activations: more than any single GPU has.
-    std::vector<uint16_t> tokens(1024 * 1024 + 1);
-    for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (uint16_t)(i % 50257);
-    ASSERT_EQ(testutil::run("mkdir -p " + (dir / "big")).exit_code, 0);
-    write_shard(dir / "big/big_train.bin", tokens);
-    auto r = testutil::run("./train_gpt2cu -i " + (dir / "big") + " -e d12 -b 1024 -t 1024 -x 1 -v 0 -s 0");
-    EXPECT_EQ(r.exit_code, 1);
-    EXPECT_NE(r.output.find("error: -b 1024: needs"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("the largest micro-batch that fits at T=1024 is"), std::string::npos) << r.output;
 }

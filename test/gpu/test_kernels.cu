@@ -1,12 +1,12 @@
 /*
  * GPU kernels (encoder, layernorm, gelu, classifier, optimizer) against the CPU references in llmc/cpu/.
  *
- * Every test starts with REQUIRE_GPU() and skips without a device. Inputs are fresh random values every run;
- * the CPU reference sees the bf16-rounded inputs the kernel reads. Outputs a kernel writes are poisoned
- * (NaN) first, so an element it misses fails; outputs that accumulate start from random values and are
- * checked as old + delta. Tolerances are relative L2 (close_rel): bf16 outputs 1e-2 (bf16 rounding alone is
- * ~3e-3), fp32 statistics and losses 1e-5, fp32 master weights 1e-6. Backward passes and reductions are run
- * twice from the same state and must agree bitwise.
+ * Every test starts with REQUIRE_GPU() and skips without a device (and is also built against the emulator,
+ * suites Emu*). Inputs are fresh random values every run; the CPU reference runs in double on the bf16-rounded
+ * inputs the kernel reads. Outputs a kernel writes are poisoned (NaN) first, so an element it misses fails;
+ * outputs that accumulate start from random values and are checked as old + delta. Tolerances are relative L2
+ * (close_rel): bf16 outputs 1e-2 (bf16 rounding alone is ~3e-3), fp32 statistics and losses 1e-5, fp32 master
+ * weights 1e-6. Backward passes and reductions are run twice from the same state and must agree bitwise.
  */
 #include <cstring>
 #include <numeric>
@@ -41,10 +41,11 @@ std::vector<float> download_float(const DeviceBuffer<floatX>& b) { return to_flo
 
 // ------------------------------------------------------------------------------------------------ encoder
 
-TEST(KernelsEncoder, ForwardMatchesCpu) {
+GPU_TEST(KernelsEncoder, ForwardMatchesCpu) {
     REQUIRE_GPU();
     struct Shape { int B, T, C, V, maxT; };
-    for (Shape s : {Shape{2, 5, 8, 7, 8}, Shape{3, 17, 64, 100, 32}, Shape{4, 64, 768, 1000, 80}}) {
+    for (Shape s : {Shape{1, 1, 8, 7, 8}, Shape{2, 7, 8, 7, 8}, Shape{3, 17, 64, 100, 32}, Shape{2, 65, 64, 100, 80},
+                    Shape{1, 130, 24, 50, 130}, Shape{4, 64, 768, 1000, 80}}) {
         SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C);
         const int Vp = (s.V + 7) / 8 * 8;
         auto wte = bf16_round(random_normal((size_t)Vp * s.C));
@@ -54,14 +55,14 @@ TEST(KernelsEncoder, ForwardMatchesCpu) {
         DeviceBuffer<int> d_tok(tok);
         d_out.poison();
         llmc::encoder_forward(d_out, d_tok, d_wte, d_wpe, s.B, s.T, s.C, 0);
-        std::vector<float> ref((size_t)s.B * s.T * s.C);
-        llmc::cpu::encoder_forward(ref.data(), tok.data(), wte.data(), wpe.data(), s.B, s.T, s.C);
-        EXPECT_TRUE(close_rel(download_float(d_out), ref, 1e-2, "encoder out"));
+        std::vector<double> ref((size_t)s.B * s.T * s.C);
+        llmc::cpu::encoder_forward(ref.data(), tok.data(), wide(wte).data(), wide(wpe).data(), s.B, s.T, s.C);
+        EXPECT_TRUE(close_rel(download_float(d_out), narrow(ref), 1e-2, "encoder out"));
     }
 }
 
 // Accumulation into random dwte/dwpe; few distinct tokens (vocab 7) make long runs per token.
-TEST(KernelsEncoder, BackwardMatchesCpuAndIsDeterministic) {
+GPU_TEST(KernelsEncoder, BackwardMatchesCpuAndIsDeterministic) {
     REQUIRE_GPU();
     struct Shape { int B, T, C, V, maxT, scratch_B, vocab_hint; };
     for (Shape s : {Shape{8, 64, 768, 7, 80, 8, 0}, Shape{3, 37, 64, 7, 40, 4, 8}, Shape{4, 128, 64, 50257, 128, 4, 50304},
@@ -80,14 +81,14 @@ TEST(KernelsEncoder, BackwardMatchesCpuAndIsDeterministic) {
         llmc::encoder_backward(d_dwte, d_dwpe, scratch, d_dout, d_tok, s.B, s.T, s.C, 0);
         auto got_wte = d_dwte.download(), got_wpe = d_dwpe.download();
 
-        std::vector<float> ref_wte = dwte0, ref_wpe = dwpe0;
-        llmc::cpu::encoder_backward(ref_wte.data(), ref_wpe.data(), dout.data(), tok.data(), s.B, s.T, s.C);
-        EXPECT_TRUE(close_rel(to_float(got_wte), ref_wte, 1e-2, "dwte"));
-        EXPECT_TRUE(close_rel(to_float(got_wpe), ref_wpe, 1e-2, "dwpe"));
+        std::vector<double> ref_wte = wide(dwte0), ref_wpe = wide(dwpe0);
+        llmc::cpu::encoder_backward(ref_wte.data(), ref_wpe.data(), wide(dout).data(), tok.data(), s.B, s.T, s.C);
+        EXPECT_TRUE(close_rel(to_float(got_wte), narrow(ref_wte), 1e-2, "dwte"));
+        EXPECT_TRUE(close_rel(to_float(got_wpe), narrow(ref_wpe), 1e-2, "dwpe"));
         // With a large vocabulary most dwte rows are untouched and would hide a lost run in the total: the
         // increments alone are compared too (untouched rows: exactly 0 on both sides).
-        std::vector<float> inc_got = to_float(got_wte), inc_ref = ref_wte;
-        for (size_t i = 0; i < inc_got.size(); i++) inc_got[i] -= dwte0[i], inc_ref[i] -= dwte0[i];
+        std::vector<float> inc_got = to_float(got_wte), inc_ref(inc_got.size());
+        for (size_t i = 0; i < inc_got.size(); i++) inc_got[i] -= dwte0[i], inc_ref[i] = (float)(ref_wte[i] - dwte0[i]);
         EXPECT_TRUE(close_rel(inc_got, inc_ref, 1e-2, "dwte increment"));
 
         // Same state, same inputs: bitwise the same result.
@@ -99,7 +100,7 @@ TEST(KernelsEncoder, BackwardMatchesCpuAndIsDeterministic) {
     }
 }
 
-TEST(KernelsEncoder, RejectsBadShapes) {
+GPU_TEST(KernelsEncoder, RejectsBadShapes) {
     REQUIRE_GPU();
     llmc::EncoderBackwardScratch scratch(2, 4);
     DeviceBuffer<floatX> buf(1024);
@@ -115,7 +116,7 @@ struct LnShape { int N, C; };
 const LnShape ln_shapes[] = {{1, 8}, {37, 768}, {129, 64}, {33, 1600}, {6003, 768}, {20001, 64}};
 } // namespace
 
-TEST(KernelsLayernorm, ForwardMatchesCpu) {
+GPU_TEST(KernelsLayernorm, ForwardMatchesCpu) {
     REQUIRE_GPU();
     for (LnShape s : ln_shapes) {
         SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C);
@@ -130,16 +131,17 @@ TEST(KernelsLayernorm, ForwardMatchesCpu) {
         d_out.poison(), d_mean.poison(), d_rstd.poison();
         llmc::layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, s.N, s.C, 0);
 
-        std::vector<float> out(NC), mean(s.N), rstd(s.N);
-        llmc::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), 1, s.N, s.C);
-        EXPECT_TRUE(close_rel(download_float(d_out), out, 1e-2, "ln out"));
-        EXPECT_TRUE(close_rel(d_mean.download(), mean, 1e-5, "ln mean"));
-        EXPECT_TRUE(close_rel(d_rstd.download(), rstd, 1e-5, "ln rstd"));
+        std::vector<double> out(NC), mean(s.N), rstd(s.N);
+        llmc::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), wide(inp).data(), wide(w).data(),
+                                     wide(b).data(), 1, s.N, s.C);
+        EXPECT_TRUE(close_rel(download_float(d_out), narrow(out), 1e-2, "ln out"));
+        EXPECT_TRUE(close_rel(d_mean.download(), narrow(mean), 1e-5, "ln mean"));
+        EXPECT_TRUE(close_rel(d_rstd.download(), narrow(rstd), 1e-5, "ln rstd"));
     }
 }
 
 // residual = bf16(inp1 + inp2) exactly; normed/mean/rstd bitwise equal to layernorm_forward of that residual.
-TEST(KernelsLayernorm, FusedResidualMatchesUnfusedAndCpu) {
+GPU_TEST(KernelsLayernorm, FusedResidualMatchesUnfusedAndCpu) {
     REQUIRE_GPU();
     for (LnShape s : ln_shapes) {
         SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C);
@@ -160,14 +162,14 @@ TEST(KernelsLayernorm, FusedResidualMatchesUnfusedAndCpu) {
         auto got_res = download_float(d_res);
         EXPECT_TRUE(same_bits(got_res, res)) << "residual is not bf16(inp1 + inp2)";
 
-        std::vector<float> out(NC), mean(s.N), rstd(s.N);
-        llmc::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), res.data(), w.data(), bias.data(), 1, s.N,
-                                     s.C);
+        std::vector<double> out(NC), mean(s.N), rstd(s.N);
+        llmc::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), wide(res).data(), wide(w).data(),
+                                     wide(bias).data(), 1, s.N, s.C);
         auto got_normed = d_normed.download();
         auto got_mean = d_mean.download(), got_rstd = d_rstd.download();
-        EXPECT_TRUE(close_rel(to_float(got_normed), out, 1e-2, "fused normed"));
-        EXPECT_TRUE(close_rel(got_mean, mean, 1e-5, "fused mean"));
-        EXPECT_TRUE(close_rel(got_rstd, rstd, 1e-5, "fused rstd"));
+        EXPECT_TRUE(close_rel(to_float(got_normed), narrow(out), 1e-2, "fused normed"));
+        EXPECT_TRUE(close_rel(got_mean, narrow(mean), 1e-5, "fused mean"));
+        EXPECT_TRUE(close_rel(got_rstd, narrow(rstd), 1e-5, "fused rstd"));
 
         llmc::layernorm_forward(d_normed2, d_mean2, d_rstd2, d_res, d_w, d_bias, s.N, s.C, 0);
         EXPECT_TRUE(same_bits(got_normed, d_normed2.download())) << "fused and unfused normed differ";
@@ -176,7 +178,7 @@ TEST(KernelsLayernorm, FusedResidualMatchesUnfusedAndCpu) {
     }
 }
 
-TEST(KernelsLayernorm, BackwardMatchesCpuAndIsDeterministic) {
+GPU_TEST(KernelsLayernorm, BackwardMatchesCpuAndIsDeterministic) {
     REQUIRE_GPU();
     for (LnShape s : ln_shapes) {
         SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C);
@@ -184,10 +186,12 @@ TEST(KernelsLayernorm, BackwardMatchesCpuAndIsDeterministic) {
         auto inp = bf16_round(random_normal(NC));
         auto w = bf16_round(random_normal(s.C)), bias = bf16_round(random_normal(s.C));
         auto dout = bf16_round(random_normal(NC));
-        // Saved statistics from the CPU forward, so the backward is checked on its own.
-        std::vector<float> out(NC), mean(s.N), rstd(s.N);
-        llmc::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), bias.data(), 1, s.N,
-                                     s.C);
+        // Saved statistics from the CPU forward (rounded to the fp32 the GPU keeps), so the backward is checked
+        // on its own.
+        std::vector<double> out_d(NC), mean_d(s.N), rstd_d(s.N);
+        llmc::cpu::layernorm_forward(out_d.data(), mean_d.data(), rstd_d.data(), wide(inp).data(), wide(w).data(),
+                                     wide(bias).data(), 1, s.N, s.C);
+        const std::vector<float> mean = narrow(mean_d), rstd = narrow(rstd_d);
         auto dinp0 = bf16_round(random_normal(NC));
         auto dw0 = bf16_round(random_normal(s.C)), db0 = bf16_round(random_normal(s.C));
 
@@ -199,12 +203,12 @@ TEST(KernelsLayernorm, BackwardMatchesCpuAndIsDeterministic) {
         llmc::layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, d_mean, d_rstd, s.N, s.C, 0);
         auto got_dinp = d_dinp.download(), got_dw = d_dw.download(), got_db = d_db.download();
 
-        std::vector<float> dinp = dinp0, dw = dw0, db = db0;
-        llmc::cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
-                                      rstd.data(), 1, s.N, s.C);
-        EXPECT_TRUE(close_rel(to_float(got_dinp), dinp, 1e-2, "ln dinp"));
-        EXPECT_TRUE(close_rel(to_float(got_dw), dw, 1e-2, "ln dweight"));
-        EXPECT_TRUE(close_rel(to_float(got_db), db, 1e-2, "ln dbias"));
+        std::vector<double> dinp = wide(dinp0), dw = wide(dw0), db = wide(db0);
+        llmc::cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), wide(dout).data(), wide(inp).data(),
+                                      wide(w).data(), wide(mean).data(), wide(rstd).data(), 1, s.N, s.C);
+        EXPECT_TRUE(close_rel(to_float(got_dinp), narrow(dinp), 1e-2, "ln dinp"));
+        EXPECT_TRUE(close_rel(to_float(got_dw), narrow(dw), 1e-2, "ln dweight"));
+        EXPECT_TRUE(close_rel(to_float(got_db), narrow(db), 1e-2, "ln dbias"));
 
         d_dinp.upload(to_bf16(dinp0)), d_dw.upload(to_bf16(dw0)), d_db.upload(to_bf16(db0));
         llmc::layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, d_mean, d_rstd, s.N, s.C, 0);
@@ -239,7 +243,7 @@ TEST(KernelsLayernorm, BackwardScratchCoversEveryRowCountBelowItsSize) {
     EXPECT_GT(llmc::layernorm_backward_plan(5120, 768).blocks, llmc::layernorm_backward_plan(8192, 768).blocks);
 }
 
-TEST(KernelsGelu, ForwardAndBackwardMatchCpu) {
+GPU_TEST(KernelsGelu, ForwardAndBackwardMatchCpu) {
     REQUIRE_GPU();
     for (size_t N : {(size_t)5, (size_t)8 * 1000 + 3, (size_t)4 * 768 * 64}) {
         SCOPED_TRACE(testing::Message() << "N=" << N);
@@ -250,11 +254,11 @@ TEST(KernelsGelu, ForwardAndBackwardMatchCpu) {
         llmc::gelu_forward(d_out, d_inp, N, 0);
         llmc::gelu_backward_inplace(d_d, d_inp, N, 0);
 
-        std::vector<float> out(N), dinp(N, 0.0f);
-        llmc::cpu::gelu_forward(out.data(), inp.data(), N);
-        llmc::cpu::gelu_backward(dinp.data(), inp.data(), d.data(), N); // accumulates into zeros: d * gelu'
-        EXPECT_TRUE(close_rel(download_float(d_out), out, 1e-2, "gelu out"));
-        EXPECT_TRUE(close_rel(download_float(d_d), dinp, 1e-2, "gelu dinp"));
+        std::vector<double> out(N), dinp(N, 0.0);
+        llmc::cpu::gelu_forward(out.data(), wide(inp).data(), N);
+        llmc::cpu::gelu_backward(dinp.data(), wide(inp).data(), wide(d).data(), N); // into zeros: d * gelu'
+        EXPECT_TRUE(close_rel(download_float(d_out), narrow(out), 1e-2, "gelu out"));
+        EXPECT_TRUE(close_rel(download_float(d_d), narrow(dinp), 1e-2, "gelu dinp"));
     }
 }
 
@@ -268,16 +272,15 @@ namespace {
  */
 void classifier_reference(const std::vector<float>& logits, const std::vector<int>& targets, float dloss, int BT,
                           int V, int Vp, std::vector<float>* losses, std::vector<float>* dlogits) {
-    std::vector<float> eye((size_t)Vp * Vp, 0.0f);
-    for (int i = 0; i < Vp; i++) eye[(size_t)i * Vp + i] = 1.0f;
-    std::vector<float> probs((size_t)BT * Vp);
-    losses->assign(BT, 0.0f);
-    llmc::cpu::classifier_forward(probs.data(), losses->data(), logits.data(), eye.data(), targets.data(), 1, BT, Vp,
-                                  V, Vp);
-    std::vector<float> dinp((size_t)BT * Vp, 0.0f), dwte((size_t)Vp * Vp, 0.0f);
-    llmc::cpu::classifier_backward(dinp.data(), dwte.data(), probs.data(), logits.data(), eye.data(), targets.data(),
-                                   dloss, 1, BT, Vp, V, Vp);
-    *dlogits = probs; // turned into dlogits in place
+    std::vector<double> eye((size_t)Vp * Vp, 0.0), x = gputest::wide(logits);
+    for (int i = 0; i < Vp; i++) eye[(size_t)i * Vp + i] = 1.0;
+    std::vector<double> probs((size_t)BT * Vp), loss(BT, 0.0);
+    llmc::cpu::classifier_forward(probs.data(), loss.data(), x.data(), eye.data(), targets.data(), 1, BT, Vp, V, Vp);
+    std::vector<double> dinp((size_t)BT * Vp, 0.0), dwte((size_t)Vp * Vp, 0.0);
+    llmc::cpu::classifier_backward(dinp.data(), dwte.data(), probs.data(), x.data(), eye.data(), targets.data(),
+                                   (double)dloss, 1, BT, Vp, V, Vp);
+    *losses = gputest::narrow(loss);
+    *dlogits = gputest::narrow(probs); // turned into dlogits in place
 }
 
 // Direct double-precision softmax/cross-entropy for the GPT-2 vocabulary, where the identity trick is too big.
@@ -298,7 +301,7 @@ void classifier_reference_direct(const std::vector<float>& logits, const std::ve
 }
 } // namespace
 
-TEST(KernelsClassifier, LossAndDlogitsMatchCpu) {
+GPU_TEST(KernelsClassifier, LossAndDlogitsMatchCpu) {
     REQUIRE_GPU();
     struct Shape { int BT, V, Vp; };
     for (Shape s : {Shape{37, 1000, 1024}, Shape{5, 4100, 4104}, Shape{3, 8, 8}, Shape{6, 50257, 50304}}) {
@@ -344,7 +347,7 @@ TEST(KernelsClassifier, LossAndDlogitsMatchCpu) {
 
 // ----------------------------------------------------------------------------------------------- optimizer
 
-TEST(KernelsAdamW, GlobalNormMatchesDoubleSumAndIsDeterministic) {
+GPU_TEST(KernelsAdamW, GlobalNormMatchesDoubleSumAndIsDeterministic) {
     REQUIRE_GPU();
     for (size_t n : {(size_t)5, (size_t)1000003, (size_t)10 * 1000 * 1000 + 7}) {
         SCOPED_TRACE(testing::Message() << "n=" << n);
@@ -421,7 +424,7 @@ llmc::GPT2Config tiny_config(int C, int V, int Vp, int maxT) {
 }
 } // namespace
 
-TEST(KernelsAdamW, ThreeStepsMatchCpu) {
+GPU_TEST(KernelsAdamW, ThreeStepsMatchCpu) {
     REQUIRE_GPU();
     llmc::AdamWConfig opt;
     opt.weight_decay = 0.1f;
@@ -451,7 +454,7 @@ TEST(KernelsAdamW, ThreeStepsMatchCpu) {
     }
 }
 
-TEST(KernelsAdamW, CopyFloatToBf16RoundsToNearest) {
+GPU_TEST(KernelsAdamW, CopyFloatToBf16RoundsToNearest) {
     REQUIRE_GPU();
     for (size_t n : {(size_t)3, (size_t)1003, (size_t)1 << 20}) {
         auto x = random_normal(n, 3.0f);

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Mutation check of the emulated GPU tier: does it fail when a kernel is broken?
+
+    python3 test/emu/mutate.py [--only N[,N...]] [--jobs J]      (make emu_mutation)
+
+Copies the working tree to a temporary directory, builds the emulated tests there once, then applies each
+mutation below (one changed line in llmc/), rebuilds and runs the tests that cover that kernel. A mutation is
+"caught" when that run fails. Prints one table row per mutation and exits non-zero if any was missed or if the
+unmutated tree already fails. The working tree is never modified.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+# (file, the exact text of one line fragment, its replacement, what the mutation breaks, tests that must fail)
+MUTATIONS = [
+    ("llmc/layernorm.cuh", "        __syncwarp(); // temp[wid] reused at once\n", "",
+     "removed barrier: WarpReduce storage reused at once", "EmuKernelsLayernorm.Backward*"),
+    ("llmc/layernorm.cuh", "if (lane == 0) red[par][wid][0] = a, red[par][wid][1] = b;\n        __syncthreads();",
+     "if (lane == 0) red[par][wid][0] = a, red[par][wid][1] = b;\n", "removed block barrier before the row sums are read",
+     "EmuKernelsLayernorm.Backward*"),
+    ("llmc/layernorm.cuh", "__shfl_sync(0xffffffffu, sum, 0) / C", "__shfl_sync(0xffffffffu, sum, 1) / C",
+     "wrong reduction lane (the sum is valid in lane 0 only)", "EmuKernelsLayernorm.ForwardMatchesCpu"),
+    ("llmc/layernorm.cuh", "for (int i = 0; i < warps_x; i++) { // warp order", "for (int i = 1; i < warps_x; i++) { // warp order",
+     "off-by-one: first warp's partial sum dropped", "EmuKernelsLayernorm.Backward*"),
+    ("llmc/attention.cuh", "        __syncthreads(); // every warp is done with the previous K/V tile\n        load_tile<BK, HS, LDH>(Ks, base + C, C3, k0, T);\n        load_tile<BK, HS, LDH>(Vs, base + 2 * C, C3, k0, T);\n        __syncthreads();\n        // Warp-uniform skip",
+     "        load_tile<BK, HS, LDH>(Ks, base + C, C3, k0, T);\n        load_tile<BK, HS, LDH>(Vs, base + 2 * C, C3, k0, T);\n        __syncthreads();\n        // Warp-uniform skip",
+     "removed barrier: next K/V tile overwrites one still being read (forward)",
+     "EmuGpuAttention.PartialTiles"),
+    ("llmc/attention.cuh", "s[c] = (key <= q && key < T) ? x : -INFINITY;", "s[c] = (key < q && key < T) ? x : -INFINITY;",
+     "causal mask off by one (diagonal masked)", "EmuGpuAttention.PartialTiles"),
+    ("llmc/attention.cuh", "for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));",
+     "for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));",
+     "warp max over 16 lanes instead of 32", "EmuGpuAttention.PartialTiles"),
+    ("llmc/attention.cuh", "const float p = (key <= q && key < T && q < T) ? exp2f(fmaf(s, sl2, -l2)) : 0.0f;",
+     "const float p = (key <= q && key < T && q < T) ? exp2f(fmaf(s, sl2, l2)) : 0.0f;",
+     "wrong sign of the log-sum-exp in the dQ kernel", "EmuGpuAttention.PartialTiles"),
+    ("llmc/encoder.cuh", "x128 p = load128(wpe + (size_t)t * C + c);", "x128 p = load128(wpe + (size_t)t * T + c);",
+     "swapped stride: position table row indexed by T", "EmuKernelsEncoder.ForwardMatchesCpu"),
+    ("llmc/encoder.cuh", "for (int j = 0; j < count; j++) {", "for (int j = 1; j < count; j++) {",
+     "off-by-one: a token's first position dropped from dwte", "EmuKernelsEncoder.Backward*"),
+    ("llmc/classifier.cuh", "if (i * x128::size + k < V) s += expf(f[k] - m);", "if (i * x128::size + k <= V) s += expf(f[k] - m);",
+     "off-by-one: a padded column enters the softmax sum", "EmuKernelsClassifier.*"),
+    ("llmc/adamw.cuh", "m = beta1 * m + (1.0f - beta1) * g;", "m = beta1 * m + (1.0f - beta2) * g;",
+     "wrong constant in the first moment", "EmuKernelsAdamW.ThreeStepsMatchCpu"),
+    ("llmc/adamw.cuh", "if (threadIdx.x == 0) partial[blockIdx.x] = block_sum;", "if (threadIdx.x == 1) partial[blockIdx.x] = block_sum;",
+     "wrong reduction lane (BlockReduce result is valid in thread 0 only)", "EmuKernelsAdamW.Global*"),
+    ("llmc/gelu.cuh", "constexpr float GELU_CUBE = 0.044715f;", "constexpr float GELU_CUBE = 0.04715f;",
+     "wrong constant in GELU", "EmuKernelsGelu.*"),
+    ("llmc/gpt2.cuh", "floatX* qkv = a.qkv + l * slab * 3 * C;", "floatX* qkv = a.qkv + l * slab * C;",
+     "swapped stride: layers' qkv slabs overlap", "EmuGPT2GPU.LossAndEveryGradientMatchTheCPU"),
+    ("llmc/matmul.cuh", "pre_gelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT", "CUBLASLT_EPILOGUE_DEFAULT",
+     "dropped epilogue: GELU backward not applied", "EmuGPT2GPU.LossAndEveryGradientMatchTheCPU"),
+    ("llmc/matmul.cuh", "for (int i = 0; i < BIAS_ROW_SLICES; i++) s += partial", "for (int i = 0; i < BIAS_ROW_SLICES - 1; i++) s += partial",
+     "off-by-one: last slice of the bias gradient dropped", "EmuGPT2GPU.LossAndEveryGradientMatchTheCPU"),
+]
+
+
+def run(cmd, cwd, timeout):
+    try:
+        p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        return p.returncode, p.stdout
+    except subprocess.TimeoutExpired as e:
+        return 124, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+
+
+def first_failure(output):
+    for line in output.splitlines():
+        if line.startswith("[  FAILED  ]") or "emulator fault" in line or "ERROR: AddressSanitizer" in line:
+            return line.strip()[:110]
+    return ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="comma-separated mutation numbers (1-based)")
+    ap.add_argument("--jobs", default="2")
+    args = ap.parse_args()
+    chosen = range(1, len(MUTATIONS) + 1) if not args.only else [int(x) for x in args.only.split(",")]
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    tmp = tempfile.mkdtemp(prefix="llmc-mutation-")
+    try:
+        shutil.copytree(root, tmp, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(".git", "build", "data", "profile", "train_gpt2*", "profile_gpt2cu",
+                                                      "prepare_data"))
+        make = ["make", "-j" + args.jobs, "emu"]
+        tests = "./build/emu/emu_tests"
+        print(f"building the emulated tests in {tmp} ...", flush=True)
+        rc, out = run(make, tmp, 1800)
+        if rc != 0:
+            print(out[-3000:])
+            sys.exit("mutation check: the unmutated tree does not build")
+        filters = sorted({MUTATIONS[i - 1][4] for i in chosen})
+        rc, out = run([tests, "--gtest_filter=" + ":".join(filters)], tmp, 1800)
+        if rc != 0:
+            print(out[-3000:])
+            sys.exit("mutation check: the unmutated tree fails its tests")
+
+        print(f"{'#':>2}  {'file:line':<24} {'mutation':<58} {'result'}")
+        missed = 0
+        for i in chosen:
+            path, old, new, what, flt = MUTATIONS[i - 1]
+            full = os.path.join(tmp, path)
+            with open(full) as f:
+                src = f.read()
+            if src.count(old) != 1:
+                print(f"{i:>2}  {path:<24} {what:<58} NOT APPLIED (text found {src.count(old)} times)")
+                missed += 1
+                continue
+            line = src[:src.index(old)].count("\n") + 1
+            start = time.time()
+            try:
+                with open(full, "w") as f:
+                    f.write(src.replace(old, new))
+                rc, out = run(make, tmp, 1800)
+                if rc != 0:
+                    result = "caught: does not compile"
+                else:
+                    rc, out = run([tests, "--gtest_filter=" + flt], tmp, 1800)
+                    result = f"caught: {first_failure(out) or 'exit ' + str(rc)}" if rc != 0 else "MISSED"
+            finally:
+                with open(full, "w") as f:
+                    f.write(src)
+            missed += result == "MISSED"
+            print(f"{i:>2}  {path + ':' + str(line):<24} {what:<58} {result} ({time.time() - start:.0f} s)", flush=True)
+        print(f"mutations: {len(chosen) - missed} caught, {missed} missed")
+        sys.exit(1 if missed else 0)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
