@@ -7,13 +7,19 @@
 #   make dev_cuda        kernel benchmarks in dev/cuda/ (build/dev/cuda/<name>)
 #   make test            GoogleTest suite (GPU tests skip without a device)
 #   make tinyshakespeare prepares data/tinyshakespeare (TINYSHAKESPEARE=/path/input.txt to skip the download)
+#
+# Objects go to build/ with their header dependencies (-MMD -MP): touching a header rebuilds only what
+# includes it. The training loop and the profiler's analysis and writers are compiled once, into
+# build/libllmc_train.a and build/libllmc_profiler.a, and linked into every program that uses them.
 
 CXX ?= g++
 # -march=native: the CPU reference spends its time in matmul loops that want the widest vectors available.
 # Override with `make CPU_ARCH=x86-64-v2` for a binary that runs on other machines.
 CPU_ARCH ?= native
+# CXXFLAGS and NVCCFLAGS are yours (optimisation, debug, sanitizers), from the environment or the command
+# line; the flags the build needs are added to them either way (override).
 CXXFLAGS ?= -O3
-CXXFLAGS += -std=c++17 -march=$(CPU_ARCH) -fopenmp -Wall -Wextra -I.
+override CXXFLAGS += -std=c++17 -march=$(CPU_ARCH) -fopenmp -Wall -Wextra -I. -MMD -MP
 LDLIBS_PCRE := -lpcre2-8
 BUILD := build
 
@@ -25,14 +31,11 @@ ifeq ($(GPU_ARCH),)
 GPU_ARCH := 90
 endif
 NVCCFLAGS ?= -O3
-NVCCFLAGS += -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -lineinfo -I. \
-             -Xcompiler -fopenmp,-Wall --expt-relaxed-constexpr
+override NVCCFLAGS += -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -lineinfo -I. \
+             -Xcompiler -fopenmp,-Wall --expt-relaxed-constexpr -MMD -MP
 CUDA_LIBS := -lcublasLt -lcublas
-# The in-process profiler (llmc/cupti_collector.cuh): train_gpt2cu --profile, profile_gpt2cu, the GPU tests.
+# The in-process profiler (llmc/profiler/cupti_collector.cuh): train_gpt2cu --profile, profile_gpt2cu, the GPU tests.
 CUPTI_LIBS := -lcupti
-
-HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h)
-CUDA_HEADERS := $(wildcard llmc/*.cuh)
 
 .PHONY: all test clean tinyshakespeare dev_cuda sample_profile
 all: train_gpt2 prepare_data
@@ -40,22 +43,41 @@ ifneq ($(HAVE_NVCC),)
 all: train_gpt2cu profile_gpt2cu dev_cuda
 endif
 
-train_gpt2: train_gpt2.cpp $(HEADERS)
-	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS_PCRE)
+# ---- objects: build/<path>.o from <path>.cpp (g++) or <path>.cu (nvcc), each with its .d ----
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-prepare_data: dev/data/prepare_data.cpp $(HEADERS)
-	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS_PCRE)
+# ---- libraries: the training loop; the profiler's session, CPU source, analysis and writers ----
+TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/schedulers.o
+PROFILER_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/profiler/*.cpp))
+TRAIN_LIB := $(BUILD)/libllmc_train.a
+PROFILER_LIB := $(BUILD)/libllmc_profiler.a
+$(TRAIN_LIB): $(TRAIN_OBJS)
+	$(AR) rcs $@ $^
+$(PROFILER_LIB): $(PROFILER_OBJS)
+	$(AR) rcs $@ $^
+LIBS := $(TRAIN_LIB) $(PROFILER_LIB)
 
-train_gpt2cu: train_gpt2.cu $(HEADERS) $(CUDA_HEADERS)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
+# ---- programs ----
+train_gpt2: $(BUILD)/train_gpt2.o $(BUILD)/llmc/train/cpu_backend.o $(LIBS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
-profile_gpt2cu: profile_gpt2.cu $(HEADERS) $(CUDA_HEADERS)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
+prepare_data: $(BUILD)/dev/data/prepare_data.o
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
+
+train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(LIBS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
+
+profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(LIBS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
 
 # The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
-$(BUILD)/sample_profile: dev/sample_profile.cpp $(HEADERS)
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $< -o $@
+$(BUILD)/sample_profile: $(BUILD)/dev/sample_profile.o $(PROFILER_LIB)
+	$(CXX) $(CXXFLAGS) $^ -o $@
 sample_profile: $(BUILD)/sample_profile
 	rm -rf test/data/sample_profile
 	./$(BUILD)/sample_profile test/data/sample_profile
@@ -64,29 +86,21 @@ sample_profile: $(BUILD)/sample_profile
 DEV_CUDA_SRCS := $(wildcard dev/cuda/*.cu)
 DEV_CUDA_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/cuda/%,$(DEV_CUDA_SRCS))
 dev_cuda: $(DEV_CUDA_BINS)
-$(BUILD)/dev/cuda/%: dev/cuda/%.cu $(HEADERS) $(CUDA_HEADERS) $(wildcard dev/cuda/*.cuh)
-	@mkdir -p $(dir $@)
+$(BUILD)/dev/cuda/%: $(BUILD)/dev/cuda/%.cu.o
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) -lgomp
 
 # ---- tests: one binary; CPU tests from test/test_*.cpp, GPU tests from test/gpu/test_*.cu when nvcc exists ----
 TEST_SRCS := $(wildcard test/test_*.cpp) test/main.cpp
-TEST_OBJS := $(patsubst test/%.cpp,$(BUILD)/test/%.o,$(TEST_SRCS))
-$(BUILD)/test/%.o: test/%.cpp $(HEADERS) $(wildcard test/*.h)
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -c $< -o $@
+TEST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(TEST_SRCS))
 ifneq ($(HAVE_NVCC),)
 # test_counters.cpp runs CUPTI's host API (no GPU needed): CUDA headers here, -lcupti at the link below.
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
-$(BUILD)/test/test_counters.o: CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
-$(BUILD)/test/test_counters.o: $(CUDA_HEADERS)
-GPU_TEST_OBJS := $(patsubst test/gpu/%.cu,$(BUILD)/test/gpu/%.o,$(wildcard test/gpu/test_*.cu))
-$(BUILD)/test/gpu/%.o: test/gpu/%.cu $(HEADERS) $(CUDA_HEADERS) $(wildcard test/gpu/*.cuh test/*.h dev/cuda/*.cuh)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
-$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS)
+$(BUILD)/test/test_counters.o: override CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
+GPU_TEST_OBJS := $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard test/gpu/test_*.cu))
+$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) -lgomp -lpthread
 else
-$(BUILD)/run_tests: $(TEST_OBJS)
+$(BUILD)/run_tests: $(TEST_OBJS) $(LIBS)
 	@echo "note: nvcc not found; building the CPU tests only"
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) -lpthread
 endif
@@ -102,3 +116,6 @@ tinyshakespeare: prepare_data
 
 clean:
 	rm -rf $(BUILD) train_gpt2 prepare_data train_gpt2cu profile_gpt2cu
+
+.SECONDARY:
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

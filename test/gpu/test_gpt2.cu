@@ -10,7 +10,7 @@
 #include "llmc/checkpoint.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/gpt2.cuh"
-#include "llmc/gpt2_cpu.h"
+#include "llmc/cpu/gpt2.h"
 #include "llmc/gpt2_init.h"
 #include "test/gpu/gpu_test_util.cuh"
 #include "test/test_util.h"
