@@ -55,7 +55,7 @@ inline const char* parameter_name(int i) {
     return names[i];
 }
 
-// Weight decay applies to the embeddings and the four matmul weights per layer (brief: optimizer conventions).
+// Weight decay applies to the embeddings and the four matmul weights per layer (doc/design.md, "Optimizer conventions").
 inline bool parameter_decays(int i) {
     return i == WTE || i == WPE || i == QKVW || i == ATTPROJW || i == FCW || i == FCPROJW;
 }
