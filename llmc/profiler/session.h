@@ -71,9 +71,6 @@ public:
     using BeforeReport = std::function<CounterReport(const ProfileRecords&, ProfileContext&)>;
     void before_report(BeforeReport fn) { before_report_ = std::move(fn); }
 
-    bool recording() const { return armed(); }
-    const ProfileContext& context() const { return ctx_; }
-
 private:
     bool armed() const { return source_running_; }
     void arm();
