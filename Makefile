@@ -8,13 +8,19 @@
 #   make test            GoogleTest suite (GPU tests skip without a device) and the emulated GPU tier
 #   make emu             the emulated GPU tier alone (build/emu/emu_tests), make emu_mutation its mutation check
 #   make tinyshakespeare prepares data/tinyshakespeare (TINYSHAKESPEARE=/path/input.txt to skip the download)
+#
+# Objects go to build/ with their header dependencies (-MMD -MP): touching a header rebuilds only what
+# includes it. The training loop and the profiler's analysis and writers are compiled once, into
+# build/libllmc_train.a and build/libllmc_profiler.a, and linked into every program that uses them.
 
 CXX ?= g++
 # -march=native: the CPU reference spends its time in matmul loops that want the widest vectors available.
 # Override with `make CPU_ARCH=x86-64-v2` for a binary that runs on other machines.
 CPU_ARCH ?= native
+# CXXFLAGS and NVCCFLAGS are yours (optimisation, debug, sanitizers), from the environment or the command
+# line; the flags the build needs are added to them either way (override).
 CXXFLAGS ?= -O3
-CXXFLAGS += -std=c++17 -march=$(CPU_ARCH) -fopenmp -Wall -Wextra -I.
+override CXXFLAGS += -std=c++17 -march=$(CPU_ARCH) -fopenmp -Wall -Wextra -I. -MMD -MP
 LDLIBS_PCRE := -lpcre2-8
 BUILD := build
 
@@ -26,14 +32,11 @@ ifeq ($(GPU_ARCH),)
 GPU_ARCH := 90
 endif
 NVCCFLAGS ?= -O3
-NVCCFLAGS += -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -lineinfo -I. \
-             -Xcompiler -fopenmp,-Wall --expt-relaxed-constexpr
+override NVCCFLAGS += -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -lineinfo -I. \
+             -Xcompiler -fopenmp,-Wall --expt-relaxed-constexpr -MMD -MP
 CUDA_LIBS := -lcublasLt -lcublas
-# The in-process profiler (llmc/cupti_collector.cuh): train_gpt2cu --profile, profile_gpt2cu, the GPU tests.
+# The in-process profiler (llmc/profiler/cupti_collector.cuh): train_gpt2cu --profile, profile_gpt2cu, the GPU tests.
 CUPTI_LIBS := -lcupti
-
-HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h)
-CUDA_HEADERS := $(wildcard llmc/*.cuh)
 
 .PHONY: all test clean tinyshakespeare dev_cuda sample_profile
 all: train_gpt2 prepare_data
@@ -41,22 +44,41 @@ ifneq ($(HAVE_NVCC),)
 all: train_gpt2cu profile_gpt2cu dev_cuda
 endif
 
-train_gpt2: train_gpt2.cpp $(HEADERS)
-	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS_PCRE)
+# ---- objects: build/<path>.o from <path>.cpp (g++) or <path>.cu (nvcc), each with its .d ----
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-prepare_data: dev/data/prepare_data.cpp $(HEADERS)
-	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS_PCRE)
+# ---- libraries: the training loop; the profiler's session, CPU source, analysis and writers ----
+TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/schedulers.o
+PROFILER_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/profiler/*.cpp))
+TRAIN_LIB := $(BUILD)/libllmc_train.a
+PROFILER_LIB := $(BUILD)/libllmc_profiler.a
+$(TRAIN_LIB): $(TRAIN_OBJS)
+	$(AR) rcs $@ $^
+$(PROFILER_LIB): $(PROFILER_OBJS)
+	$(AR) rcs $@ $^
+LIBS := $(TRAIN_LIB) $(PROFILER_LIB)
 
-train_gpt2cu: train_gpt2.cu $(HEADERS) $(CUDA_HEADERS)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
+# ---- programs ----
+train_gpt2: $(BUILD)/train_gpt2.o $(BUILD)/llmc/train/cpu_backend.o $(LIBS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
-profile_gpt2cu: profile_gpt2.cu $(HEADERS) $(CUDA_HEADERS)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
+prepare_data: $(BUILD)/dev/data/prepare_data.o
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
+
+train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(LIBS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
+
+profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(LIBS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
 
 # The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
-$(BUILD)/sample_profile: dev/sample_profile.cpp $(HEADERS)
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $< -o $@
+$(BUILD)/sample_profile: $(BUILD)/dev/sample_profile.o $(PROFILER_LIB)
+	$(CXX) $(CXXFLAGS) $^ -o $@
 sample_profile: $(BUILD)/sample_profile
 	rm -rf test/data/sample_profile
 	./$(BUILD)/sample_profile test/data/sample_profile
@@ -65,29 +87,21 @@ sample_profile: $(BUILD)/sample_profile
 DEV_CUDA_SRCS := $(wildcard dev/cuda/*.cu)
 DEV_CUDA_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/cuda/%,$(DEV_CUDA_SRCS))
 dev_cuda: $(DEV_CUDA_BINS)
-$(BUILD)/dev/cuda/%: dev/cuda/%.cu $(HEADERS) $(CUDA_HEADERS) $(wildcard dev/cuda/*.cuh)
-	@mkdir -p $(dir $@)
+$(BUILD)/dev/cuda/%: $(BUILD)/dev/cuda/%.cu.o
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) -lgomp
 
 # ---- tests: one binary; CPU tests from test/test_*.cpp, GPU tests from test/gpu/test_*.cu when nvcc exists ----
 TEST_SRCS := $(wildcard test/test_*.cpp) test/main.cpp
-TEST_OBJS := $(patsubst test/%.cpp,$(BUILD)/test/%.o,$(TEST_SRCS))
-$(BUILD)/test/%.o: test/%.cpp $(HEADERS) $(wildcard test/*.h)
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -c $< -o $@
+TEST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(TEST_SRCS))
 ifneq ($(HAVE_NVCC),)
 # test_counters.cpp runs CUPTI's host API (no GPU needed): CUDA headers here, -lcupti at the link below.
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
-$(BUILD)/test/test_counters.o: CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
-$(BUILD)/test/test_counters.o: $(CUDA_HEADERS)
-GPU_TEST_OBJS := $(patsubst test/gpu/%.cu,$(BUILD)/test/gpu/%.o,$(wildcard test/gpu/test_*.cu))
-$(BUILD)/test/gpu/%.o: test/gpu/%.cu $(HEADERS) $(CUDA_HEADERS) $(wildcard test/gpu/*.cuh test/*.h dev/cuda/*.cuh)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
-$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS)
+$(BUILD)/test/test_counters.o: override CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
+GPU_TEST_OBJS := $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard test/gpu/test_*.cu))
+$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) -lgomp -lpthread
 else
-$(BUILD)/run_tests: $(TEST_OBJS)
+$(BUILD)/run_tests: $(TEST_OBJS) $(LIBS)
 	@echo "note: nvcc not found; building the CPU tests only"
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) -lpthread
 endif
@@ -97,7 +111,7 @@ endif
 # test/emu/rewrite.py first (launch syntax, __shared__); the toolkit is used for its NVTX headers only.
 # build/emu/emu_tests is the quick build; build/emu-asan/emu_tests the same under AddressSanitizer and UBSan.
 EMU_SRC := $(BUILD)/emu/src
-EMU_CUDA_SRCS := $(wildcard llmc/*.cuh) dev/cuda/device_utils.cuh test/gpu/gpu_test_util.cuh
+EMU_CUDA_SRCS := $(wildcard llmc/*.cuh llmc/*/*.cuh) dev/cuda/device_utils.cuh test/gpu/gpu_test_util.cuh
 EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_attention.cu test/gpu/test_gpt2.cu test/emu/test_emulator.cu
 EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS))
 EMU_LIB_SRCS := $(wildcard test/emu/*.cpp)
@@ -105,7 +119,7 @@ $(EMU_SRC)/%: % test/emu/rewrite.py
 	@mkdir -p $(dir $@)
 	python3 test/emu/rewrite.py $< $@
 # Emulator include paths come first: the rewritten headers shadow the originals, the shims the toolkit's.
-EMU_CPPFLAGS = -I$(EMU_SRC) -Itest/emu/include -DLLMC_EMU -MMD -MP
+EMU_CPPFLAGS = -I$(EMU_SRC) -Itest/emu/include -DLLMC_EMU
 # Device code's rules, not ISO C++'s: type punning through pointer casts, and unsigned built-ins compared with ints.
 EMU_CXXFLAGS = $(CXXFLAGS) -fno-strict-aliasing -Wno-unknown-pragmas -Wno-sign-compare -idirafter $(CUDA_HOME)/include
 EMU_SAN := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -123,7 +137,6 @@ $(1)/main.o: test/main.cpp
 $(1)/emu_tests: $(patsubst test/emu/%.cpp,$(1)/lib/%.o,$(EMU_LIB_SRCS)) \
                 $(patsubst %.cu,$(1)/obj/%.o,$(EMU_TEST_SRCS)) $(1)/main.o
 	$$(CXX) $$(CXXFLAGS) $(2) $$^ -o $$@ -lgtest -lboost_context -lpthread
--include $(wildcard $(1)/lib/*.d $(1)/obj/test/*/*.d)
 endef
 $(eval $(call emu_variant,$(BUILD)/emu,))
 $(eval $(call emu_variant,$(BUILD)/emu-asan,$(EMU_SAN)))
@@ -152,3 +165,6 @@ tinyshakespeare: prepare_data
 
 clean:
 	rm -rf $(BUILD) train_gpt2 prepare_data train_gpt2cu profile_gpt2cu
+
+.SECONDARY:
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

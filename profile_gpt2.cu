@@ -14,18 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "llmc/calibrate.cuh"
 #include "llmc/checkpoint.h"
 #include "llmc/cli.h"
-#include "llmc/cupti_collector.cuh"
-#include "llmc/cupti_counters.cuh"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2_init.h"
-#include "llmc/nvml_sampler.h"
 #include "llmc/optimizer.h"
-#include "llmc/profile_report.h"
-#include "llmc/profile_writers.h"
+#include "llmc/profiler/calibrate.cuh"
+#include "llmc/profiler/cupti_counters.cuh"
+#include "llmc/profiler/cupti_source.cuh"
 #include "llmc/rand.h"
 
 using namespace llmc;
@@ -139,6 +136,36 @@ bool under_cuda_tool() {
     return prof::cuda_tool_injected() || getenv("NV_COMPUTE_PROFILER_PERFWORKS_DIR") != nullptr;
 }
 
+/*
+ * --counters: one more step under CUPTI's range profiler, in a step of its own (the range profiler replays
+ * every kernel, which tracing would record). Its kernels take the sub-blocks of the last traced step's,
+ * joined by launch order.
+ */
+template <typename Step>
+prof::CounterReport count_last_step(const prof::ProfileRecords& records, bool wanted, Step&& step) {
+    prof::CounterReport counters;
+    if (!wanted) return counters;
+    if (under_cuda_tool()) {
+        printf("counters: skipped under nsys/ncu (the tool owns the counters)\n");
+        return counters;
+    }
+    if (records.steps.empty()) return counters;
+    const prof::StepRecord& last = records.steps.back();
+    std::vector<prof::KernelRecord> traced_step;
+    for (const prof::KernelRecord& k : records.kernels)
+        if (k.start_ns >= last.start_ns && k.start_ns <= last.end_ns) traced_step.push_back(k);
+    counters = prof::collect_counters(step, 2 * traced_step.size() + 64, [](const char* n) { return prof::demangle(n); });
+    if (!counters.collected) {
+        printf("counters: %s; the rest of the profile is written\n", counters.note.c_str());
+        return counters;
+    }
+    std::string why = prof::join_by_launch_order(traced_step, counters.kernels);
+    if (!why.empty()) counters.note += (counters.note.empty() ? "" : "; ") + ("no sub-block attribution: " + why);
+    prof::aggregate_counters(counters);
+    printf("counters: %zu kernels counted%s%s\n", counters.kernels.size(), why.empty() ? "" : "; ", why.c_str());
+    return counters;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -187,78 +214,45 @@ int main(int argc, char** argv) {
                opt.warmup, opt.steps);
 
         int t = 0; // AdamW step
-        for (int i = 0; i < opt.warmup; i++) train_step(*model, data, opt.B, opt.T, ++t);
-
-        prof::CuptiCollector collector;
-        bool traced = collector.start();
-        if (!traced || under_cuda_tool())
-            printf("profiler: under ncu keep the replay short: --layers 1 --steps 1 --warmup 1, and "
-                   "ncu --nvtx --nvtx-include \"llmc@forward/\"\n");
-        // Power in CUPTI's timebase; the energy counter is read just outside each step (mark).
-        char bus_id[32] = {};
-        if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), 0) != cudaSuccess) bus_id[0] = '\0';
-        prof::PowerSampler power(prof::CuptiCollector::timestamp, 100, bus_id);
-        if (traced && !power.start()) printf("power: %s\n", power.status().c_str());
+        prof::ProfileSession session({opt.output, opt.warmup, opt.steps, opt.top},
+                                     prof::gpu_profile_context("profile_gpt2cu", cfg, opt.B, opt.T, 1),
+                                     std::make_unique<prof::CuptiEventSource>());
+        session.before_report([&](const prof::ProfileRecords& records, prof::ProfileContext& ctx) {
+            prof::CounterReport counters = count_last_step(records, opt.counters, [&] {
+                train_step(*model, data, opt.B, opt.T, ++t);
+            });
+            // The ceilings are measured with the model freed (the GEMM and the copy need ~2.4 GiB) and untraced.
+            model.reset();
+            // Under ncu the calibration kernels would be replayed too, and under nsys they would crowd the timeline.
+            ctx.ceilings =
+                opt.calibrate && !under_cuda_tool() ? prof::measure_ceilings(true) : prof::spec_ceilings(prop.name);
+            printf("ceilings: bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n", ctx.ceilings.bf16_tflops,
+                   ctx.ceilings.dram_gbps, ctx.ceilings.source.c_str());
+            return counters;
+        });
+        const char* ncu_hint = "profiler: under ncu keep the replay short: --layers 1 --steps 1 --warmup 1, and "
+                               "ncu --nvtx --nvtx-include \"llmc@forward/\"\n";
+        if (under_cuda_tool()) printf("%s", ncu_hint);
+        // Warmup steps run untraced (the session arms the collector after the last of them), then the traced ones.
         const long tokens = (long)opt.B * opt.T;
-        for (int s = 0; s < opt.steps; s++) {
+        const int total = opt.warmup + opt.steps;
+        bool written = false;
+        for (int i = 0; i < total; i++) {
             auto t0 = std::chrono::steady_clock::now();
-            power.mark();
-            collector.begin_step(s);
+            session.begin_step(i);
             float loss = train_step(*model, data, opt.B, opt.T, ++t);
-            collector.end_step(tokens);
-            power.mark();
+            session.end_step(tokens);
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            collector.flush();
-            printf("step %d/%d | loss %.6f | %.2f ms | %.0f tok/s\n", s + 1, opt.steps, loss, ms, tokens / (ms / 1e3));
+            if (i >= opt.warmup)
+                printf("step %d/%d | loss %.6f | %.2f ms | %.0f tok/s\n", i - opt.warmup + 1, opt.steps, loss, ms,
+                       tokens / (ms / 1e3));
+            written = session.step_done(i + 1 == total);
         }
-        collector.stop();
-        power.stop();
-        if (!traced) {
+        if (!written) {
+            if (!under_cuda_tool()) printf("%s", ncu_hint);
             printf("profiler: no in-process profile written\n");
             return 0;
         }
-        prof::ProfileRecords records = collector.take();
-        power.take_into(records);
-        if (records.dropped_records)
-            printf("profiler: %llu CUPTI records dropped (activity buffers full); the profile is incomplete\n",
-                   (unsigned long long)records.dropped_records);
-        prof::ProfileContext ctx = prof::gpu_profile_context("profile_gpt2cu", cfg, opt.B, opt.T, 1);
-
-        // Counters in a step of their own: the range profiler replays every kernel, which tracing would record.
-        // Its kernels take the sub-blocks of the last traced step's, joined by launch order.
-        prof::CounterReport counters;
-        if (opt.counters && under_cuda_tool()) {
-            printf("counters: skipped under nsys/ncu (the tool owns the counters)\n");
-        } else if (opt.counters && !records.steps.empty()) {
-            const prof::StepRecord& last = records.steps.back();
-            std::vector<prof::KernelRecord> traced_step;
-            for (const prof::KernelRecord& k : records.kernels)
-                if (k.start_ns >= last.start_ns && k.start_ns <= last.end_ns) traced_step.push_back(k);
-            counters = prof::collect_counters([&] { train_step(*model, data, opt.B, opt.T, ++t); },
-                                              2 * traced_step.size() + 64, [](const char* n) { return prof::demangle(n); });
-            if (counters.collected) {
-                std::string why = prof::join_by_launch_order(traced_step, counters.kernels);
-                if (!why.empty()) counters.note += (counters.note.empty() ? "" : "; ") + ("no sub-block attribution: " + why);
-                prof::aggregate_counters(counters);
-                printf("counters: %zu kernels counted%s%s\n", counters.kernels.size(), why.empty() ? "" : "; ",
-                       why.c_str());
-            } else {
-                printf("counters: %s; the rest of the profile is written\n", counters.note.c_str());
-            }
-        }
-
-        // The ceilings are measured with the model freed (the GEMM and the copy need ~2.4 GiB) and untraced.
-        model.reset();
-        // Under ncu the calibration kernels would be replayed too, and under nsys they would crowd the timeline.
-        ctx.ceilings =
-            opt.calibrate && !under_cuda_tool() ? prof::measure_ceilings(true) : prof::spec_ceilings(prop.name);
-        printf("ceilings: bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n", ctx.ceilings.bf16_tflops, ctx.ceilings.dram_gbps,
-               ctx.ceilings.source.c_str());
-
-        prof::Report report = prof::build_report(records, ctx);
-        report.counters = std::move(counters);
-        printf("%s", prof::format_summary(report, opt.top).c_str());
-        prof::write_profile_dir(opt.output, report, records);
         printf("profile written to %s/ (summary.txt, kernels.csv, subblocks.csv, steps.csv, api.csv, roofline.csv, "
                "trace.json, profile.json)\n",
                opt.output.c_str());

@@ -2,7 +2,7 @@
  * Writes test/data/sample_profile/: a profile directory from synthetic records that resemble two
  * train_gpt2cu steps of GPT-2 124M (B=4, T=1024) on an H100, with power samples. It exercises the plot
  * and compare scripts (test/test_plots.cpp) on a machine without a GPU, through the project's own
- * aggregation and writers. Kernel times are the analytic floor (llmc/roofline.h) over a plausible
+ * aggregation and writers. Kernel times are the analytic floor (llmc/profiler/roofline.h) over a plausible
  * efficiency; launches run ahead of the GPU; each step ends in a loss read and a stream sync.
  *
  *   make sample_profile   (writes test/data/sample_profile)
@@ -12,8 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/profile_report.h"
-#include "llmc/profile_writers.h"
+#include "llmc/profiler/report.h"
+#include "llmc/profiler/writers.h"
+#include "llmc/profiler/writers.h"
 
 using namespace llmc;
 using namespace llmc::prof;
@@ -59,8 +60,7 @@ int main(int argc, char** argv) {
     ctx.program = "train_gpt2cu";
     ctx.device = "NVIDIA H100 80GB HBM3 (synthetic sample)";
     ctx.build = "synthetic records from dev/sample_profile.cpp";
-    ctx.num_layers = cfg.num_layers, ctx.num_heads = cfg.num_heads, ctx.channels = cfg.channels;
-    ctx.max_seq_len = cfg.max_seq_len, ctx.vocab_size = cfg.vocab_size, ctx.padded_vocab_size = cfg.padded_vocab_size;
+    ctx.model = cfg;
     ctx.num_parameters = num_parameters(cfg);
     ctx.B = B, ctx.T = T;
     ctx.ceilings = {720, 48, 3000, "calibrated (synthetic)"};

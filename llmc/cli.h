@@ -5,7 +5,6 @@
  */
 #pragma once
 #include <cerrno>
-#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -95,7 +94,7 @@ inline long parse_long(const std::string& flag, const std::string& v, long lo, l
 inline float parse_float(const std::string& flag, const std::string& v, float lo, float hi) {
     char* end = nullptr;
     float x = strtof(v.c_str(), &end);
-    if (v.empty() || *end || !std::isfinite(x) || x < lo || x > hi)
+    if (v.empty() || *end || !(x >= lo && x <= hi)) // NaN and infinities fail the (finite) range too
         throw UsageError(strprintf("%s: expected a number in [%g, %g], got '%s'", flag.c_str(), lo, hi, v.c_str()));
     return x;
 }

@@ -53,13 +53,13 @@ struct ActivationTensors {
     floatX* qkv;        // (L, B, T, 3C)
     floatX* atty;       // (L, B, T, C)
     float* att_lse;     // (L, B, NH, T)
-    floatX* residual2;  // (L, B, T, C)
+    floatX* residual1;  // (L, B, T, C) sub-block residual1: the residual stream + attn_proj out
     floatX* ln2;        // (L, B, T, C)
     float* ln2_mean;    // (L, B, T)
     float* ln2_rstd;    // (L, B, T)
     floatX* fch;        // (L, B, T, 4C) pre-GELU
     floatX* fch_gelu;   // (L, B, T, 4C)
-    floatX* residual3;  // (L, B, T, C)
+    floatX* residual2;  // (L, B, T, C) sub-block residual2: residual1 + fc_proj out (the next layer's input)
     floatX* lnf;        // (B, T, C)
     float* lnf_mean;    // (B, T)
     float* lnf_rstd;    // (B, T)
@@ -103,13 +103,13 @@ inline ActivationLayout layout_activations(char* base, const GPT2Config& c, int 
     carve(a.qkv, L * BT * 3 * C);
     carve(a.atty, L * BT * C);
     carve(a.att_lse, L * BT * NH);
-    carve(a.residual2, L * BT * C);
+    carve(a.residual1, L * BT * C);
     carve(a.ln2, L * BT * C);
     carve(a.ln2_mean, L * BT);
     carve(a.ln2_rstd, L * BT);
     carve(a.fch, L * BT * 4 * C);
     carve(a.fch_gelu, L * BT * 4 * C);
-    carve(a.residual3, L * BT * C);
+    carve(a.residual2, L * BT * C);
     carve(a.lnf, BT * C);
     carve(a.lnf_mean, BT);
     carve(a.lnf_rstd, BT);
@@ -264,7 +264,7 @@ public:
             floatX* qkv = a.qkv + l * slab * 3 * C;
             floatX* atty = a.atty + l * slab * C;
             float* lse = a.att_lse + l * slab * NH;
-            floatX* residual2 = a.residual2 + l * slab * C;
+            floatX* residual1 = a.residual1 + l * slab * C;
             floatX* ln2 = a.ln2 + l * slab * C;
             floatX* fch = a.fch + l * slab * 4 * C;
             floatX* fch_gelu = a.fch_gelu + l * slab * 4 * C;
@@ -272,9 +272,9 @@ public:
                 Range r(SubBlock::ln1, Phase::fwd, l);
                 if (l == 0)
                     layernorm_forward(ln1, ln1_mean, ln1_rstd, a.encoded, params.ln1w, params.ln1b, BT, C, stream);
-                else // residual2 of the previous layer, fused: residual3[l-1] = residual2[l-1] + fc_proj out
-                    fused_residual_layernorm_forward(a.residual3 + (l - 1) * slab * C, ln1, ln1_mean, ln1_rstd,
-                                                     a.residual2 + (l - 1) * slab * C, a.proj_out,
+                else // residual2 of the previous layer, fused: residual2[l-1] = residual1[l-1] + fc_proj out
+                    fused_residual_layernorm_forward(a.residual2 + (l - 1) * slab * C, ln1, ln1_mean, ln1_rstd,
+                                                     a.residual1 + (l - 1) * slab * C, a.proj_out,
                                                      params.ln1w + l * C, params.ln1b + l * C, BT, C, stream);
             }
             {
@@ -292,9 +292,9 @@ public:
                                C, nullptr, stream);
             }
             {
-                Range r(SubBlock::ln2, Phase::fwd, l); // residual1 fused: residual2 = residual + attn_proj out
-                const floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * slab * C;
-                fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * slab, a.ln2_rstd + l * slab,
+                Range r(SubBlock::ln2, Phase::fwd, l); // residual1 fused: residual1 = residual + attn_proj out
+                const floatX* residual = l == 0 ? a.encoded : a.residual2 + (l - 1) * slab * C;
+                fused_residual_layernorm_forward(residual1, ln2, a.ln2_mean + l * slab, a.ln2_rstd + l * slab,
                                                  residual, a.proj_out, params.ln2w + l * C, params.ln2b + l * C, BT,
                                                  C, stream);
             }
@@ -311,8 +311,8 @@ public:
         }
         {
             Range r(SubBlock::lnf, Phase::fwd); // residual2 of the last layer fused
-            fused_residual_layernorm_forward(a.residual3 + (L - 1) * slab * C, a.lnf, a.lnf_mean, a.lnf_rstd,
-                                             a.residual2 + (L - 1) * slab * C, a.proj_out, params.lnfw, params.lnfb,
+            fused_residual_layernorm_forward(a.residual2 + (L - 1) * slab * C, a.lnf, a.lnf_mean, a.lnf_rstd,
+                                             a.residual1 + (L - 1) * slab * C, a.proj_out, params.lnfw, params.lnfb,
                                              BT, C, stream);
         }
         {
@@ -344,19 +344,19 @@ public:
         }
         {
             Range r(SubBlock::lnf, Phase::bwd);
-            layernorm_backward(a.dresidual, grads.lnfw, grads.lnfb, a.scratch, a.dbtc, a.residual3 + (L - 1) * slab * C,
+            layernorm_backward(a.dresidual, grads.lnfw, grads.lnfb, a.scratch, a.dbtc, a.residual2 + (L - 1) * slab * C,
                                params.lnfw, a.lnf_mean, a.lnf_rstd, BT, C, stream);
         }
         for (int l = L - 1; l >= 0; l--) {
             Range layer("layer", l, Phase::bwd);
-            const floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * slab * C;
+            const floatX* residual = l == 0 ? a.encoded : a.residual2 + (l - 1) * slab * C;
             floatX* ln1 = a.ln1 + l * slab * C;
             floatX* qkv = a.qkv + l * slab * 3 * C;
             floatX* atty = a.atty + l * slab * C;
             floatX* fch = a.fch + l * slab * 4 * C;
             floatX* fch_gelu = a.fch_gelu + l * slab * 4 * C;
             {
-                // dresidual is d(residual3) = d(fc_proj out); the GELU backward of fc is the DGELU epilogue here.
+                // dresidual is d(residual2) = d(fc_proj out); the GELU backward of fc is the DGELU epilogue here.
                 Range r(SubBlock::fc_proj, Phase::bwd, l);
                 matmul_backward(a.dbt4c, grads.fcprojw + (size_t)l * C * 4 * C, grads.fcprojb + l * C, a.scratch,
                                 a.dresidual, fch_gelu, params.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C, fch,
@@ -370,7 +370,7 @@ public:
             {
                 Range r(SubBlock::ln2, Phase::bwd, l);
                 layernorm_backward(a.dresidual, grads.ln2w + l * C, grads.ln2b + l * C, a.scratch, a.dbtc,
-                                   a.residual2 + l * slab * C, params.ln2w + l * C, a.ln2_mean + l * slab,
+                                   a.residual1 + l * slab * C, params.ln2w + l * C, a.ln2_mean + l * slab,
                                    a.ln2_rstd + l * slab, BT, C, stream);
             }
             {

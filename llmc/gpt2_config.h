@@ -47,15 +47,17 @@ inline bool parse_depth_descriptor(const std::string& s, int* depth) {
 
 constexpr int NUM_PARAMETER_TENSORS = 16;
 enum ParamIndex { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
+static_assert(LNFB + 1 == NUM_PARAMETER_TENSORS, "one ParamIndex per parameter tensor");
 
 inline const char* parameter_name(int i) {
-    static const char* names[NUM_PARAMETER_TENSORS] = {"wte",  "wpe",  "ln1w",   "ln1b",    "qkvw",    "qkvb",
-                                                        "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb",
-                                                        "fcprojw", "fcprojb", "lnfw", "lnfb"};
+    static const char* names[] = {"wte",  "wpe",  "ln1w",   "ln1b",    "qkvw",    "qkvb",
+                                  "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb",
+                                  "fcprojw", "fcprojb", "lnfw", "lnfb"};
+    static_assert(sizeof(names) / sizeof(names[0]) == NUM_PARAMETER_TENSORS, "one name per parameter tensor");
     return names[i];
 }
 
-// Weight decay applies to the embeddings and the four matmul weights per layer (brief: optimizer conventions).
+// Weight decay applies to the embeddings and the four matmul weights per layer (doc/design.md, "Optimizer conventions").
 inline bool parameter_decays(int i) {
     return i == WTE || i == WPE || i == QKVW || i == ATTPROJW || i == FCW || i == FCPROJW;
 }

@@ -1,5 +1,5 @@
 /*
- * AdamW settings shared by the CPU and GPU optimizers (brief: optimizer conventions, as llm.c and nanoGPT
+ * AdamW settings shared by the CPU and GPU optimizers (doc/design.md, "Optimizer conventions", as llm.c and nanoGPT
  * train GPT-2): beta1 0.9, beta2 0.95, eps 1e-8, global-norm clipping at 1.0; weight decay comes from -c and
  * applies only where parameter_decays().
  */

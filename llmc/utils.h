@@ -12,10 +12,10 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
-#include <filesystem>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace llmc {
@@ -117,11 +117,15 @@ inline bool file_exists(const std::string& path) { return access(path.c_str(), F
 
 // mkdir -p; an error names the path.
 inline void make_dirs(const std::string& path) {
-    std::error_code ec;
-    std::filesystem::create_directories(path, ec);
-    if (ec || !std::filesystem::is_directory(path))
+    int err = 0;
+    for (size_t i = 1; i <= path.size() && !err; i++) {
+        if (i < path.size() && path[i] != '/') continue;
+        if (mkdir(path.substr(0, i).c_str(), 0777) != 0 && errno != EEXIST) err = errno;
+    }
+    struct stat st;
+    if (err || stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
         throw Error(strprintf("%s: cannot create directory (%s)", path.c_str(),
-                              ec ? ec.message().c_str() : "exists and is not a directory"));
+                              err ? strerror(err) : "exists and is not a directory"));
 }
 
 // Program entry: runs fn, turning errors into one line on stderr and exit 2 (usage) or 1 (anything else).

@@ -8,7 +8,7 @@
 
 #include "llmc/checkpoint.h"
 #include "llmc/formats.h"
-#include "llmc/gpt2_cpu.h"
+#include "llmc/cpu/gpt2.h"
 #include "test/test_util.h"
 
 namespace testutil {

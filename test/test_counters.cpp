@@ -1,13 +1,13 @@
-// Hardware counters without a GPU: CUPTI's host API on chip "GH100" (llmc/cupti_counters.cuh; built with the
-// CUDA toolkit only) and the join and aggregation of synthetic counter records (llmc/counter_records.h).
+// Hardware counters without a GPU: CUPTI's host API on chip "GH100" (llmc/profiler/cupti_counters.cuh; built with the
+// CUDA toolkit only) and the join and aggregation of synthetic counter records (llmc/profiler/counter_records.h).
 #include <cmath>
 #include <gtest/gtest.h>
 #include <string>
 #include <vector>
 
-#include "llmc/counter_records.h"
+#include "llmc/profiler/counter_records.h"
 #ifdef LLMC_HAVE_CUPTI
-#include "llmc/cupti_counters.cuh"
+#include "llmc/profiler/cupti_counters.cuh"
 #endif
 
 using namespace llmc;

@@ -1,4 +1,4 @@
-// train_gpt2 --profile DIR: the CPU trainer writes the profile directory of the brief, with a row per
+// train_gpt2 --profile DIR: the CPU trainer writes the profile directory of doc/profiling.md, with a row per
 // sub-block and phase, sub-block times inside the step wall times, and one row per profiled step.
 #include <gtest/gtest.h>
 #include <map>
@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cpu_profile.h"
+#include "llmc/profiler/cpu_source.h"
+#include "llmc/profiler/report.h"
 #include "test/cpu_profile_fixture.h"
 
 using namespace llmc;
@@ -99,7 +100,7 @@ TEST(CpuProfile, RunEndingInsideTheWindowWritesWhatRan) {
 TEST(CpuProfile, OpNamesAndRecords) {
     EXPECT_EQ(prof::cpu_op_name(SubBlock::qkv), "cpu:matmul qkv");
     EXPECT_EQ(prof::cpu_op_name(SubBlock::attention), "cpu:attention");
-    EXPECT_EQ(prof::kernel_category(prof::cpu_op_name(SubBlock::fc)), "gemm");
+    EXPECT_EQ(prof::category_name(prof::kernel_category(prof::cpu_op_name(SubBlock::fc))), "gemm");
     std::vector<SubBlockEvent> ev = {{SubBlock::ln1, Phase::fwd, 0, 110, 120},
                                      {SubBlock::qkv, Phase::fwd, 0, 120, 150},
                                      {SubBlock::qkv, Phase::bwd, 0, 150, 190},

@@ -1,11 +1,12 @@
-// The findings engine (llmc/profile_findings.h) on synthetic records: each rule fires on a run built to
+// The findings engine (llmc/profiler/findings.h) on synthetic records: each rule fires on a run built to
 // trigger it and stays silent on its near twin built not to; ranking by time at stake. Times in ns.
 #include <cmath>
 #include <gtest/gtest.h>
 #include <string>
 #include <vector>
 
-#include "llmc/profile_writers.h"
+#include "llmc/profiler/findings.h"
+#include "llmc/profiler/writers.h"
 
 using namespace llmc;
 using namespace llmc::prof;
@@ -13,6 +14,8 @@ using namespace llmc::prof;
 namespace {
 
 constexpr uint64_t US = 1000, MS = 1000000;
+// An H100's per-SM limits (cudaDeviceProp of sm_90): the occupancy tests' device.
+const SmLimits H100{65536, 2048, 32, 228 * 1024, 1024, 256};
 
 // `n` steps of 10 ms, step s starting at s * 10 ms, 1000 tokens each.
 ProfileRecords steps(int n) {
@@ -42,7 +45,8 @@ void add_copy(ProfileRecords& r, CopyKind kind, uint64_t start, uint64_t end, ui
     m.kind = kind, m.bytes = 1 << 20, m.start_ns = start, m.end_ns = end, m.stream = stream;
     r.memcpys.push_back(m);
 }
-std::vector<Finding> findings(const ProfileRecords& r, const ProfileContext& c = {}) {
+std::vector<Finding> findings(const ProfileRecords& r, ProfileContext c = {}) {
+    if (!c.sm.known()) c.sm = H100;
     return build_report(r, c).findings;
 }
 const Finding* rule(const std::vector<Finding>& f, const std::string& name) {
@@ -56,27 +60,27 @@ bool has(const std::string& s, const std::string& part) { return s.find(part) !=
 
 TEST(ProfilerFindings, OccupancyArithmetic) {
     // 128 regs x 512 threads: 4096 regs per warp, 16 warps by registers = 1 block of 16 warps: 25%.
-    Occupancy o = theoretical_occupancy(128, 512, 0);
+    Occupancy o = theoretical_occupancy(128, 512, 0, H100);
     EXPECT_EQ(o.blocks, 1);
     EXPECT_DOUBLE_EQ(o.occupancy, 0.25);
     EXPECT_STREQ(o.limit, "registers");
     EXPECT_DOUBLE_EQ(o.without_registers, 1.0); // 4 blocks by threads
     // 255 regs round up to 8192 per warp: 8 warps, 2 blocks of 4 warps: 12.5%.
-    o = theoretical_occupancy(255, 128, 0);
+    o = theoretical_occupancy(255, 128, 0, H100);
     EXPECT_EQ(o.blocks, 2);
     EXPECT_DOUBLE_EQ(o.occupancy, 0.125);
     // 100 KB of shared memory (+1 KB reserved) per block: 2 blocks of 2 warps.
-    o = theoretical_occupancy(32, 64, 100 * 1024);
+    o = theoretical_occupancy(32, 64, 100 * 1024, H100);
     EXPECT_EQ(o.blocks, 2);
     EXPECT_STREQ(o.limit, "shared memory");
     EXPECT_DOUBLE_EQ(o.occupancy, 4.0 / 64);
     // 32 regs x 256 threads: 8 blocks by threads and by registers alike; not register-limited.
-    o = theoretical_occupancy(32, 256, 0);
+    o = theoretical_occupancy(32, 256, 0, H100);
     EXPECT_EQ(o.blocks, 8);
     EXPECT_DOUBLE_EQ(o.occupancy, 1.0);
     EXPECT_STRNE(o.limit, "registers");
     // 32 threads: the 32-blocks-per-SM limit gives 32 warps of 64.
-    o = theoretical_occupancy(16, 32, 0);
+    o = theoretical_occupancy(16, 32, 0, H100);
     EXPECT_EQ(o.blocks, 32);
     EXPECT_STREQ(o.limit, "blocks");
     EXPECT_DOUBLE_EQ(o.occupancy, 0.5);
@@ -85,8 +89,7 @@ TEST(ProfilerFindings, OccupancyArithmetic) {
 TEST(ProfilerFindings, RooflineFiresForASubBlockFarBelowItsCeiling) {
     ProfileContext c;
     GPT2Config g = gpt2_config_for_depth(12);
-    c.num_layers = g.num_layers, c.num_heads = g.num_heads, c.channels = g.channels;
-    c.max_seq_len = g.max_seq_len, c.vocab_size = g.vocab_size, c.padded_vocab_size = g.padded_vocab_size;
+    c.model = g;
     c.B = 16, c.T = 1024;
     c.ceilings = {798, 0, 3000, "given"};
     // qkv forward: 695.78 GFLOP per step, a compute floor of 0.8719 ms at 798 TFLOP/s.
@@ -105,7 +108,7 @@ TEST(ProfilerFindings, RooflineFiresForASubBlockFarBelowItsCeiling) {
     EXPECT_TRUE(has(x->evidence, "9.000 ms per step against a floor of 0.872 ms")) << x->evidence;
     EXPECT_TRUE(has(x->next_step, "GEMM"));
     EXPECT_EQ(rule(findings(fast, c), "roofline"), nullptr) << "87% of roofline is not a finding";
-    c.device_kind = "CPU"; // the CPU trainer's profile: CPU advice, not cuBLASLt's
+    c.device_kind = DeviceKind::CPU; // the CPU trainer's profile: CPU advice, not cuBLASLt's
     f = findings(slow, c);
     x = rule(f, "roofline");
     ASSERT_NE(x, nullptr);
@@ -262,6 +265,43 @@ TEST(ProfilerFindings, RankedByTimeAtStake) {
                        "stake)\n     evidence: 5.000 ms per step idle with the CPU in cudaDeviceSynchronize"))
         << s;
     EXPECT_TRUE(has(s, "     next: queue the next step's work before waiting"));
-    std::string j = writer_detail::profile_json(rep);
+    std::string j = profile_json(rep);
     EXPECT_TRUE(has(j, "\"rule\": \"memcpy\"")) << j.substr(0, 200);
+}
+
+// Each rule on its own, from a report and its records: the engine is the list of rules and nothing more.
+TEST(ProfilerFindings, EachRuleRunsAlone) {
+    EXPECT_EQ(ranked_rules().size(), 6u);
+    ProfileRecords quiet = steps(2);
+    add_kernel(quiet, 0, 10 * MS);
+    add_kernel(quiet, 10 * MS, 20 * MS);
+    Report rep = build_report(quiet, {});
+    const FindingInput in(rep, quiet);
+    for (Rule rule : ranked_rules()) EXPECT_TRUE(rule(in).empty());
+    EXPECT_TRUE(records_rule(in).empty());
+
+    rep.dropped_records = 3;
+    std::vector<Finding> dropped = records_rule(FindingInput(rep, quiet));
+    ASSERT_EQ(dropped.size(), 1u);
+    EXPECT_EQ(dropped[0].rule, "records");
+    EXPECT_TRUE(has(dropped[0].evidence, "3 CUPTI records lost")) << dropped[0].evidence;
+}
+
+// Occupancy is judged against the device's own limits; without them (the CPU trainer) there is no finding.
+TEST(ProfilerFindings, OccupancyNeedsTheDevicesLimits) {
+    ProfileRecords r = steps(1);
+    add_kernel(r, 0, 9 * MS, "void llmc::fused_kernel(float*)", 128, 512);
+    ProfileContext c;
+    EXPECT_TRUE(occupancy_rule(FindingInput(build_report(r, c), r)).empty());
+    EXPECT_EQ(theoretical_occupancy(128, 512, 0, SmLimits{}).blocks, 0);
+    c.sm = H100;
+    Report rep = build_report(r, c);
+    std::vector<Finding> f = occupancy_rule(FindingInput(rep, r));
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_TRUE(has(f[0].what, "fused_kernel: occupancy 25% limited by registers")) << f[0].what;
+    // A device with half the registers per SM: the same kernel fits half the warps.
+    SmLimits small = H100;
+    small.regs = 32768;
+    EXPECT_DOUBLE_EQ(theoretical_occupancy(128, 512, 0, small).occupancy, 0.0);
+    EXPECT_DOUBLE_EQ(theoretical_occupancy(128, 256, 0, small).occupancy, 0.125);
 }

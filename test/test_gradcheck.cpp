@@ -9,7 +9,7 @@
 #include <omp.h>
 #include <vector>
 
-#include "llmc/gpt2_cpu.h"
+#include "llmc/cpu/gpt2.h"
 
 using namespace llmc;
 

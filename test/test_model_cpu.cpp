@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "llmc/gpt2_cpu.h"
+#include "llmc/cpu/gpt2.h"
 
 using namespace llmc;
 

@@ -1,4 +1,4 @@
-// Power and energy (llmc/nvml_sampler.h, step energy and efficiency in llmc/profile_report.h) from a fake
+// Power and energy (llmc/profiler/nvml_sampler.h, step energy and efficiency in llmc/profiler/report.h) from a fake
 // NVML function table and synthetic records: no GPU, no NVML needed. Times are nanoseconds.
 #include <atomic>
 #include <cmath>
@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/nvml_sampler.h"
-#include "llmc/profile_writers.h"
+#include "llmc/profiler/nvml_sampler.h"
+#include "llmc/profiler/findings.h"
+#include "llmc/profiler/writers.h"
 
 using namespace llmc;
 using namespace llmc::prof;
@@ -174,7 +175,7 @@ TEST_F(ProfilerPowerTest, NvmlAbsentOrFailingIsNotAvailable) {
     std::string s = format_summary(rep);
     EXPECT_NE(s.find("J/token, tokens/J, FLOP/s per W: n/a (NVML not available (nvmlInit_v2: Driver Not Loaded))"),
               std::string::npos);
-    std::string csv = writer_detail::steps_csv(rep);
+    std::string csv = steps_csv(rep);
     EXPECT_NE(csv.find("\n0,10.000000,0.000000,0.000000,0.000000,0.000000,0.000000,100000.0,,,10.000000,1,1000,,,,\n"),
               std::string::npos)
         << csv;
@@ -214,9 +215,9 @@ TEST_F(ProfilerPowerTest, StepEnergyFromCounterElseIntegrated) {
     r.steps = {step(0, 10 * MS, 60 * MS, 5000), step(1, 70 * MS, 120 * MS, 5000)};
     Report rep = build_report(r, ProfileContext{});
     EXPECT_NEAR(rep.steps[0].energy_j, 9.5, 1e-9);
-    EXPECT_STREQ(rep.steps[0].energy_source, "counter");
+    EXPECT_STREQ(energy_source_name(rep.steps[0].energy_source), "counter");
     EXPECT_NEAR(rep.steps[1].energy_j, 10.0, 1e-9);
-    EXPECT_STREQ(rep.steps[1].energy_source, "integrated");
+    EXPECT_STREQ(energy_source_name(rep.steps[1].energy_source), "integrated");
     EXPECT_EQ(rep.power.counter_steps, 1);
     EXPECT_EQ(rep.power.integrated_steps, 1);
     EXPECT_NEAR(rep.power.energy_j, 19.5, 1e-9);
@@ -230,28 +231,27 @@ TEST_F(ProfilerPowerTest, StepEnergyFromCounterElseIntegrated) {
 TEST(ProfilerPower, StepEnergyRampAndReadingsTooFarFromTheEdges) {
     std::vector<PowerSample> ramp;
     for (uint64_t t = 0; t <= 100 * MS; t += 10 * MS) ramp.push_back({t, 100.0 + 1000.0 * (t / 1e9)});
-    const char* src = "";
+    EnergySource src = EnergySource::none;
     // No readings: ∫ (100 + 1000 t) dt over [0.015, 0.055] s = 4 + 1.4 J.
     EXPECT_NEAR(step_energy({}, ramp, 15 * MS, 55 * MS, &src), 5.4, 1e-12);
-    EXPECT_STREQ(src, "integrated");
+    EXPECT_STREQ(energy_source_name(src), "integrated");
     // Readings 20 ms off each edge (tolerance: 10% of 40 ms, at least 2 ms): not this step's; integrate.
     std::vector<EnergyReading> far = {{0, 0.0}, {75 * MS, 7.0}};
     EXPECT_NEAR(step_energy(far, ramp, 15 * MS, 55 * MS, &src), 5.4, 1e-12);
-    EXPECT_STREQ(src, "integrated");
+    EXPECT_STREQ(energy_source_name(src), "integrated");
     // Readings 1 ms off: the counter.
     std::vector<EnergyReading> near = {{14 * MS, 1.0}, {56 * MS, 6.5}};
     EXPECT_NEAR(step_energy(near, ramp, 15 * MS, 55 * MS, &src), 5.5, 1e-12);
-    EXPECT_STREQ(src, "counter");
+    EXPECT_STREQ(energy_source_name(src), "counter");
     EXPECT_TRUE(std::isnan(step_energy({}, {}, 0, MS, &src)));
-    EXPECT_STREQ(src, "");
+    EXPECT_STREQ(energy_source_name(src), "");
 }
 
 // J/token, tokens/J and FLOP/s per W by hand for GPT-2 124M at B=4, T=64: 6N + 12·L·C·T FLOPs per token.
 TEST(ProfilerPower, EfficiencyByHand) {
     ProfileContext c;
     GPT2Config g = gpt2_config_for_depth(12);
-    c.num_layers = g.num_layers, c.num_heads = g.num_heads, c.channels = g.channels;
-    c.max_seq_len = g.max_seq_len, c.vocab_size = g.vocab_size, c.padded_vocab_size = g.padded_vocab_size;
+    c.model = g;
     c.num_parameters = 124475904;
     c.B = 4, c.T = 64;
     ProfileRecords r;
@@ -268,7 +268,7 @@ TEST(ProfilerPower, EfficiencyByHand) {
     EXPECT_NEAR(rep.power.joules_per_token, 0.1171875, 1e-12);
     EXPECT_NEAR(rep.power.tokens_per_j, 8.533333333, 1e-6);
     EXPECT_NEAR(rep.power.flops_per_w, 256 * flops_per_token / 30.0, 1);
-    std::string csv = writer_detail::steps_csv(rep);
+    std::string csv = steps_csv(rep);
     EXPECT_NE(csv.find(",0.117187500,8.533,"), std::string::npos) << csv;
     EXPECT_NE(csv.find(",integrated\n"), std::string::npos) << csv;
     std::string s = format_summary(rep);

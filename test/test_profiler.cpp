@@ -1,4 +1,4 @@
-// Profiler aggregation, roofline model and writers (llmc/roofline.h, profile_report.h, profile_writers.h),
+// Profiler aggregation, roofline model and writers (llmc/profiler/roofline.h, report.h, writers.h),
 // from synthetic records: no GPU needed. Times below are in nanoseconds unless a name says otherwise.
 #include <algorithm>
 #include <climits>
@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/profile_writers.h"
+#include "llmc/profiler/findings.h"
+#include "llmc/profiler/writers.h"
 #include "test/test_util.h"
 
 using namespace llmc;
@@ -54,8 +55,7 @@ ProfileContext gpt2_124m_context() {
     c.program = "test";
     c.device = "Test GPU";
     GPT2Config g = gpt2_config_for_depth(12);
-    c.num_layers = g.num_layers, c.num_heads = g.num_heads, c.channels = g.channels;
-    c.max_seq_len = g.max_seq_len, c.vocab_size = g.vocab_size, c.padded_vocab_size = g.padded_vocab_size;
+    c.model = g;
     c.num_parameters = num_parameters(g);
     c.B = 16, c.T = 1024, c.grad_accum = 1;
     c.ceilings = {798, 0, 3000, "given"};
@@ -160,7 +160,7 @@ TEST(ProfilerAttribution, PackUnpackRoundTrip) {
         EXPECT_EQ(b.layer, a.layer);
         EXPECT_EQ(b.step, a.step);
     }
-    // The layout of the brief: step (24 bits) | layer (16) | phase (8) | subblock (8).
+    // The layout of doc/profiling.md ("Attribution"): step (24 bits) | layer (16) | phase (8) | subblock (8).
     EXPECT_EQ(pack_range_id({(int)SubBlock::qkv, (int)Phase::bwd, 5, 2}),
               (2ull << 32) | (5ull << 16) | (1ull << 8) | 2ull);
     EXPECT_EQ(pack_range_id({}), 0xFFFFFFFFFFFFFFull); // 56 bits, all "none"
@@ -200,24 +200,24 @@ TEST(ProfilerAttribution, KernelsCarryTheInnermostRange) {
 // ---------------------------------------------------------------------------------------------------------
 
 TEST(ProfilerReport, CategoriesFromKernelNames) {
-    EXPECT_EQ(kernel_category("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTT"), "gemm");
-    EXPECT_EQ(kernel_category("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64>(Params)"),
+    EXPECT_EQ(category_name(kernel_category("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTT")), "gemm");
+    EXPECT_EQ(category_name(kernel_category("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64>(Params)")),
               "gemm");
-    EXPECT_EQ(kernel_category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"), "gemm");
-    EXPECT_EQ(kernel_category("void llmc::attention_detail::attention_backward_dq_kernel<64, 64>(int)"), "attention");
-    EXPECT_EQ(kernel_category("void llmc::layernorm_backward_final_kernel(__nv_bfloat16*)"), "norm");
-    EXPECT_EQ(kernel_category("void llmc::global_norm_partial_kernel(float*)"), "reduction");
-    EXPECT_EQ(kernel_category("void llmc::bias_backward_partial_kernel(float*)"), "reduction");
-    EXPECT_EQ(kernel_category("void llmc::accumulate_loss_kernel(float*, float const*, int, float)"), "reduction");
-    EXPECT_EQ(kernel_category("void llmc::encoder_backward_wte_kernel(__nv_bfloat16*)"), "reduction");
-    EXPECT_EQ(kernel_category("void cub::CUB_200700_900_NS::DeviceRadixSortOnesweepKernel<Policy>(int)"), "reduction");
-    EXPECT_EQ(kernel_category("void cub::CUB_200700_900_NS::DeviceScanKernel<Policy>(int)"), "reduction");
-    EXPECT_EQ(kernel_category("void llmc::fused_classifier_kernel(__nv_bfloat16*)"), "reduction");
-    EXPECT_EQ(kernel_category("void llmc::encoder_forward_kernel(__nv_bfloat16*)"), "elementwise");
-    EXPECT_EQ(kernel_category("void llmc::gelu_forward_kernel(__nv_bfloat16*)"), "elementwise");
-    EXPECT_EQ(kernel_category("void llmc::copy_float_to_bf16_kernel(__nv_bfloat16*)"), "elementwise");
-    EXPECT_EQ(kernel_category("void llmc::adamw_kernel(__nv_bfloat16*)"), "optimizer");
-    EXPECT_EQ(kernel_category("mystery"), "other");
+    EXPECT_EQ(category_name(kernel_category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64")), "gemm");
+    EXPECT_EQ(category_name(kernel_category("void llmc::attention_detail::attention_backward_dq_kernel<64, 64>(int)")), "attention");
+    EXPECT_EQ(category_name(kernel_category("void llmc::layernorm_backward_final_kernel(__nv_bfloat16*)")), "norm");
+    EXPECT_EQ(category_name(kernel_category("void llmc::global_norm_partial_kernel(float*)")), "reduction");
+    EXPECT_EQ(category_name(kernel_category("void llmc::bias_backward_partial_kernel(float*)")), "reduction");
+    EXPECT_EQ(category_name(kernel_category("void llmc::accumulate_loss_kernel(float*, float const*, int, float)")), "reduction");
+    EXPECT_EQ(category_name(kernel_category("void llmc::encoder_backward_wte_kernel(__nv_bfloat16*)")), "reduction");
+    EXPECT_EQ(category_name(kernel_category("void cub::CUB_200700_900_NS::DeviceRadixSortOnesweepKernel<Policy>(int)")), "reduction");
+    EXPECT_EQ(category_name(kernel_category("void cub::CUB_200700_900_NS::DeviceScanKernel<Policy>(int)")), "reduction");
+    EXPECT_EQ(category_name(kernel_category("void llmc::fused_classifier_kernel(__nv_bfloat16*)")), "reduction");
+    EXPECT_EQ(category_name(kernel_category("void llmc::encoder_forward_kernel(__nv_bfloat16*)")), "elementwise");
+    EXPECT_EQ(category_name(kernel_category("void llmc::gelu_forward_kernel(__nv_bfloat16*)")), "elementwise");
+    EXPECT_EQ(category_name(kernel_category("void llmc::copy_float_to_bf16_kernel(__nv_bfloat16*)")), "elementwise");
+    EXPECT_EQ(category_name(kernel_category("void llmc::adamw_kernel(__nv_bfloat16*)")), "optimizer");
+    EXPECT_EQ(category_name(kernel_category("mystery")), "other");
     EXPECT_EQ(short_kernel_name("void llmc::k<true>(float*, void (*)(int))"), "k<true>");
     EXPECT_EQ(short_kernel_name("void cub::NS::detail::Kernel<cub::Policy, 4>(int)"), "Kernel<cub::Policy, 4>");
     EXPECT_EQ(short_kernel_name("nvjet_hsh_256x128"), "nvjet_hsh_256x128");
@@ -241,16 +241,16 @@ TEST(ProfilerReport, TablesSumToTheTotal) {
     EXPECT_EQ(r.total.calls, 14);
     for (size_t i = 1; i < r.kernels.size(); i++) EXPECT_GE(r.kernels[i - 1].total_us, r.kernels[i].total_us);
 
-    ASSERT_EQ(r.kernels[0].category, "optimizer");
+    ASSERT_EQ(category_name(r.kernels[0].category), "optimizer");
     EXPECT_EQ(r.kernels[0].calls, 2);
     EXPECT_DOUBLE_EQ(r.kernels[0].avg_us, 5000);
     EXPECT_NEAR(r.kernels[0].pct, 100 * 10000.0 / 18420.0, 1e-9);
     const KernelRow* ln = find_kernel(r, "layernorm_forward_kernel", (int)SubBlock::ln2);
     ASSERT_NE(ln, nullptr);
-    EXPECT_EQ(ln->category, "norm");
+    EXPECT_EQ(category_name(ln->category), "norm");
     const KernelRow* memset = find_kernel(r, "[memset]", -1);
     ASSERT_NE(memset, nullptr);
-    EXPECT_EQ(memset->category, "memset");
+    EXPECT_EQ(category_name(memset->category), "memset");
     EXPECT_DOUBLE_EQ(memset->total_us, 200);
     EXPECT_NE(find_kernel(r, "[memcpy HtoD]", -1), nullptr);
     EXPECT_EQ(find_kernel(r, "copy_float_to_bf16", -1), nullptr);
@@ -517,7 +517,7 @@ TEST(ProfilerPower, EnergyOfConstantAndRampTraces) {
 // Writers
 // ---------------------------------------------------------------------------------------------------------
 
-TEST(ProfilerWriters, CsvHeadersStartWithTheBriefsColumns) {
+TEST(ProfilerWriters, CsvHeadersStartWithTheDocumentedColumns) {
     testutil::TempDir tmp;
     ProfileRecords rec = two_steps();
     Report r = build_report(rec, gpt2_124m_context());

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "llmc/checkpoint.h"
-#include "llmc/gpt2_cpu.h"
+#include "llmc/cpu/gpt2.h"
 #include "test/test_util.h"
 
 using namespace llmc;

@@ -17,14 +17,14 @@
 #include <vector>
 
 #include "dev/cuda/device_utils.cuh"
-#include "llmc/calibrate.cuh"
+#include "llmc/profiler/calibrate.cuh"
 #include "llmc/cuda_common.cuh"
 
 namespace bench {
 
 using llmc::prof::Ceilings;
 
-// The datasheet ceilings (llmc/calibrate.cuh's spec table); a device without an entry gets DRAM bandwidth from
+// The datasheet ceilings (llmc/profiler/calibrate.cuh's spec table); a device without an entry gets DRAM bandwidth from
 // its memory clock and bus width, and no compute ceiling.
 inline Ceilings device_ceilings(const cudaDeviceProp& p) {
     Ceilings c = llmc::prof::spec_ceilings(p.name);

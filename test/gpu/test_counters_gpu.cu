@@ -1,10 +1,10 @@
-// Hardware counters on a real GPU (llmc/cupti_counters.cuh): an 8192³ bf16 cuBLASLt GEMM under the range
+// Hardware counters on a real GPU (llmc/profiler/cupti_counters.cuh): an 8192³ bf16 cuBLASLt GEMM under the range
 // profiler. Skipped without a GPU, and when the driver does not let this user read counters.
 #include <gtest/gtest.h>
 #include <string>
 
-#include "llmc/cupti_collector.cuh"
-#include "llmc/cupti_counters.cuh"
+#include "llmc/profiler/cupti_collector.cuh"
+#include "llmc/profiler/cupti_counters.cuh"
 #include "llmc/matmul.cuh"
 #include "test/gpu/gpu_test_util.cuh"
 

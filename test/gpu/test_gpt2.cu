@@ -8,7 +8,7 @@
 
 #include "llmc/cpu/adamw.h"
 #include "llmc/gpt2.cuh"
-#include "llmc/gpt2_cpu.h"
+#include "llmc/cpu/gpt2.h"
 #include "llmc/gpt2_init.h"
 #include "test/gpu/gpu_test_util.cuh"
 

@@ -1,12 +1,12 @@
-// NVML power sampling on a real GPU (llmc/nvml_sampler.h): samples taken while a kernel keeps the GPU busy
+// NVML power sampling on a real GPU (llmc/profiler/nvml_sampler.h): samples taken while a kernel keeps the GPU busy
 // have positive power and clocks, in CUPTI's timebase. Skipped without a GPU.
 #include <chrono>
 #include <gtest/gtest.h>
 #include <thread>
 
-#include "llmc/cupti_collector.cuh"
-#include "llmc/nvml_sampler.h"
-#include "llmc/profile_report.h"
+#include "llmc/profiler/cupti_collector.cuh"
+#include "llmc/profiler/nvml_sampler.h"
+#include "llmc/profiler/report.h"
 #include "test/gpu/gpu_test_util.cuh"
 
 using namespace llmc;
@@ -67,5 +67,5 @@ TEST(ProfilerPowerGpu, SamplesDuringABusyLoopHavePositivePower) {
     EXPECT_GT(rep.steps[0].avg_power_w, 10); // a busy datacenter GPU draws far more than 10 W
     printf("power: %zu samples (%s), %.1f J over %.3f s (%.0f W, energy from %s), SM clock %d MHz of max %d MHz\n",
            r.power.size(), power.instant_power() ? "instantaneous" : "1 s average", rep.steps[0].energy_j, (t1 - t0) / 1e9, rep.steps[0].avg_power_w,
-           rep.steps[0].energy_source, r.power.back().sm_clock_mhz, r.max_sm_clock_mhz);
+           energy_source_name(rep.steps[0].energy_source), r.power.back().sm_clock_mhz, r.max_sm_clock_mhz);
 }

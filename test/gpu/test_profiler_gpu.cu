@@ -1,5 +1,5 @@
 // The in-process profiler on a real GPU: CUPTI records of a tiny model's training steps joined to their
-// Ranges (llmc/cupti_collector.cuh), measured and cached ceilings (llmc/calibrate.cuh), and the profile
+// Ranges (llmc/profiler/cupti_collector.cuh), measured and cached ceilings (llmc/profiler/calibrate.cuh), and the profile
 // directories written by profile_gpt2cu and train_gpt2cu --profile. Skipped without a GPU.
 #include <cstdlib>
 #include <gtest/gtest.h>
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/calibrate.cuh"
+#include "llmc/profiler/calibrate.cuh"
 #include "llmc/checkpoint.h"
-#include "llmc/cupti_collector.cuh"
+#include "llmc/profiler/cupti_collector.cuh"
 #include "llmc/formats.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2_init.h"
@@ -43,7 +43,7 @@ float train_step(GPT2GPU& m, const std::vector<int>& in, const std::vector<int>&
 const char* PROFILE_FILES[] = {"summary.txt", "kernels.csv", "subblocks.csv", "steps.csv",
                                "api.csv",     "roofline.csv", "trace.json",   "profile.json"};
 
-// Every file of the brief's profile directory exists and is not empty; kernels.csv names a sub-block for
+// Every file of the profile directory (doc/profiling.md) exists and is not empty; kernels.csv names a sub-block for
 // every kernel (only memsets and copies, issued between the sub-blocks, may have none).
 void expect_profile_dir(const std::string& dir, size_t steps) {
     for (const char* f : PROFILE_FILES) EXPECT_FALSE(testutil::slurp(dir + "/" + f).empty()) << f;

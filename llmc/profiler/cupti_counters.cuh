@@ -7,8 +7,8 @@
  * Device half: collect_counters() runs one callable (a training step) under the range profiler with auto
  * range (one range per kernel, named by its index) and kernel replay (CUPTI replays each kernel once per pass,
  * saving and restoring its memory, so one call of the step collects every pass), and returns one
- * KernelCounters per kernel in launch order. Activity tracing (llmc/cupti_collector.cuh) must be stopped
- * first: it would record the replays. Joining to sub-blocks: llmc/counter_records.h.
+ * KernelCounters per kernel in launch order. Activity tracing (llmc/profiler/cupti_collector.cuh) must be stopped
+ * first: it would record the replays. Joining to sub-blocks: llmc/profiler/counter_records.h.
  *
  * Metric sets (pass counts observed for chip GH100 with CUPTI 2025.3.1, test/test_counters.cpp):
  *   COUNTER_METRICS  time, DRAM read/write, L2 bytes, bf16 tensor ops, and the peaks and clocks for the
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/counter_records.h"
+#include "llmc/profiler/counter_records.h"
 #include "llmc/utils.h"
 
 namespace llmc::prof {

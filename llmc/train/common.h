@@ -10,7 +10,7 @@
 
 #include "llmc/cli.h"
 #include "llmc/dataloader.h"
-#include "llmc/subblocks.h"
+#include "llmc/profiler/cpu_timers.h"
 #include "llmc/tokenizer.h"
 
 namespace llmc {

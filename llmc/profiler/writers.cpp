@@ -1,29 +1,25 @@
-/*
- * The profile directory (brief: "Profile directory"): summary.txt (the human report, format_summary),
- * kernels.csv, subblocks.csv, steps.csv, api.csv, roofline.csv, trace.json (Chrome trace event format, for
- * Perfetto and chrome://tracing) and profile.json (the whole report, machine-readable). Every file is written
- * atomically. CSV headers begin with the brief's minimum columns in its order; extra columns follow.
- * Empty CSV cells and JSON nulls mean "unknown" (no ceiling, no power samples, no steps).
- */
-#pragma once
+// The profile directory's files from a Report (llmc/profiler/writers.h).
+#include "llmc/profiler/writers.h"
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <string>
 #include <tuple>
 #include <vector>
 
-#include "llmc/profile_report.h"
+#include "llmc/profiler/findings.h"
 #include "llmc/utils.h"
 
 namespace llmc::prof {
 
-namespace writer_detail {
+namespace {
+
 
 // printf-style number; NaN becomes `none` ("-" in text tables, "" in CSV).
-inline std::string num(double v, const char* fmt, const char* none = "-") {
+std::string num(double v, const char* fmt, const char* none = "-") {
     if (!std::isfinite(v)) return none;
     char buf[64];
     snprintf(buf, sizeof(buf), fmt, v);
@@ -60,54 +56,63 @@ private:
     std::vector<std::vector<std::string>> rows_;
 };
 
-inline std::string truncate(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
+std::string truncate(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
 
-inline std::string csv_field(const std::string& s) {
+std::string csv_field(const std::string& s) {
     if (s.find_first_of(",\"\n") == std::string::npos) return s;
     std::string q = "\"";
     for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
     return q + "\"";
 }
 
-inline std::string csv_line(const std::vector<std::string>& cells) {
+std::string csv_line(const std::vector<std::string>& cells) {
     std::string line;
     for (size_t i = 0; i < cells.size(); i++) line += (i ? "," : "") + csv_field(cells[i]);
     return line + "\n";
 }
 
-inline void write_file(const std::string& path, const std::string& text) {
+void write_file(const std::string& path, const std::string& text) {
     AtomicFile f(path);
     f.write(text.data(), text.size());
     f.commit();
 }
 
 // ns since t0 as microseconds with 3 decimals: exact, since the records are whole nanoseconds.
-inline std::string trace_us(uint64_t ns) {
+std::string trace_us(uint64_t ns) {
     return strprintf("%llu.%03llu", (unsigned long long)(ns / 1000), (unsigned long long)(ns % 1000));
 }
 
-inline nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
 
-} // namespace writer_detail
 
-// The human report: header, throughput, top kernels, sub-blocks with roofline, steps, GPU idle, API/sync,
-// power, findings.
-inline std::string format_summary(const Report& r, int top_n = 15) {
-    using namespace writer_detail;
+
+} // namespace
+
+namespace {
+
+// What a summary section needs besides the report: the CPU trainer's profile has no GPU, no CUDA calls and
+// no device memory; its "kernels" are sub-block executions on the CPU, so the report speaks of CPU time and
+// leaves the GPU-only sections out.
+struct SummaryStyle {
+    explicit SummaryStyle(const Report& r)
+        : on_gpu(r.context.device_kind != DeviceKind::CPU), dev(on_gpu ? "GPU" : "CPU"),
+          pct_col(on_gpu ? "%gpu" : "%cpu") {}
+    bool on_gpu;
+    const char* dev;
+    const char* pct_col;
+};
+
+std::string summary_header(const Report& r, const SummaryStyle& style) {
     const ProfileContext& c = r.context;
-    // The CPU trainer's profile has no GPU, no CUDA calls and no device memory: its "kernels" are sub-block
-    // executions on the CPU, so the report speaks of CPU time and leaves the GPU-only sections out.
-    const bool on_gpu = c.device_kind != "CPU";
-    const char* dev = on_gpu ? "GPU" : "CPU";
-    const char* pct_col = on_gpu ? "%gpu" : "%cpu";
+    const GPT2Config& m = c.model;
     std::string s;
     s += strprintf("llmc profile: %s\n", c.program.empty() ? "(unnamed)" : c.program.c_str());
     s += "  device    " + c.device + "\n";
     if (!c.build.empty()) s += "  build     " + c.build + "\n";
     if (r.has_model)
-        s += strprintf("  model     GPT-2 L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %.2fM parameters\n", c.num_layers,
-                       c.num_heads, c.channels, c.max_seq_len, c.vocab_size, c.padded_vocab_size,
-                       (c.num_parameters ? c.num_parameters : num_parameters(config_of(c))) / 1e6);
+        s += strprintf("  model     GPT-2 L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %.2fM parameters\n", m.num_layers,
+                       m.num_heads, m.channels, m.max_seq_len, m.vocab_size, m.padded_vocab_size,
+                       (c.num_parameters ? c.num_parameters : num_parameters(m)) / 1e6);
     s += strprintf("  batch     B=%d T=%d grad_accum=%d (%ld tokens per step), %d profiled steps\n", c.B, c.T,
                    c.grad_accum, (long)c.B * c.T * c.grad_accum, r.num_steps);
     const Ceilings& ce = c.ceilings;
@@ -117,38 +122,52 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
                    num(ce.dram_gbps > 0 ? ce.dram_gbps : NAN, "%.0f").c_str(),
                    num(ce.dram_gbps > 0 ? ce.bf16_tflops * 1e3 / ce.dram_gbps : NAN, "%.0f").c_str(),
                    ce.source.empty() ? "none" : ce.source.c_str());
-    if (!on_gpu)
+    if (!style.on_gpu)
         s += "  roofline  the GPU step's analytic model: the same FLOPs, but bytes count its bf16 tensors, about half "
              "of what this fp32 code moves at the least\n";
     s += strprintf("  records   %zu kernels, %zu memcpys, %zu memsets, %zu API calls, %zu syncs, %zu ranges, %zu power "
                    "samples; %llu dropped; CUPTI overhead %.3f ms\n",
                    r.records.kernels, r.records.memcpys, r.records.memsets, r.records.api, r.records.syncs,
                    r.records.ranges, r.records.power, (unsigned long long)r.dropped_records, r.cupti_overhead_ms);
+    return s;
+}
 
+std::string summary_throughput(const Report& r, const SummaryStyle& style) {
+    const ProfileContext& c = r.context;
+    const Ceilings& ce = c.ceilings;
+    std::string s;
     s += "\n== Throughput ==\n";
     const double per_step = r.num_steps ? 1.0 / r.num_steps : NAN;
     s += strprintf("  %s tokens/s over %d steps (%s ms per step); %s time %s ms per step\n",
                    num(r.tokens_per_s, "%.0f").c_str(), r.num_steps, num(r.wall_s * 1e3 * per_step, "%.3f").c_str(),
-                   dev, num(r.gpu_time_us / 1e3 * per_step, "%.3f").c_str());
+                   style.dev, num(r.gpu_time_us / 1e3 * per_step, "%.3f").c_str());
     if (r.has_model)
         s += strprintf("  model FLOPs %.4g per token (6N + 12LCT) -> %s TFLOP/s, MFU %s%% of bf16 %s TFLOP/s\n",
                        r.flops_per_token, num(r.model_tflops, "%.1f").c_str(), num(r.mfu, "%.1f").c_str(),
                        num(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN, "%.1f").c_str());
-    if (on_gpu) s += strprintf("  peak GPU memory %.2f GiB\n", c.peak_memory_bytes / 1073741824.0);
+    if (style.on_gpu) s += strprintf("  peak GPU memory %.2f GiB\n", c.peak_memory_bytes / 1073741824.0);
+    return s;
+}
 
-    s += strprintf("\n== Top %d %s (of %zu rows; %% of %s time) ==\n", top_n, on_gpu ? "kernels" : "ops",
-                   r.kernels.size(), dev);
-    TextTable kt({on_gpu ? "kernel" : "op", "subblock", "phase", "category", "calls", "total_ms", "avg_us", pct_col},
+std::string summary_top_kernels(const Report& r, const SummaryStyle& style, int top_n) {
+    std::string s;
+    s += strprintf("\n== Top %d %s (of %zu rows; %% of %s time) ==\n", top_n, style.on_gpu ? "kernels" : "ops",
+                   r.kernels.size(), style.dev);
+    TextTable kt({style.on_gpu ? "kernel" : "op", "subblock", "phase", "category", "calls", "total_ms", "avg_us", style.pct_col},
                  "llllrrrr");
     for (int i = 0; i < top_n && i < (int)r.kernels.size(); i++) {
         const KernelRow& k = r.kernels[i];
-        kt.row({truncate(short_kernel_name(k.name), 60), subblock_label(k.subblock), phase_label(k.phase), k.category,
+        kt.row({truncate(short_kernel_name(k.name), 60), subblock_label(k.subblock), phase_label(k.phase), category_name(k.category),
                 std::to_string(k.calls), num(k.total_us / 1e3, "%.3f"), num(k.avg_us, "%.1f"), num(k.pct, "%.1f")});
     }
     s += kt.str();
+    return s;
+}
 
+std::string summary_subblocks(const Report& r, const SummaryStyle& style) {
+    std::string s;
     s += "\n== Sub-blocks and roofline (analytic FLOPs and bytes, time per step) ==\n";
-    TextTable st({"subblock", "phase", "calls", "ms/step", pct_col, "GFLOP", "MB", "FLOP/B", "floor_ms", "TFLOP/s",
+    TextTable st({"subblock", "phase", "calls", "ms/step", style.pct_col, "GFLOP", "MB", "FLOP/B", "floor_ms", "TFLOP/s",
                   "GB/s", "%roof", "bound"},
                  "llrrrrrrrrrrl");
     auto sub_row = [&](const SubBlockRow& b, const std::string& name, const std::string& phase) {
@@ -164,8 +183,12 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
     s += "  %roof = floor / time: achieved over the ceiling that bounds the sub-block. GEMM FLOPs against bf16,\n"
          "  elementwise FLOPs against fp32 (bf16 when unknown); bytes: minimum DRAM traffic (doc/profiling.md).\n";
     s += measured_vs_analytic(r.counters, r.costs, r.has_model);
+    return s;
+}
 
-    s += strprintf("\n== Steps (%s time by phase) ==\n", dev);
+std::string summary_steps(const Report& r, const SummaryStyle& style) {
+    std::string s;
+    s += strprintf("\n== Steps (%s time by phase) ==\n", style.dev);
     TextTable pt({"step", "wall_ms", "busy_ms", "idle_ms", "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok/s",
                   "energy_J", "power_W"},
                  "rrrrrrrrrrr");
@@ -175,42 +198,48 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
                 num(x.tok_s, "%.0f"), num(x.energy_j, "%.2f"), num(x.avg_power_w, "%.0f")});
     s += pt.str();
 
-    if (on_gpu) {
-        s += "\n== GPU idle ==\n";
-        s += strprintf("  %.3f ms idle in %ld gaps over %d steps (%s%% of wall time)\n", r.idle_us / 1e3, r.idle_gaps,
-                       r.num_steps, num(r.wall_s > 0 ? 100 * r.idle_us / (r.wall_s * 1e6) : NAN, "%.1f").c_str());
-        TextTable gs({"gap size", "gaps", "total_ms", "%idle"}, "lrrr");
-        for (const NamedTime& g : r.gap_sizes)
-            gs.row({g.name, std::to_string(g.calls), num(g.total_us / 1e3, "%.3f"), num(g.pct, "%.1f")});
-        s += gs.str();
-        s += "  idle time by what the CPU thread was doing:\n";
-        TextTable ic({"CPU in", "gaps", "idle_ms", "%idle"}, "lrrr");
-        for (const NamedTime& g : r.idle_by_cpu)
-            ic.row({g.name, std::to_string(g.calls), num(g.total_us / 1e3, "%.3f"), num(g.pct, "%.1f")});
-        s += ic.str();
-        s += "  largest gaps:\n";
-        TextTable lg({"step", "at_ms", "gap_us", "main CUDA call in the gap", "its_us", "no_call_us", "CPU range"},
-                     "rrrlrrl");
-        for (const IdleGap& g : r.largest_gaps)
-            lg.row({std::to_string(g.step), num(g.offset_us / 1e3, "%.3f"), num(g.dur_us, "%.1f"),
-                    g.api.empty() ? "(none)" : g.api, num(g.api_us, "%.1f"), num(g.outside_api_us, "%.1f"),
-                    g.range.empty() ? "-" : g.range});
-        s += lg.str();
+    return s;
+}
 
-        s += strprintf("\n== CUDA API (CPU thread; %.1f%% of the window in CUDA calls) ==\n", r.api_pct);
-        auto time_row = [&](TextTable& t, const NamedTime& a) {
-            t.row({a.name, std::to_string(a.calls), num(a.total_us / 1e3, "%.3f"), num(a.avg_us, "%.2f"),
-                   num(a.pct, "%.1f")});
-        };
-        TextTable at({"api", "calls", "total_ms", "avg_us", "%cpu"}, "lrrrr");
-        for (const NamedTime& a : r.api) time_row(at, a);
-        s += at.str();
-        s += strprintf("\n== Synchronisation (CPU blocked; %.1f%% of the window) ==\n", r.sync_pct);
-        TextTable yt({"type", "calls", "total_ms", "avg_us", "%cpu"}, "lrrrr");
-        for (const NamedTime& a : r.syncs) time_row(yt, a);
-        s += yt.str();
-    }
+std::string summary_gpu_idle_and_api(const Report& r) {
+    std::string s = "\n== GPU idle ==\n";
+    s += strprintf("  %.3f ms idle in %ld gaps over %d steps (%s%% of wall time)\n", r.idle_us / 1e3, r.idle_gaps,
+                   r.num_steps, num(r.wall_s > 0 ? 100 * r.idle_us / (r.wall_s * 1e6) : NAN, "%.1f").c_str());
+    TextTable gs({"gap size", "gaps", "total_ms", "%idle"}, "lrrr");
+    for (const NamedTime& g : r.gap_sizes)
+        gs.row({g.name, std::to_string(g.calls), num(g.total_us / 1e3, "%.3f"), num(g.pct, "%.1f")});
+    s += gs.str();
+    s += "  idle time by what the CPU thread was doing:\n";
+    TextTable ic({"CPU in", "gaps", "idle_ms", "%idle"}, "lrrr");
+    for (const NamedTime& g : r.idle_by_cpu)
+        ic.row({g.name, std::to_string(g.calls), num(g.total_us / 1e3, "%.3f"), num(g.pct, "%.1f")});
+    s += ic.str();
+    s += "  largest gaps:\n";
+    TextTable lg({"step", "at_ms", "gap_us", "main CUDA call in the gap", "its_us", "no_call_us", "CPU range"},
+                 "rrrlrrl");
+    for (const IdleGap& g : r.largest_gaps)
+        lg.row({std::to_string(g.step), num(g.offset_us / 1e3, "%.3f"), num(g.dur_us, "%.1f"),
+                g.api.empty() ? "(none)" : g.api, num(g.api_us, "%.1f"), num(g.outside_api_us, "%.1f"),
+                g.range.empty() ? "-" : g.range});
+    s += lg.str();
 
+    s += strprintf("\n== CUDA API (CPU thread; %.1f%% of the window in CUDA calls) ==\n", r.api_pct);
+    auto time_row = [&](TextTable& t, const NamedTime& a) {
+        t.row({a.name, std::to_string(a.calls), num(a.total_us / 1e3, "%.3f"), num(a.avg_us, "%.2f"),
+               num(a.pct, "%.1f")});
+    };
+    TextTable at({"api", "calls", "total_ms", "avg_us", "%cpu"}, "lrrrr");
+    for (const NamedTime& a : r.api) time_row(at, a);
+    s += at.str();
+    s += strprintf("\n== Synchronisation (CPU blocked; %.1f%% of the window) ==\n", r.sync_pct);
+    TextTable yt({"type", "calls", "total_ms", "avg_us", "%cpu"}, "lrrrr");
+    for (const NamedTime& a : r.syncs) time_row(yt, a);
+    s += yt.str();
+    return s;
+}
+
+std::string summary_power(const Report& r) {
+    std::string s;
     s += "\n== Power ==\n";
     const PowerSummary& p = r.power;
     if (p.samples == 0) {
@@ -233,7 +262,11 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
                        p.max_temperature_c, (unsigned long long)p.throttle_reasons,
                        throttled.empty() ? "no throttling" : throttled.c_str());
     }
+    return s;
+}
 
+std::string summary_findings(const Report& r) {
+    std::string s;
     s += "\n== Findings ==\n";
     if (r.findings.empty()) s += "  nothing stands out: no rule found time at stake\n";
     for (size_t i = 0; i < r.findings.size(); i++) {
@@ -246,18 +279,27 @@ inline std::string format_summary(const Report& r, int top_n = 15) {
     return s;
 }
 
-namespace writer_detail {
+} // namespace
 
-inline std::string kernels_csv(const Report& r) {
+std::string format_summary(const Report& r, int top_n) {
+    const SummaryStyle st(r);
+    std::string s = summary_header(r, st) + summary_throughput(r, st) + summary_top_kernels(r, st, top_n) +
+                    summary_subblocks(r, st) + summary_steps(r, st);
+    if (st.on_gpu) s += summary_gpu_idle_and_api(r);
+    return s + summary_power(r) + summary_findings(r);
+}
+
+std::string kernels_csv(const Report& r) {
     std::string s = csv_line({"kernel", "subblock", "phase", "category", "calls", "total_us", "avg_us", "pct"});
     for (const KernelRow& k : r.kernels)
-        s += csv_line({k.name, subblock_label(k.subblock), phase_label(k.phase), k.category, std::to_string(k.calls),
+        s += csv_line({k.name, subblock_label(k.subblock), phase_label(k.phase), category_name(k.category),
+                       std::to_string(k.calls),
                        num(k.total_us, "%.3f", ""), num(k.avg_us, "%.3f", ""), num(k.pct, "%.4f", "")});
     return s;
 }
 
 // time_us and pct over the window; flops, bytes, rates and the floor per step.
-inline std::string subblocks_csv(const Report& r) {
+std::string subblocks_csv(const Report& r) {
     std::string s = csv_line({"subblock", "phase", "calls", "time_us", "pct", "flops", "bytes", "tflops", "gbps",
                               "intensity", "bound", "time_per_step_us", "floor_us", "pct_of_roofline"});
     for (const SubBlockRow& b : r.subblocks) {
@@ -273,7 +315,7 @@ inline std::string subblocks_csv(const Report& r) {
     return s;
 }
 
-inline std::string steps_csv(const Report& r) {
+std::string steps_csv(const Report& r) {
     std::string s = csv_line({"step", "wall_ms", "gpu_busy_ms", "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok_s",
                               "energy_j", "avg_power_w", "idle_ms", "idle_gaps", "tokens", "j_per_token",
                               "tokens_per_j", "flops_per_w", "energy_source"});
@@ -283,12 +325,12 @@ inline std::string steps_csv(const Report& r) {
                        num(x.other_ms, "%.6f", ""), num(x.tok_s, "%.1f", ""), num(x.energy_j, "%.6f", ""),
                        num(x.avg_power_w, "%.3f", ""), num(x.idle_ms, "%.6f", ""), std::to_string(x.gaps),
                        std::to_string(x.tokens), num(x.j_per_token, "%.9f", ""), num(x.tokens_per_j, "%.3f", ""),
-                       num(x.flops_per_w, "%.6g", ""), x.energy_source});
+                       num(x.flops_per_w, "%.6g", ""), energy_source_name(x.energy_source)});
     return s;
 }
 
 // CUDA API rows (kind "api"), then the synchronisation types (kind "sync"), shares of the CPU window.
-inline std::string api_csv(const Report& r) {
+std::string api_csv(const Report& r) {
     std::string s = csv_line({"api", "calls", "total_us", "avg_us", "pct_of_cpu_time", "kind"});
     for (const auto* rows : {&r.api, &r.syncs})
         for (const NamedTime& a : *rows)
@@ -304,7 +346,7 @@ inline std::string api_csv(const Report& r) {
  * (DRAM read + write) are filled, and one row per kernel (scope "kernel", summed over its launches in the
  * sub-block) follows, with the counted time and the ceilings it ran at.
  */
-inline std::string roofline_csv(const Report& r) {
+std::string roofline_csv(const Report& r) {
     const Ceilings& c = r.context.ceilings;
     std::string s = csv_line({"scope", "subblock", "phase", "kernel", "gemm_flops", "other_flops", "flops", "bytes",
                               "intensity", "time_us", "floor_us", "compute_floor_us", "memory_floor_us", "bf16_tflops",
@@ -340,92 +382,91 @@ inline std::string roofline_csv(const Report& r) {
     return s;
 }
 
-/*
- * Chrome trace event format. Processes: pid 0 is the CPU (a "steps" track, then per CPU thread a track of
- * its Ranges and a track of its CUDA API calls), pid 1 + d is GPU d (one track per stream, and counter
- * tracks for power, clocks and temperature). A flow (ph s on the API call, ph f with bp e on the GPU
- * activity, id = correlation id) links each launch to its kernel, memcpy or memset. Within a track, a slice
- * that would overlap the end of the one enclosing it (timer jitter) is clipped, so slices always nest.
- */
-inline std::string trace_json(const Report& r, const ProfileRecords& rec) {
-    struct Slice {
-        int pid;
-        uint64_t tid, start, end;
-        uint32_t correlation; // flow endpoint: API call or GPU activity; 0 for none
-        bool gpu;
-        std::string name, cat;
-        nlohmann::json args;
-    };
-    std::vector<Slice> slices;
-    uint64_t t0 = UINT64_MAX;
-    auto seen = [&](uint64_t t) { t0 = std::min(t0, t); };
+namespace {
 
-    // Track ids: CPU threads in order of id, two tracks each after the steps track (tid 0).
+// A trace slice on one track (pid, tid); correlation: the flow endpoint (API call or GPU activity), 0 for none.
+struct Slice {
+    int pid;
+    uint64_t tid, start, end;
+    uint32_t correlation;
+    bool gpu;
+    std::string name, cat;
+    nlohmann::json args;
+};
+
+int gpu_pid(uint32_t device) { return 1 + (int)device; }
+
+nlohmann::json where_args(const Attribution& w) {
+    return nlohmann::json{{"subblock", subblock_label(w.subblock)}, {"phase", phase_label(w.phase)},
+                          {"layer", w.layer}, {"step", w.step}};
+}
+
+// The tracks: steps (tid 0), then per CPU thread (in order of id) a track of its Ranges and one of its CUDA
+// calls, then one per (device, stream). t0: the earliest timestamp.
+struct TraceTracks {
+    std::vector<Slice> slices;
+    std::map<uint32_t, uint64_t> range_tid;          // CPU thread -> its Ranges' tid; its CUDA calls' is +1
+    std::set<std::pair<uint32_t, uint32_t>> streams; // (device, stream)
+    uint64_t t0 = UINT64_MAX;
+    void seen(uint64_t t) { t0 = std::min(t0, t); }
+};
+
+Slice activity_slice(const Activity& a) {
+    nlohmann::json args = where_args(a.where);
+    std::string name = category_name(a.category), cat = name;
+    if (const KernelRecord* k = a.kernel) {
+        name = short_kernel_name(k->name), cat = "kernel";
+        args["kernel"] = k->name;
+        args["grid"] = {k->grid[0], k->grid[1], k->grid[2]};
+        args["block"] = {k->block[0], k->block[1], k->block[2]};
+        args["registers"] = k->registers_per_thread;
+        args["static_smem"] = k->static_smem;
+        args["dynamic_smem"] = k->dynamic_smem;
+    } else if (const MemcpyRecord* m = a.copy) {
+        name = std::string("memcpy ") + copy_kind_name(m->kind);
+        args["bytes"] = m->bytes;
+        if (a.end > a.start) args["GB/s"] = (double)m->bytes / (a.end - a.start);
+    } else {
+        args["bytes"] = a.set->bytes;
+    }
+    args["correlation"] = a.correlation;
+    return {gpu_pid(a.device), a.stream, a.start, a.end, a.correlation, true, name, cat, args};
+}
+
+TraceTracks trace_tracks(const ProfileRecords& rec) {
+    TraceTracks t;
     std::set<uint32_t> threads;
     for (const RangeRecord& x : rec.ranges) threads.insert(x.thread);
     for (const ApiRecord& x : rec.api) threads.insert(x.thread);
-    std::map<uint32_t, uint64_t> range_tid; // its CUDA API track is range_tid + 1
     uint64_t next_tid = 1;
-    for (uint32_t t : threads) range_tid[t] = next_tid, next_tid += 2;
-    std::set<std::pair<uint32_t, uint32_t>> streams; // (device, stream)
-    auto gpu_pid = [](uint32_t device) { return 1 + (int)device; };
-
+    for (uint32_t th : threads) t.range_tid[th] = next_tid, next_tid += 2;
     for (const StepRecord& x : rec.steps) {
-        seen(x.start_ns);
-        slices.push_back({0, 0, x.start_ns, x.end_ns, 0, false, strprintf("step %d", x.step), "step",
-                          {{"step", x.step}, {"tokens", x.tokens}}});
+        t.seen(x.start_ns);
+        t.slices.push_back({0, 0, x.start_ns, x.end_ns, 0, false, strprintf("step %d", x.step), "step",
+                            {{"step", x.step}, {"tokens", x.tokens}}});
     }
-    auto where_args = [](const Attribution& w) {
-        return nlohmann::json{{"subblock", subblock_label(w.subblock)}, {"phase", phase_label(w.phase)},
-                              {"layer", w.layer}, {"step", w.step}};
-    };
     for (const RangeRecord& x : rec.ranges) {
-        seen(x.start_ns);
-        slices.push_back(
-            {0, range_tid[x.thread], x.start_ns, x.end_ns, 0, false, x.name, "range", where_args(x.where)});
+        t.seen(x.start_ns);
+        t.slices.push_back(
+            {0, t.range_tid[x.thread], x.start_ns, x.end_ns, 0, false, x.name, "range", where_args(x.where)});
     }
     for (const ApiRecord& x : rec.api) {
-        seen(x.start_ns);
-        slices.push_back({0, range_tid[x.thread] + 1, x.start_ns, x.end_ns, x.correlation, false, x.name, "cuda_api",
-                          {{"correlation", x.correlation}}});
+        t.seen(x.start_ns);
+        t.slices.push_back({0, t.range_tid[x.thread] + 1, x.start_ns, x.end_ns, x.correlation, false, x.name,
+                            "cuda_api", {{"correlation", x.correlation}}});
     }
-    for (const KernelRecord& k : rec.kernels) {
-        seen(k.start_ns);
-        streams.insert({k.device, k.stream});
-        nlohmann::json args = where_args(k.where);
-        args["kernel"] = k.name;
-        args["grid"] = {k.grid[0], k.grid[1], k.grid[2]};
-        args["block"] = {k.block[0], k.block[1], k.block[2]};
-        args["registers"] = k.registers_per_thread;
-        args["static_smem"] = k.static_smem;
-        args["dynamic_smem"] = k.dynamic_smem;
-        args["correlation"] = k.correlation;
-        slices.push_back({gpu_pid(k.device), k.stream, k.start_ns, k.end_ns, k.correlation, true,
-                          short_kernel_name(k.name), "kernel", args});
+    for (const Activity& a : gpu_activities(rec)) {
+        t.seen(a.start);
+        t.streams.insert({a.device, a.stream});
+        t.slices.push_back(activity_slice(a));
     }
-    for (const MemcpyRecord& m : rec.memcpys) {
-        seen(m.start_ns);
-        streams.insert({m.device, m.stream});
-        nlohmann::json args = where_args(m.where);
-        args["bytes"] = m.bytes;
-        if (m.end_ns > m.start_ns) args["GB/s"] = (double)m.bytes / (m.end_ns - m.start_ns);
-        args["correlation"] = m.correlation;
-        slices.push_back({gpu_pid(m.device), m.stream, m.start_ns, m.end_ns, m.correlation, true,
-                          std::string("memcpy ") + report_detail::copy_kind_name(m.kind), "memcpy", args});
-    }
-    for (const MemsetRecord& m : rec.memsets) {
-        seen(m.start_ns);
-        streams.insert({m.device, m.stream});
-        nlohmann::json args = where_args(m.where);
-        args["bytes"] = m.bytes;
-        args["correlation"] = m.correlation;
-        slices.push_back(
-            {gpu_pid(m.device), m.stream, m.start_ns, m.end_ns, m.correlation, true, "memset", "memset", args});
-    }
-    for (const PowerSample& p : rec.power) seen(p.t_ns);
-    if (t0 == UINT64_MAX) t0 = 0;
+    for (const PowerSample& p : rec.power) t.seen(p.t_ns);
+    if (t.t0 == UINT64_MAX) t.t0 = 0;
+    return t;
+}
 
-    // Nest every track: sort by (start, longest first) and clip a slice to the end of the one enclosing it.
+// Nests every track: sorted by (start, longest first), a slice is clipped to the end of the one enclosing it.
+void nest_slices(std::vector<Slice>& slices) {
     for (Slice& x : slices) x.end = std::max(x.end, x.start);
     std::vector<size_t> order(slices.size());
     for (size_t i = 0; i < order.size(); i++) order[i] = i;
@@ -441,73 +482,112 @@ inline std::string trace_json(const Report& r, const ProfileRecords& rec) {
         if (!open_ends.empty()) x.end = std::min(x.end, open_ends.back());
         open_ends.push_back(x.end);
     }
+}
 
-    using nlohmann::json;
-    std::vector<std::string> ev;
-    // An event line: e's fields, then ts (and dur) as microseconds with 3 decimals.
-    auto event = [&](const json& e, uint64_t ts_ns, const uint64_t* dur_ns = nullptr) {
-        std::string line = e.dump(-1, ' ', false, json::error_handler_t::replace);
+// Event lines: each event's fields, then ts (and dur) as microseconds with 3 decimals since t0.
+class TraceEvents {
+public:
+    explicit TraceEvents(uint64_t t0) : t0_(t0) {}
+    void event(const nlohmann::json& e, uint64_t ts_ns, const uint64_t* dur_ns = nullptr) {
+        std::string line = e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
         line.pop_back();
-        line += ",\"ts\":" + trace_us(ts_ns - t0);
+        line += ",\"ts\":" + trace_us(ts_ns - t0_);
         if (dur_ns) line += ",\"dur\":" + trace_us(*dur_ns);
-        ev.push_back(line + "}");
-    };
-    auto meta = [&](const char* what, int pid, uint64_t tid, const std::string& value, int sort_index) {
-        event({{"name", what}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", value}}}}, t0);
+        lines_.push_back(line + "}");
+    }
+    void meta(const char* what, int pid, uint64_t tid, const std::string& value, int sort_index) {
+        event({{"name", what}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", value}}}}, t0_);
         event({{"name", std::string(what) + "_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
                {"args", {{"sort_index", sort_index}}}},
-              t0);
-    };
-    const ProfileContext& c = r.context;
-    meta("process_name", 0, 0, "CPU: " + (c.program.empty() ? std::string("llmc") : c.program), 0);
-    meta("thread_name", 0, 0, "steps", 0);
-    for (auto& [thread, tid] : range_tid) {
-        meta("thread_name", 0, tid, strprintf("thread %u: ranges", thread), (int)tid);
-        meta("thread_name", 0, tid + 1, strprintf("thread %u: CUDA API", thread), (int)tid + 1);
+              t0_);
+    }
+    std::string str() const {
+        std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+        for (size_t i = 0; i < lines_.size(); i++) out += lines_[i] + (i + 1 < lines_.size() ? ",\n" : "\n");
+        return out + "]}\n";
+    }
+
+private:
+    uint64_t t0_;
+    std::vector<std::string> lines_;
+};
+
+// Process and thread names; returns the devices with a process (the power counters go to the first).
+std::set<uint32_t> name_tracks(TraceEvents& ev, const TraceTracks& t, const ProfileContext& c, bool has_power) {
+    ev.meta("process_name", 0, 0, "CPU: " + (c.program.empty() ? std::string("llmc") : c.program), 0);
+    ev.meta("thread_name", 0, 0, "steps", 0);
+    for (auto& [thread, tid] : t.range_tid) {
+        ev.meta("thread_name", 0, tid, strprintf("thread %u: ranges", thread), (int)tid);
+        ev.meta("thread_name", 0, tid + 1, strprintf("thread %u: CUDA API", thread), (int)tid + 1);
     }
     std::set<uint32_t> devices;
-    for (const auto& [device, stream] : streams) devices.insert(device);
-    if (!rec.power.empty()) devices.insert(devices.empty() ? 0 : *devices.begin());
-    const bool cpu = c.device_kind == "CPU"; // the CPU trainer: one track of sub-block executions
+    for (const auto& [device, stream] : t.streams) devices.insert(device);
+    if (has_power) devices.insert(devices.empty() ? 0 : *devices.begin());
+    const bool cpu = c.device_kind == DeviceKind::CPU; // the CPU trainer: one track of sub-block executions
     for (uint32_t d : devices)
-        meta("process_name", gpu_pid(d), 0, strprintf("%s %u: ", c.device_kind.c_str(), d) + c.device, gpu_pid(d));
-    for (const auto& [device, stream] : streams)
-        meta("thread_name", gpu_pid(device), stream, cpu ? "sub-blocks" : strprintf("stream %u", stream), (int)stream);
+        ev.meta("process_name", gpu_pid(d), 0, strprintf("%s %u: ", device_kind_name(c.device_kind), d) + c.device,
+                gpu_pid(d));
+    for (const auto& [device, stream] : t.streams)
+        ev.meta("thread_name", gpu_pid(device), stream, cpu ? "sub-blocks" : strprintf("stream %u", stream),
+                (int)stream);
+    return devices;
+}
 
+// The slices, then a flow from each launch to its GPU activity, at the middle of both slices (unambiguous
+// even where slices touch).
+void slice_events(TraceEvents& ev, const std::vector<Slice>& slices) {
     std::map<uint32_t, const Slice*> launch, target; // correlation -> API slice, GPU slice
     for (const Slice& x : slices) {
         if (x.correlation) (x.gpu ? target : launch)[x.correlation] = &x;
         const uint64_t dur = x.end - x.start;
-        event({{"name", x.name}, {"cat", x.cat}, {"ph", "X"}, {"pid", x.pid}, {"tid", x.tid}, {"args", x.args}},
-              x.start, &dur);
+        ev.event({{"name", x.name}, {"cat", x.cat}, {"ph", "X"}, {"pid", x.pid}, {"tid", x.tid}, {"args", x.args}},
+                 x.start, &dur);
     }
-    // Flow endpoints at the middle of their slices: unambiguous even where slices touch.
     for (const auto& [corr, api] : launch) {
         auto it = target.find(corr);
         if (it == target.end()) continue;
         const Slice* k = it->second;
-        event({{"name", "launch"}, {"cat", "flow"}, {"ph", "s"}, {"id", corr}, {"pid", 0}, {"tid", api->tid}},
-              api->start + (api->end - api->start) / 2);
-        event({{"name", "launch"}, {"cat", "flow"}, {"ph", "f"}, {"bp", "e"}, {"id", corr}, {"pid", k->pid},
-               {"tid", k->tid}},
-              k->start + (k->end - k->start) / 2);
+        ev.event({{"name", "launch"}, {"cat", "flow"}, {"ph", "s"}, {"id", corr}, {"pid", 0}, {"tid", api->tid}},
+                 api->start + (api->end - api->start) / 2);
+        ev.event({{"name", "launch"}, {"cat", "flow"}, {"ph", "f"}, {"bp", "e"}, {"id", corr}, {"pid", k->pid},
+                  {"tid", k->tid}},
+                 k->start + (k->end - k->start) / 2);
     }
-    const int power_pid = devices.empty() ? 1 : gpu_pid(*devices.begin());
-    for (const PowerSample& p : rec.power) {
-        auto counter = [&](const char* name, json args) {
-            event({{"name", name}, {"ph", "C"}, {"pid", power_pid}, {"tid", 0}, {"args", args}}, p.t_ns);
+}
+
+void power_events(TraceEvents& ev, const std::vector<PowerSample>& power, int pid) {
+    for (const PowerSample& p : power) {
+        auto counter = [&](const char* name, nlohmann::json args) {
+            ev.event({{"name", name}, {"ph", "C"}, {"pid", pid}, {"tid", 0}, {"args", args}}, p.t_ns);
         };
         counter("power", {{"W", p.power_w}});
         counter("clocks", {{"sm_MHz", p.sm_clock_mhz}, {"mem_MHz", p.mem_clock_mhz}});
         counter("temperature", {{"C", p.temperature_c}});
     }
-
-    std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
-    for (size_t i = 0; i < ev.size(); i++) out += ev[i] + (i + 1 < ev.size() ? ",\n" : "\n");
-    return out + "]}\n";
 }
 
-inline nlohmann::json named_times_json(const std::vector<NamedTime>& rows, const char* count_name) {
+} // namespace
+
+/*
+ * Chrome trace event format. Processes: pid 0 is the CPU (a "steps" track, then per CPU thread a track of
+ * its Ranges and a track of its CUDA API calls), pid 1 + d is GPU d (one track per stream, and counter
+ * tracks for power, clocks and temperature). A flow (ph s on the API call, ph f with bp e on the GPU
+ * activity, id = correlation id) links each launch to its kernel, memcpy or memset. Within a track, a slice
+ * that would overlap the end of the one enclosing it (timer jitter) is clipped, so slices always nest.
+ */
+std::string trace_json(const Report& r, const ProfileRecords& rec) {
+    TraceTracks tracks = trace_tracks(rec);
+    nest_slices(tracks.slices);
+    TraceEvents ev(tracks.t0);
+    std::set<uint32_t> devices = name_tracks(ev, tracks, r.context, !rec.power.empty());
+    slice_events(ev, tracks.slices);
+    power_events(ev, rec.power, devices.empty() ? 1 : gpu_pid(*devices.begin()));
+    return ev.str();
+}
+
+namespace {
+
+nlohmann::json named_times_json(const std::vector<NamedTime>& rows, const char* count_name) {
     nlohmann::json a = nlohmann::json::array();
     for (const NamedTime& n : rows)
         a.push_back(
@@ -515,8 +595,7 @@ inline nlohmann::json named_times_json(const std::vector<NamedTime>& rows, const
     return a;
 }
 
-inline nlohmann::json cost_json(const OpCost& c, const RooflinePoint& p) {
-    using writer_detail::finite_or_null;
+nlohmann::json cost_json(const OpCost& c, const RooflinePoint& p) {
     return {{"gemm_flops", c.gemm_flops}, {"other_flops", c.other_flops}, {"flops", c.flops()}, {"bytes", c.bytes},
             {"intensity", finite_or_null(p.intensity)}, {"time_per_step_s", finite_or_null(p.time_s)},
             {"tflops", finite_or_null(p.tflops)}, {"gbps", finite_or_null(p.gbps)},
@@ -526,14 +605,17 @@ inline nlohmann::json cost_json(const OpCost& c, const RooflinePoint& p) {
             {"bound", p.bound}};
 }
 
-inline std::string profile_json(const Report& r) {
+} // namespace
+
+std::string profile_json(const Report& r) {
     using nlohmann::json;
     const ProfileContext& c = r.context;
+    const GPT2Config& m = c.model;
     json j;
-    j["context"] = {{"program", c.program}, {"device", c.device}, {"device_kind", c.device_kind}, {"build", c.build},
-                    {"model", {{"num_layers", c.num_layers}, {"num_heads", c.num_heads}, {"channels", c.channels},
-                               {"max_seq_len", c.max_seq_len}, {"vocab_size", c.vocab_size},
-                               {"padded_vocab_size", c.padded_vocab_size}, {"num_parameters", c.num_parameters}}},
+    j["context"] = {{"program", c.program}, {"device", c.device}, {"device_kind", device_kind_name(c.device_kind)}, {"build", c.build},
+                    {"model", {{"num_layers", m.num_layers}, {"num_heads", m.num_heads}, {"channels", m.channels},
+                               {"max_seq_len", m.max_seq_len}, {"vocab_size", m.vocab_size},
+                               {"padded_vocab_size", m.padded_vocab_size}, {"num_parameters", c.num_parameters}}},
                     {"batch", {{"B", c.B}, {"T", c.T}, {"grad_accum", c.grad_accum}}},
                     {"ceilings", {{"bf16_tflops", c.ceilings.bf16_tflops}, {"fp32_tflops", c.ceilings.fp32_tflops},
                                   {"dram_gbps", c.ceilings.dram_gbps}, {"source", c.ceilings.source}}},
@@ -549,7 +631,7 @@ inline std::string profile_json(const Report& r) {
     json& k = j["kernels"] = json::array();
     for (const KernelRow& x : r.kernels)
         k.push_back({{"kernel", x.name}, {"subblock", subblock_label(x.subblock)}, {"phase", phase_label(x.phase)},
-                     {"category", x.category}, {"calls", x.calls}, {"total_us", x.total_us}, {"avg_us", x.avg_us},
+                     {"category", category_name(x.category)}, {"calls", x.calls}, {"total_us", x.total_us}, {"avg_us", x.avg_us},
                      {"pct", x.pct}});
     json& sb = j["subblocks"] = json::array();
     for (const SubBlockRow& x : r.subblocks)
@@ -564,7 +646,7 @@ inline std::string profile_json(const Report& r) {
                       {"other_ms", x.other_ms}, {"tok_s", x.tok_s}, {"energy_j", finite_or_null(x.energy_j)},
                       {"avg_power_w", finite_or_null(x.avg_power_w)}, {"j_per_token", finite_or_null(x.j_per_token)},
                       {"tokens_per_j", finite_or_null(x.tokens_per_j)}, {"flops_per_w", finite_or_null(x.flops_per_w)},
-                      {"energy_source", x.energy_source}, {"idle_gaps", x.gaps}});
+                      {"energy_source", energy_source_name(x.energy_source)}, {"idle_gaps", x.gaps}});
     json gaps = json::array();
     for (const IdleGap& g : r.largest_gaps)
         gaps.push_back({{"step", g.step}, {"offset_us", g.offset_us}, {"dur_us", g.dur_us}, {"api", g.api},
@@ -591,11 +673,8 @@ inline std::string profile_json(const Report& r) {
     return j.dump(1) + "\n";
 }
 
-} // namespace writer_detail
-
 // Writes every file of the profile directory `dir` (created if missing).
-inline void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec) {
-    using namespace writer_detail;
+void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec) {
     make_dirs(dir);
     write_file(dir + "/summary.txt", format_summary(r));
     write_file(dir + "/kernels.csv", kernels_csv(r));

@@ -1,59 +1,28 @@
-/*
- * The training driver shared by train_gpt2 (CPU) and train_gpt2cu (GPU): flags, model source (random init,
- * model file, or the latest checkpoint), data, the step loop with val loss, samples, checkpoints and
- * resume, and the printed step line. What runs where is the Backend's business:
- *
- *   explicit Backend(const GPT2Config&, const TrainOptions&);    // allocates for micro-batch (B, T)
- *   const char* name() const;                                    // "CPU fp32", "GPU bf16"
- *   void load_weights(const std::vector<float>& fp32_params);    // llm.c order
- *   std::vector<float> weights();                               // fp32 (the master weights on the GPU)
- *   int model_file_version() const;                              // 3 (fp32) or 5 (bf16 + master in state)
- *   void get_moments(std::vector<float>& m, std::vector<float>& v);
- *   void set_moments(const std::vector<float>& m, const std::vector<float>& v);
- *   StepStats train_step(DataLoader& train, int grad_accum, float lr, int t);  // t: 1-based AdamW step
- *   float val_loss(DataLoader& val, int batches);
- *   std::vector<float> next_token_probs(const std::vector<int>& ids);  // softmax at the last position (V)
- *   const SubBlockTimes* timings() const;                        // per-sub-block wall time, or null
- *   std::string step_extras(double ms, long tokens) const;       // more step-line fields ("" for none)
- *   void print_memory() const;
- *   void profile_step_done(bool last_step);  // optional: --profile; called after each step is timed and printed
- */
-#pragma once
+// The training driver (llmc/train/loop.h).
+#include "llmc/train/loop.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <type_traits>
 #include <vector>
 
 #include "llmc/checkpoint.h"
-#include "llmc/cli.h"
 #include "llmc/dataloader.h"
-#include "llmc/gpt2_config.h"
 #include "llmc/gpt2_init.h"
+#include "llmc/profiler/session.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
 #include "llmc/schedulers.h"
-#include "llmc/train_common.h"
+#include "llmc/train/common.h"
 
 namespace llmc {
 
-struct StepStats {
-    float loss;
-    float grad_norm;
-};
-
-namespace detail {
-
-// Backends that implement profile_step_done() support --profile; the others reject it.
-template <typename B, typename = void> struct can_profile : std::false_type {};
-template <typename B>
-struct can_profile<B, std::void_t<decltype(std::declval<B&>().profile_step_done(true))>> : std::true_type {};
+namespace {
 
 // Generates from an EOT prompt and prints the text (token ids without a tokenizer).
-template <typename Backend>
-void print_sample(Backend& be, const GPT2Config& cfg, Rng& rng, const TrainOptions& opt, const GPT2Tokenizer* tok) {
+void print_sample(TrainBackend& be, const GPT2Config& cfg, Rng& rng, const TrainOptions& opt, const GPT2Tokenizer* tok) {
     int n = std::min(opt.gen_tokens, cfg.max_seq_len - 1);
     // The prompt is EOT, which GPT-2 puts last in its vocabulary; V-1 is the same id for GPT-2 and stays in
     // range for the small-vocabulary models the tests use.
@@ -73,17 +42,16 @@ void print_sample(Backend& be, const GPT2Config& cfg, Rng& rng, const TrainOptio
     printf("----------------\n");
 }
 
-} // namespace detail
+} // namespace
 
-template <typename Backend> int run_training(const char* program, int argc, char** argv, TrainOptions defaults) {
+int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
+                 BackendFactory make_backend) {
     using Clock = std::chrono::steady_clock;
     TrainOptions opt = parse_train_options(argc, argv, defaults);
     if (opt.help) {
         printf("%s", usage(program, defaults).c_str());
         return 0;
     }
-    if (!opt.profile_dir.empty() && !detail::can_profile<Backend>::value)
-        throw UsageError(strprintf("--profile: not supported by %s yet", program));
     if (!opt.output_dir.empty()) make_dirs(opt.output_dir);
 
     // ---- model: random init (dN), a model file, or the latest checkpoint when resuming ----
@@ -120,7 +88,9 @@ template <typename Backend> int run_training(const char* program, int argc, char
     int max_steps = opt.max_steps >= 0 ? opt.max_steps : (int)(train.batches_per_epoch() / grad_accum);
     LRScheduler sched{opt.schedule, opt.lr, opt.warmup, opt.final_lr_frac, max_steps};
 
-    Backend be(cfg, opt);
+    std::unique_ptr<TrainBackend> backend = make_backend(cfg, opt);
+    TrainBackend& be = *backend;
+    prof::ProfileSession* profile = be.profile_session();
     Rng sample_rng(opt.seed);
     int start_step = 0;
     if (resume_step >= 0) {
@@ -164,7 +134,7 @@ template <typename Backend> int run_training(const char* program, int argc, char
             log.val(step, vl);
         }
         if (opt.sample_every > 0 && step > start_step && (step % opt.sample_every == 0 || last))
-            detail::print_sample(be, cfg, sample_rng, opt, tokenizer.get());
+            print_sample(be, cfg, sample_rng, opt, tokenizer.get());
         if (opt.checkpoint_every > 0 && step > start_step && (step % opt.checkpoint_every == 0 || last)) {
             std::vector<float> w = be.weights();
             save_model(checkpoint_model_path(opt.output_dir, step), cfg, w.data(), be.model_file_version());
@@ -178,7 +148,9 @@ template <typename Backend> int run_training(const char* program, int argc, char
 
         auto t0 = Clock::now();
         float lr = sched.lr(step);
+        if (profile) profile->begin_step(step);
         StepStats s = be.train_step(train, grad_accum, lr, step + 1);
+        if (profile) profile->end_step((long)grad_accum * opt.B * opt.T);
         double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         if (!std::isfinite(s.loss))
             throw Error(strprintf("loss is %f at step %d; stopping (checkpoints in -o are from before this step)",
@@ -187,7 +159,7 @@ template <typename Backend> int run_training(const char* program, int argc, char
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s%s\n", step + 1, max_steps, s.loss,
                s.grad_norm, lr, ms, opt.total_batch / (ms / 1e3), be.step_extras(ms, opt.total_batch).c_str());
         log.train(step + 1, s.loss, lr, s.grad_norm);
-        if constexpr (detail::can_profile<Backend>::value) be.profile_step_done(step + 1 == max_steps);
+        if (profile) profile->step_done(step + 1 == max_steps);
     }
     if (const SubBlockTimes* t = be.timings()) print_subblock_table(*t, trained);
     return 0;

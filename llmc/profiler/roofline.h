@@ -21,7 +21,7 @@
 #include <cmath>
 
 #include "llmc/gpt2_config.h"
-#include "llmc/profile_records.h"
+#include "llmc/profiler/records.h"
 #include "llmc/subblocks.h"
 
 namespace llmc::prof {
@@ -56,7 +56,7 @@ constexpr double ATT_BWD = 8; // per unmasked score, in each of the two kernels:
 constexpr double ADAMW = 17;  // clip 1, m 3, v 4, bias corrections 2, sqrt+eps+div 3, decay 2, update 2
 
 // out (BT, OC) = inp (BT, C) · Wᵀ (+ bias) (with gelu_aux: the pre-GELU is written too, and GELU applied).
-inline OpCost matmul_forward(double BT, double C, double OC, bool bias, bool gelu_aux) {
+inline OpCost matmul_forward_cost(double BT, double C, double OC, bool bias, bool gelu_aux) {
     OpCost c;
     c.gemm_flops = 2 * BT * OC * C;
     c.other_flops = gelu_aux ? GELU * BT * OC : 0;
@@ -66,7 +66,7 @@ inline OpCost matmul_forward(double BT, double C, double OC, bool bias, bool gel
 
 // dinp GEMM (+ DGELU epilogue reading the pre-GELU), dweight GEMM accumulating (+=: read and write), and the
 // bias gradient kernels (dout read again, dbias read and written).
-inline OpCost matmul_backward(double BT, double C, double OC, bool bias, bool dgelu) {
+inline OpCost matmul_backward_cost(double BT, double C, double OC, bool bias, bool dgelu) {
     OpCost dinp, dweight, dbias;
     dinp.gemm_flops = 2 * BT * C * OC;
     dinp.other_flops = dgelu ? DGELU * BT * C : 0;
@@ -83,7 +83,7 @@ inline OpCost matmul_backward(double BT, double C, double OC, bool bias, bool dg
 }
 
 // N rows of C; fused: residual = inp1 + inp2 is formed (one more FLOP per element) and written too.
-inline OpCost layernorm_forward(double N, double C, bool fused_residual) {
+inline OpCost layernorm_forward_cost(double N, double C, bool fused_residual) {
     OpCost c;
     c.other_flops = (LN_FWD + (fused_residual ? 1 : 0)) * N * C;
     double streams = fused_residual ? 2 : 1; // (N, C) tensors read, and written besides mean/rstd
@@ -92,7 +92,7 @@ inline OpCost layernorm_forward(double N, double C, bool fused_residual) {
 }
 
 // dinp (+=: read and written), dout, inp, weight, mean, rstd read; dweight, dbias read and written.
-inline OpCost layernorm_backward(double N, double C) {
+inline OpCost layernorm_backward_cost(double N, double C) {
     OpCost c;
     c.other_flops = LN_BWD * N * C;
     c.bytes = BF16 * (3 * N * C + C) + FP32 * 2 * N + BF16 * N * C + BF16 * 4 * C;
@@ -122,22 +122,22 @@ inline CostTable analytic_costs(const GPT2Config& c, int B, int T, int grad_accu
 
     // ln1: layer 0 normalises the embeddings; layers 1.. fuse the previous layer's residual2 add.
     // ln2 fuses residual1 in every layer; lnf fuses the last layer's residual2.
-    cell(SubBlock::ln1, Phase::fwd) = layernorm_forward(BT, C, false);
-    cell(SubBlock::ln1, Phase::fwd) += layernorm_forward(BT, C, true) * (L - 1);
-    cell(SubBlock::ln2, Phase::fwd) = layernorm_forward(BT, C, true) * L;
-    cell(SubBlock::lnf, Phase::fwd) = layernorm_forward(BT, C, true);
-    cell(SubBlock::ln1, Phase::bwd) = layernorm_backward(BT, C) * L;
-    cell(SubBlock::ln2, Phase::bwd) = layernorm_backward(BT, C) * L;
-    cell(SubBlock::lnf, Phase::bwd) = layernorm_backward(BT, C);
+    cell(SubBlock::ln1, Phase::fwd) = layernorm_forward_cost(BT, C, false);
+    cell(SubBlock::ln1, Phase::fwd) += layernorm_forward_cost(BT, C, true) * (L - 1);
+    cell(SubBlock::ln2, Phase::fwd) = layernorm_forward_cost(BT, C, true) * L;
+    cell(SubBlock::lnf, Phase::fwd) = layernorm_forward_cost(BT, C, true);
+    cell(SubBlock::ln1, Phase::bwd) = layernorm_backward_cost(BT, C) * L;
+    cell(SubBlock::ln2, Phase::bwd) = layernorm_backward_cost(BT, C) * L;
+    cell(SubBlock::lnf, Phase::bwd) = layernorm_backward_cost(BT, C);
 
-    cell(SubBlock::qkv, Phase::fwd) = matmul_forward(BT, C, 3 * C, true, false) * L;
-    cell(SubBlock::qkv, Phase::bwd) = matmul_backward(BT, C, 3 * C, true, false) * L;
-    cell(SubBlock::attn_proj, Phase::fwd) = matmul_forward(BT, C, C, true, false) * L;
-    cell(SubBlock::attn_proj, Phase::bwd) = matmul_backward(BT, C, C, true, false) * L;
-    cell(SubBlock::fc, Phase::fwd) = matmul_forward(BT, C, 4 * C, true, true) * L; // writes pre-GELU and GELU
-    cell(SubBlock::fc, Phase::bwd) = matmul_backward(BT, C, 4 * C, true, false) * L;
-    cell(SubBlock::fc_proj, Phase::fwd) = matmul_forward(BT, 4 * C, C, true, false) * L;
-    cell(SubBlock::fc_proj, Phase::bwd) = matmul_backward(BT, 4 * C, C, true, true) * L; // DGELU reads pre-GELU
+    cell(SubBlock::qkv, Phase::fwd) = matmul_forward_cost(BT, C, 3 * C, true, false) * L;
+    cell(SubBlock::qkv, Phase::bwd) = matmul_backward_cost(BT, C, 3 * C, true, false) * L;
+    cell(SubBlock::attn_proj, Phase::fwd) = matmul_forward_cost(BT, C, C, true, false) * L;
+    cell(SubBlock::attn_proj, Phase::bwd) = matmul_backward_cost(BT, C, C, true, false) * L;
+    cell(SubBlock::fc, Phase::fwd) = matmul_forward_cost(BT, C, 4 * C, true, true) * L; // writes pre-GELU and GELU
+    cell(SubBlock::fc, Phase::bwd) = matmul_backward_cost(BT, C, 4 * C, true, false) * L;
+    cell(SubBlock::fc_proj, Phase::fwd) = matmul_forward_cost(BT, 4 * C, C, true, false) * L;
+    cell(SubBlock::fc_proj, Phase::bwd) = matmul_backward_cost(BT, 4 * C, C, true, true) * L; // DGELU reads pre-GELU
 
     /*
      * Causal attention: only the unmasked half of QKᵀ and PV is counted, the T(T+1)/2 (query, key) pairs
@@ -164,11 +164,11 @@ inline CostTable analytic_costs(const GPT2Config& c, int B, int T, int grad_accu
     // classifier: logits GEMM over the padded vocabulary, then the fused softmax/loss/dlogits kernel (reads
     // the V real logits, reads the targets, writes the fp32 losses and dlogits over all Vp columns in place)
     // and the loss accumulation (one add per position, read-modify-write of one fp32).
-    OpCost cls = matmul_forward(BT, C, Vp, false, false);
+    OpCost cls = matmul_forward_cost(BT, C, Vp, false, false);
     cls += {0, XENT * BT * V, BF16 * BT * V + ID * BT + FP32 * BT + BF16 * BT * Vp};
     cls += {0, BT, FP32 * BT + 2 * FP32};
     cell(SubBlock::classifier, Phase::fwd) = cls;
-    cell(SubBlock::classifier, Phase::bwd) = matmul_backward(BT, C, Vp, false, false);
+    cell(SubBlock::classifier, Phase::bwd) = matmul_backward_cost(BT, C, Vp, false, false);
 
     for (int s = 0; s < NUM_SUBBLOCKS; s++)
         for (int p : {(int)Phase::fwd, (int)Phase::bwd}) m[s][p] = m[s][p] * grad_accum;

@@ -5,7 +5,7 @@
  *   - DRAM bandwidth: a device-to-device copy of up to 1 GiB, counting bytes read + written, median of 10.
  * A measurement takes a second or so and ~2.4 GiB of device memory, so it is cached per device
  * (name + UUID) in $XDG_CACHE_HOME/llmc or ~/.cache/llmc as a small text file. Any failure falls back to
- * the datasheet numbers of llmc/device_specs.h ("spec table"), and to "none" for an unknown GPU.
+ * the datasheet numbers of llmc/profiler/device_specs.h ("spec table"), and to "none" for an unknown GPU.
  */
 #pragma once
 #include <algorithm>
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "llmc/cuda_common.cuh"
-#include "llmc/device_specs.h"
+#include "llmc/profiler/device_specs.h"
 #include "llmc/matmul.cuh"
-#include "llmc/profile_records.h"
+#include "llmc/profiler/records.h"
 #include "llmc/utils.h"
 
 namespace llmc::prof {
@@ -115,7 +115,7 @@ inline bool read_cache(const std::string& path, const std::string& name, const s
 inline void write_cache(const std::string& dir, const std::string& path, const std::string& name,
                         const std::string& uuid, const Ceilings& c) {
     make_dirs(dir);
-    std::string text = strprintf("# llmc roofline ceilings (llmc/calibrate.cuh); delete this file to measure again\n"
+    std::string text = strprintf("# llmc roofline ceilings (llmc/profiler/calibrate.cuh); delete this file to measure again\n"
                                  "device %s\nuuid %s\nbf16_tflops %.1f\ndram_gbps %.1f\n",
                                  name.c_str(), uuid.c_str(), c.bf16_tflops, c.dram_gbps);
     AtomicFile f(path);

@@ -1,5 +1,5 @@
 /*
- * Profiler records: what the collection layer (CUPTI activity buffers, llmc/cupti_collector.cuh) produces and
+ * Profiler records: what the collection layer (CUPTI activity buffers, llmc/profiler/cupti_collector.cuh) produces and
  * the aggregation and writer layers consume. Plain C++ with no CUDA types, so aggregation, roofline and
  * writers are testable from synthetic records on machines without a GPU.
  *
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/gpt2_config.h"
 #include "llmc/subblocks.h"
 
 namespace llmc::prof {
@@ -48,7 +49,11 @@ struct KernelRecord {
     Attribution where;
 };
 
-enum class CopyKind { HtoD, DtoH, DtoD, HtoH, Other };
+enum class CopyKind { HtoD, DtoH, DtoD, HtoH, Other, COUNT };
+inline const char* copy_kind_name(CopyKind k) {
+    static constexpr const char* names[] = {"HtoD", "DtoH", "DtoD", "HtoH", "other"};
+    return enum_table<CopyKind>(names)[(int)k];
+}
 struct MemcpyRecord {
     CopyKind kind = CopyKind::Other;
     uint64_t bytes = 0;
@@ -98,10 +103,10 @@ struct PowerSample {
     uint64_t t_ns = 0;
     double power_w = 0;
     int sm_clock_mhz = 0, mem_clock_mhz = 0, temperature_c = 0;
-    uint64_t throttle_reasons = 0; // NVML clocks event reasons (bit mask, see llmc/profile_findings.h)
+    uint64_t throttle_reasons = 0; // NVML clocks event reasons (bit mask, see llmc/profiler/findings.h)
 };
 
-// NVML's cumulative energy counter, read at a step boundary (llmc/nvml_sampler.h).
+// NVML's cumulative energy counter, read at a step boundary (llmc/profiler/nvml_sampler.h).
 struct EnergyReading {
     uint64_t t_ns = 0;
     double joules = 0; // since the driver loaded
@@ -115,16 +120,38 @@ struct Ceilings {
     std::string source;     // "calibrated (cached ...)", "calibrated", "spec table", "none"
 };
 
+/*
+ * Per-SM limits of the device for theoretical occupancy, from cudaDeviceProp (regsPerMultiprocessor,
+ * maxThreadsPerMultiProcessor, maxBlocksPerMultiProcessor, sharedMemPerMultiprocessor,
+ * reservedSharedMemPerBlock). All zero: unknown (the CPU trainer, synthetic records), and no occupancy finding.
+ */
+struct SmLimits {
+    int regs = 0, threads = 0, blocks = 0;
+    int smem = 0;                    // shared memory per SM, bytes
+    int smem_reserved_per_block = 0; // the runtime's reservation per block, bytes
+    int reg_alloc_unit = 256;        // registers are allocated per warp in units of 256 (every sm_80+ GPU)
+    bool known() const { return regs > 0 && threads > 0 && blocks > 0; }
+};
+
+// What ran the profiled steps: a GPU (kernels, CUDA calls, device memory) or the CPU trainer, whose
+// "kernels" are sub-block executions on the CPU.
+enum class DeviceKind { GPU, CPU, COUNT };
+inline const char* device_kind_name(DeviceKind k) {
+    static constexpr const char* names[] = {"GPU", "CPU"};
+    return enum_table<DeviceKind>(names)[(int)k];
+}
+
 // What was profiled: the model, the batch, the device and the build. Fills the report's header and profile.json.
 struct ProfileContext {
     std::string program;      // "profile_gpt2cu", "train_gpt2cu", "train_gpt2"
     std::string device;       // GPU name, or the CPU model for the CPU trainer
-    std::string device_kind = "GPU"; // "CPU" for the CPU trainer: its "kernels" are sub-block executions
+    DeviceKind device_kind = DeviceKind::GPU;
     std::string build;        // compiler / CUDA / git describe, free text
-    int num_layers = 0, num_heads = 0, channels = 0, max_seq_len = 0, vocab_size = 0, padded_vocab_size = 0;
-    size_t num_parameters = 0;
+    GPT2Config model{};       // num_layers == 0: no model (no analytic costs)
+    size_t num_parameters = 0; // 0: counted from `model`
     int B = 0, T = 0, grad_accum = 1; // micro-batch, sequence length, micro-batches per step
     Ceilings ceilings;
+    SmLimits sm;              // the GPU's per-SM limits (occupancy)
     size_t peak_memory_bytes = 0;
 };
 

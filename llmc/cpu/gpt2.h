@@ -28,7 +28,7 @@
 #include "llmc/cpu/residual.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/gpt2_init.h"
-#include "llmc/subblocks.h"
+#include "llmc/profiler/cpu_timers.h"
 #include "llmc/utils.h"
 
 namespace llmc {

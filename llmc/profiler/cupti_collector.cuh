@@ -1,6 +1,6 @@
 /*
  * The profiler's collection layer: CUPTI's Activity API, in-process, turned into ProfileRecords
- * (llmc/profile_records.h) for the aggregation and writer layers.
+ * (llmc/profiler/records.h) for the aggregation and writer layers.
  *
  *   CuptiCollector c;
  *   if (c.start()) {                        // false: CUPTI is taken by nsys/ncu; the run goes on untraced
@@ -44,7 +44,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/gpt2_config.h"
 #include "llmc/nvtx.h"
-#include "llmc/profile_records.h"
+#include "llmc/profiler/records.h"
 
 namespace llmc::prof {
 
@@ -476,32 +476,5 @@ private:
     std::vector<StepRecord> steps_;
     int step_ = -1;
 };
-
-// What was profiled, for the report's header: the model and batch, the GPU and the build. Everything is
-// allocated up front, so the device memory in use when this is called is the run's peak.
-inline ProfileContext gpu_profile_context(const char* program, const GPT2Config& c, int B, int T, int grad_accum) {
-    ProfileContext ctx;
-    ctx.program = program;
-    int dev = 0, runtime = 0, driver = 0;
-    uint32_t cupti = 0;
-    cudaDeviceProp p;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
-    CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
-    CUDA_CHECK(cudaDriverGetVersion(&driver));
-    CUPTI_CHECK(cuptiGetVersion(&cupti));
-    ctx.device = p.name;
-    ctx.build = strprintf("nvcc %d.%d, CUDA runtime %d.%d, driver %d.%d, cuBLASLt %zu, CUPTI API %u, sm_%d%d",
-                          __CUDACC_VER_MAJOR__, __CUDACC_VER_MINOR__, runtime / 1000, runtime % 1000 / 10,
-                          driver / 1000, driver % 1000 / 10, cublasLtGetVersion(), cupti, p.major, p.minor);
-    ctx.num_layers = c.num_layers, ctx.num_heads = c.num_heads, ctx.channels = c.channels;
-    ctx.max_seq_len = c.max_seq_len, ctx.vocab_size = c.vocab_size, ctx.padded_vocab_size = c.padded_vocab_size;
-    ctx.num_parameters = num_parameters(c);
-    ctx.B = B, ctx.T = T, ctx.grad_accum = grad_accum;
-    size_t free_b = 0, total_b = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    ctx.peak_memory_bytes = total_b - free_b;
-    return ctx;
-}
 
 } // namespace llmc::prof

@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "llmc/profile_records.h"
+#include "llmc/profiler/records.h"
 #include "llmc/utils.h"
 
 namespace llmc::prof {

@@ -1,5 +1,5 @@
 /*
- * Hardware-counter records (llmc/cupti_counters.cuh collects them) and their aggregation into sub-block and
+ * Hardware-counter records (llmc/profiler/cupti_counters.cuh collects them) and their aggregation into sub-block and
  * per-kernel rows for the roofline. Plain C++ with no CUDA types, testable from synthetic records.
  *
  * One KernelCounters per kernel launch of the counted step, in launch order. In auto-range mode the range
@@ -11,7 +11,7 @@
  * FLOPs: sm__ops_path_tensor_src_bf16_dst_fp32 counts 2·M·N·K for a GEMM, the analytic model's unit; the
  * CUDA-core FP32 FLOPs are fadd + fmul + 2·ffma thread instructions. Bytes: DRAM read + write.
  * Aggregation sums counts (ns, bytes, ops, and the seconds of the per-kernel floors) and derives every rate
- * from the sums, as the brief's roofline rules ask.
+ * from the sums (doc/profiling.md, "The roofline").
  */
 #pragma once
 #include <algorithm>
@@ -21,8 +21,8 @@
 #include <tuple>
 #include <vector>
 
-#include "llmc/profile_records.h"
-#include "llmc/roofline.h"
+#include "llmc/profiler/records.h"
+#include "llmc/profiler/roofline.h"
 #include "llmc/utils.h"
 
 namespace llmc::prof {

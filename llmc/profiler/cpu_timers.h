@@ -1,0 +1,63 @@
+/*
+ * The CPU trainer's collection layer: wall-clock timers around each sub-block execution (llmc/subblocks.h).
+ * Accumulated per (sub-block, phase) for the table train_gpt2 prints at the end of a run and, while a profile
+ * window records (llmc/profiler/cpu_source.h), appended one event per execution.
+ */
+#pragma once
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "llmc/subblocks.h"
+
+namespace llmc {
+
+// One timed execution: steady_clock nanoseconds, so profiles (train_gpt2 --profile) can place it in time.
+struct SubBlockEvent {
+    SubBlock subblock;
+    Phase phase;
+    int layer; // -1 outside the layers
+    int64_t start_ns, end_ns;
+};
+
+inline int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+// Wall-clock seconds and call counts per (sub-block, phase), accumulated over a run.
+struct SubBlockTimes {
+    std::array<std::array<double, NUM_PHASES>, NUM_SUBBLOCKS> seconds{};
+    std::array<std::array<long, NUM_PHASES>, NUM_SUBBLOCKS> calls{};
+    std::vector<SubBlockEvent>* events = nullptr; // when set, every execution is also appended here
+    void add(SubBlock s, Phase p, double sec) {
+        seconds[(int)s][(int)p] += sec;
+        calls[(int)s][(int)p] += 1;
+    }
+    void reset() { *this = SubBlockTimes{}; }
+};
+
+// RAII timer: adds the scope's wall time to one (sub-block, phase) cell; a null table disables it.
+class ScopedSubBlockTimer {
+public:
+    ScopedSubBlockTimer(SubBlockTimes* t, SubBlock s, Phase p, int layer = -1)
+        : t_(t), s_(s), p_(p), layer_(layer), start_(t ? steady_ns() : 0) {}
+    ~ScopedSubBlockTimer() {
+        if (!t_) return;
+        int64_t end = steady_ns();
+        t_->add(s_, p_, (end - start_) * 1e-9);
+        if (t_->events) t_->events->push_back({s_, p_, layer_, start_, end});
+    }
+    ScopedSubBlockTimer(const ScopedSubBlockTimer&) = delete;
+    ScopedSubBlockTimer& operator=(const ScopedSubBlockTimer&) = delete;
+
+private:
+    SubBlockTimes* t_;
+    SubBlock s_;
+    Phase p_;
+    int layer_;
+    int64_t start_;
+};
+
+} // namespace llmc

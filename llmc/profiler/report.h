@@ -1,0 +1,214 @@
+/*
+ * The analysis layer: profiler records (llmc/profiler/records.h) into the report's tables, one function per
+ * table (kernels, sub-blocks with their roofline, steps, GPU idle, CUDA API and synchronisation, throughput,
+ * power), then the findings (llmc/profiler/findings.h). Plain C++, compiled once (report.cpp): testable from
+ * synthetic records. llmc/profiler/writers.h turns a Report into text, CSV and JSON.
+ *
+ * The window is the profiled steps: a GPU activity or API call belongs to the step whose wall interval
+ * contains its start; anything outside every step (set-up, teardown) is left out. Without step records the
+ * window is everything recorded. Counters are summed and rates derived from the sums; percentages are
+ * never added or averaged. doc/profiling.md states these rules with the files' columns.
+ */
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llmc/profiler/counter_records.h"
+#include "llmc/profiler/records.h"
+#include "llmc/profiler/roofline.h"
+
+namespace llmc::prof {
+
+// What a GPU activity does, from its kernel's demangled name (memcpy/memset rows get theirs from the record).
+enum class Category { gemm, attention, norm, optimizer, reduction, elementwise, memcpy, memset, other, COUNT };
+const char* category_name(Category c);
+Category kernel_category(const std::string& name);
+
+// "void llmc::detail::k<true>(float*, int)" -> "k<true>": the name without return type, parameter list and
+// namespaces (kernel names in tables and trace slices; the full name stays in kernels.csv and the trace args).
+std::string short_kernel_name(const std::string& name);
+
+std::string subblock_label(int s); // "(none)" outside every sub-block
+std::string phase_label(int p);
+
+// Where a step's energy came from: NVML's energy counter, integrated power samples, or nowhere (NaN).
+enum class EnergySource { none, counter, integrated, COUNT };
+const char* energy_source_name(EnergySource e); // "", "counter", "integrated"
+
+/*
+ * Energy in joules over [t0, t1] from power samples sorted by time: power is linear between samples and
+ * held constant before the first and after the last, and the trapezoid rule over the samples inside the
+ * interval plus interpolated values at its edges integrates that exactly. NaN without samples.
+ */
+double energy_joules(const std::vector<PowerSample>& s, uint64_t t0, uint64_t t1);
+
+/*
+ * A step's energy: NVML's cumulative energy counter (`readings`, sorted by time) where it advanced between
+ * the step's edges, else the power samples integrated. The counter updates coarsely (on an H100 it did not
+ * advance over a 43 ms window), so a step where it stood still falls back to the samples. A reading counts
+ * for an edge within 10% of the step's wall time of it (at least 2 ms).
+ */
+double step_energy(const std::vector<EnergyReading>& readings, const std::vector<PowerSample>& samples, uint64_t t0,
+                   uint64_t t1, EnergySource* source);
+
+using Interval = std::pair<uint64_t, uint64_t>; // [start, end) in ns
+// Merges [start, end) intervals (in any order) into sorted disjoint ones.
+std::vector<Interval> interval_union(std::vector<Interval> v);
+
+/*
+ * One view of every GPU activity record (kernel, memcpy, memset), so the analysis and the writers loop once:
+ * its interval, attribution and the name and category the tables show ("[memcpy HtoD]", "[memset]").
+ */
+struct Activity {
+    // The record it views: exactly one is set.
+    const KernelRecord* kernel = nullptr;
+    const MemcpyRecord* copy = nullptr;
+    const MemsetRecord* set = nullptr;
+    Category category = Category::other;
+    uint64_t start = 0, end = 0;
+    uint32_t device = 0, stream = 0, correlation = 0;
+    Attribution where;
+    std::string name;
+};
+std::vector<Activity> gpu_activities(const ProfileRecords& rec);
+
+// The profiled steps sorted by start, and which holds a time.
+class StepWindow {
+public:
+    explicit StepWindow(std::vector<StepRecord> steps);
+    // Index of the step (into steps()) whose [start, end) holds t; -1 outside every step.
+    int step_of(uint64_t t) const;
+    // Inside some step, or anywhere when there are no steps.
+    bool contains(uint64_t t) const { return steps_.empty() || step_of(t) >= 0; }
+    const std::vector<StepRecord>& steps() const { return steps_; }
+
+private:
+    std::vector<StepRecord> steps_;
+};
+
+struct KernelRow {
+    std::string name; // demangled kernel name, or "[memcpy HtoD]", "[memset]"
+    Category category = Category::other;
+    int subblock = -1, phase = -1;
+    long calls = 0;
+    double total_us = 0, avg_us = 0, pct = 0; // pct of all GPU activity time in the window
+};
+
+struct SubBlockRow {
+    int subblock = -1, phase = -1;
+    long calls = 0;
+    double time_us = 0, pct = 0; // over the window
+    OpCost cost;                 // analytic, per step (zero for "(none)")
+    RooflinePoint roof;          // cost against the time per step
+};
+
+struct StepRow {
+    int step = 0;
+    long tokens = 0;
+    double wall_ms = 0, gpu_busy_ms = 0, idle_ms = 0;
+    double fwd_ms = 0, bwd_ms = 0, opt_ms = 0, other_ms = 0; // GPU time by phase; other: outside the phases
+    double tok_s = 0, energy_j = NAN, avg_power_w = NAN;
+    double j_per_token = NAN, tokens_per_j = NAN, flops_per_w = NAN; // flops_per_w: model FLOP/s per W
+    EnergySource energy_source = EnergySource::none;
+    long gaps = 0;
+};
+
+// A stretch of a step with no GPU activity, and what the CPU thread was doing meanwhile.
+struct IdleGap {
+    int step = 0;
+    double offset_us = 0, dur_us = 0; // from the step's start
+    std::string api;                  // the CUDA call overlapping the gap most, "" for none
+    double api_us = 0;                // its overlap with the gap
+    double outside_api_us = 0;        // time of the gap outside every CUDA call (CPU work)
+    std::string range;                // innermost CPU range around the gap's middle
+};
+
+struct NamedTime {
+    std::string name;
+    long calls = 0;
+    double total_us = 0, avg_us = 0, pct = 0;
+};
+
+struct PowerSummary {
+    size_t samples = 0; // inside the window
+    double energy_j = NAN, avg_w = NAN, peak_w = NAN, joules_per_token = NAN;
+    int max_temperature_c = 0, min_sm_clock_mhz = 0, max_sm_clock_mhz = 0;
+    uint64_t throttle_reasons = 0; // OR over the samples
+    double tokens_per_j = NAN, flops_per_w = NAN; // flops_per_w: model FLOP/s per W (= FLOP per J)
+    int counter_steps = 0, integrated_steps = 0;  // steps whose energy came from the counter / the samples
+    int max_sm_clock_limit_mhz = 0;               // the GPU's maximum SM clock, 0 = unknown
+    std::string reading;                          // "instantaneous" or "1 s average" power samples
+    std::string status;                           // why there is no power data ("NVML not available (...)")
+};
+
+// A limit of the run with its evidence and what to try next (llmc/profiler/findings.h), ranked by time at stake.
+struct Finding {
+    std::string rule;       // "roofline", "launch_bound", "sync_stall", "memcpy", "occupancy", "throttle", "records"
+    std::string what, evidence, next_step;
+    double ms_per_step = 0; // estimated GPU or wall time at stake per step
+};
+
+// How many records of each kind were collected (the whole run, not only the window).
+struct RecordCounts {
+    size_t kernels = 0, memcpys = 0, memsets = 0, api = 0, syncs = 0, ranges = 0, power = 0;
+};
+
+struct Report {
+    ProfileContext context;
+    RecordCounts records;
+    bool has_model = false; // the context describes a model, so the analytic costs exist
+    CostTable costs{};      // per step
+    int num_steps = 0;
+    long tokens = 0;
+    double wall_s = 0;                          // sum of step wall times (or the recorded span without steps)
+    double gpu_time_us = 0, kernel_time_us = 0; // activity time summed (kernels + memcpy + memset), kernels only
+    std::vector<KernelRow> kernels;             // by total time, descending
+    std::vector<SubBlockRow> subblocks;         // by phase, then sub-block order; "(none)" last
+    SubBlockRow total;                          // every row summed; roofline of the whole step
+    std::vector<StepRow> steps;
+    // GPU idle inside the steps: gaps in the union of activity, step edges included (sum = wall - busy).
+    double idle_us = 0;
+    long idle_gaps = 0;
+    std::vector<NamedTime> gap_sizes;   // count and time of gaps by size class
+    std::vector<NamedTime> idle_by_cpu; // idle time by the CUDA call overlapping it ("(no CUDA call)": CPU work)
+    std::vector<IdleGap> largest_gaps;
+    // CPU side, shares of the window's wall time on the CPU.
+    std::vector<NamedTime> api;       // pct = pct_of_cpu_time
+    std::vector<NamedTime> syncs;     // by synchronisation type
+    double api_pct = 0, sync_pct = 0; // share of the window inside some CUDA call / blocked in some sync
+    double tokens_per_s = NAN, flops_per_token = 0, model_tflops = NAN, mfu = NAN;
+    PowerSummary power;
+    uint64_t dropped_records = 0;
+    double cupti_overhead_ms = 0;
+    std::vector<Finding> findings; // most time at stake first
+    CounterReport counters;        // hardware counters of one extra step (profile_gpt2cu --counters)
+};
+
+
+// A stretch of a step with no GPU activity; step: index into the StepWindow.
+struct StepGap {
+    int step;
+    uint64_t start, end;
+};
+// Per step of the window, the union of the GPU activity that starts in it (clipped to the step's end).
+std::vector<std::vector<Interval>> busy_by_step(const StepWindow& w, const std::vector<Activity>& acts);
+// The gaps of at least min_ns between a step's busy intervals, its edges included, in step order.
+std::vector<StepGap> idle_gaps(const StepWindow& w, const std::vector<std::vector<Interval>>& busy,
+                               uint64_t min_ns = 1);
+
+// The report's tables, each from the records (and the tables before it where it says so). build_report runs
+// them in this order; each is usable alone in tests.
+void fill_activity_tables(Report& r, const std::vector<Activity>& acts); // kernels, sub-blocks, GPU time
+void fill_step_table(Report& r, const ProfileRecords& rec, const StepWindow& w, const std::vector<Activity>& acts,
+                     const std::vector<std::vector<Interval>>& busy, const std::vector<StepGap>& gaps);
+void fill_idle_tables(Report& r, const ProfileRecords& rec, const StepWindow& w, std::vector<StepGap> gaps);
+void fill_api_tables(Report& r, const ProfileRecords& rec, const StepWindow& w);  // after the step table
+void fill_throughput(Report& r);                                                 // after the step table
+void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w);      // after throughput
+
+Report build_report(const ProfileRecords& rec, const ProfileContext& ctx);
+
+} // namespace llmc::prof

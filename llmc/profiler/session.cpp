@@ -1,0 +1,108 @@
+// The profile session (llmc/profiler/session.h).
+#include "llmc/profiler/session.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "llmc/profiler/nvml_sampler.h"
+#include "llmc/profiler/report.h"
+#include "llmc/profiler/writers.h"
+
+namespace llmc::prof {
+
+namespace {
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+} // namespace
+
+ProfileSession::ProfileSession(SessionOptions opt, ProfileContext ctx, std::unique_ptr<EventSource> source)
+    : opt_(std::move(opt)), schedule_(opt_.first_step, opt_.steps), ctx_(std::move(ctx)), source_(std::move(source)) {
+    if (!source_->slow_start() || schedule_.arm_at_start()) arm();
+}
+
+ProfileSession::~ProfileSession() = default; // the source and the sampler stop themselves
+
+void ProfileSession::arm() {
+    bool started = false;
+    try {
+        started = source_->start(); // false: another tool holds the collector
+    } catch (const Error& e) {
+        printf("%s; training goes on untraced\n", e.what());
+    }
+    if (!started) {
+        schedule_.abandon();
+        return;
+    }
+    source_running_ = true;
+    if (auto clock = source_->power_clock()) {
+        // Power in the records' timebase, sampled for as long as the source runs.
+        power_ = std::make_unique<PowerSampler>(clock, 100, source_->pci_bus_id());
+        if (!power_->start()) printf("power: %s\n", power_->status().c_str());
+    }
+}
+
+void ProfileSession::stop() {
+    if (!source_running_) return;
+    source_->stop();
+    if (power_) power_->stop();
+    source_running_ = false;
+}
+
+void ProfileSession::begin_step(int step) {
+    step_ = step;
+    in_window_ = armed() && schedule_.in_window(step);
+    if (!in_window_) return;
+    if (power_) power_->mark();
+    source_->begin_step(schedule_.num_recorded());
+}
+
+void ProfileSession::end_step(long tokens) {
+    if (!in_window_) return;
+    source_->end_step(tokens);
+    if (power_) power_->mark();
+    schedule_.recorded(step_);
+    in_window_ = false;
+}
+
+bool ProfileSession::step_done(bool last_step) {
+    if (armed()) {
+        // Off the step's clock but not free: the run's throughput pays it, so it is reported at the end.
+        int64_t t0 = now_ns();
+        if (source_->flush()) flush_ns_ += now_ns() - t0;
+    }
+    switch (schedule_.after_step(step_, last_step, armed())) {
+    case ProfileSchedule::Next::arm: arm(); return false;
+    case ProfileSchedule::Next::write: write(); return true;
+    case ProfileSchedule::Next::give_up:
+        stop();
+        printf("%s\n", schedule_.nothing_recorded(step_, opt_.dir).c_str());
+        return false;
+    case ProfileSchedule::Next::keep_going: return false;
+    }
+    return false;
+}
+
+void ProfileSession::write() {
+    stop();
+    ProfileRecords records = source_->take();
+    if (power_) power_->take_into(records);
+    power_.reset();
+    source_->complete_context(ctx_);
+    CounterReport counters;
+    if (before_report_) counters = before_report_(records, ctx_);
+    Report report = build_report(records, ctx_);
+    report.counters = std::move(counters);
+    printf("%s", format_summary(report, opt_.summary_top).c_str());
+    write_profile_dir(opt_.dir, report, records);
+    std::string dropped = records.dropped_records ? strprintf(" (%llu CUPTI records dropped: incomplete)",
+                                                             (unsigned long long)records.dropped_records)
+                                                  : "";
+    printf("profile: %s written to %s/%s\n", schedule_.recorded_steps().c_str(), opt_.dir.c_str(), dropped.c_str());
+    if (flush_ns_ > 0)
+        printf("profile: %.3f ms per traced step flushing CUPTI buffers between steps (not in the step times)\n",
+               flush_ns_ / 1e6 / schedule_.num_recorded());
+}
+
+} // namespace llmc::prof

@@ -1,0 +1,91 @@
+/*
+ * A profile session: what every program that profiles itself (train_gpt2, train_gpt2cu, profile_gpt2cu)
+ * drives, in Kineto's order: collection (an EventSource: CUPTI on the GPU, the timed sub-block executions
+ * on the CPU, and NVML power beside it) -> records -> analysis (build_report) -> writers (the profile
+ * directory). The session owns the --profile-start/--profile-steps schedule (llmc/profiler/schedule.h) and
+ * the context (the real GPT2Config, the batch, the ceilings); the program brackets each step:
+ *
+ *   session.begin_step(step);  ...the step's work...  session.end_step(tokens);
+ *   ...print the step line...  session.step_done(last_step);   // flush, arm, or write
+ *
+ * Everything the session adds to the loop happens between steps, after the step line is printed: a source
+ * that is slow to start (CUPTI) is armed one step before the window, buffers are flushed after each traced
+ * step, and the profile is written when the window closes (or the run ends inside it).
+ */
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "llmc/profiler/counter_records.h"
+#include "llmc/profiler/records.h"
+#include "llmc/profiler/schedule.h"
+
+namespace llmc::prof {
+
+class PowerSampler;
+
+// The collection layer as a session drives it: where a profile's records come from.
+class EventSource {
+public:
+    virtual ~EventSource() = default;
+    // Starts collecting; false (the reason printed) when it cannot, and nothing is recorded.
+    virtual bool start() = 0;
+    // Must start a step ahead of the window: its start-up would land inside the first recorded step.
+    virtual bool slow_start() const = 0;
+    virtual void begin_step(int index) = 0; // index: the step's position in the window, from 0
+    virtual void end_step(long tokens) = 0;
+    // Between steps, off the step's clock; true when it did work the run pays for (CUPTI's buffer flush).
+    virtual bool flush() { return false; }
+    virtual void stop() = 0;
+    virtual ProfileRecords take() = 0;
+    // What only the source knows about the device and build, filled in when the profile is written.
+    virtual void complete_context(ProfileContext& ctx) = 0;
+    // The records' timebase for the power sampler and the device's PCI bus id; no clock: no power samples.
+    virtual std::function<uint64_t()> power_clock() const { return nullptr; }
+    virtual std::string pci_bus_id() const { return ""; }
+};
+
+struct SessionOptions {
+    std::string dir;                 // the profile directory
+    int first_step = 0, steps = 1;   // the window: the run's 0-based step indices
+    int summary_top = 15;            // kernels listed in the printed summary
+};
+
+class ProfileSession {
+public:
+    ProfileSession(SessionOptions opt, ProfileContext ctx, std::unique_ptr<EventSource> source);
+    ~ProfileSession();
+    ProfileSession(const ProfileSession&) = delete;
+    ProfileSession& operator=(const ProfileSession&) = delete;
+
+    // Brackets a step's work; step is the run's 0-based step index.
+    void begin_step(int step);
+    void end_step(long tokens);
+    // After the step has been timed and printed. Returns true when this call wrote the profile.
+    bool step_done(bool last_step);
+
+    // Runs at write time after the records are taken, before the report is built: may finish the context
+    // (profile_gpt2cu measures its ceilings there, with the model freed) and returns hardware counters.
+    using BeforeReport = std::function<CounterReport(const ProfileRecords&, ProfileContext&)>;
+    void before_report(BeforeReport fn) { before_report_ = std::move(fn); }
+
+private:
+    bool armed() const { return source_running_; }
+    void arm();
+    void stop();
+    void write();
+
+    SessionOptions opt_;
+    ProfileSchedule schedule_;
+    ProfileContext ctx_;
+    std::unique_ptr<EventSource> source_;
+    std::unique_ptr<PowerSampler> power_; // while the source runs, when it has a clock
+    BeforeReport before_report_;
+    bool source_running_ = false, in_window_ = false;
+    int step_ = -1;
+    int64_t flush_ns_ = 0; // summed time of the between-step flushes
+};
+
+} // namespace llmc::prof

@@ -1,0 +1,33 @@
+/*
+ * The writers: a Report (llmc/profiler/report.h) into the profile directory (doc/profiling.md, "Profile
+ * directory"): summary.txt (the human report, format_summary), kernels.csv, subblocks.csv, steps.csv,
+ * api.csv, roofline.csv, trace.json (Chrome trace event format, for Perfetto and chrome://tracing) and
+ * profile.json (the whole report, machine-readable). Every file is written atomically. CSV headers begin
+ * with the minimum columns doc/profiling.md lists, in its order; extra columns follow. Empty CSV cells and
+ * JSON nulls mean "unknown" (no ceiling, no power samples, no steps). Compiled once (writers.cpp): the JSON
+ * library stays out of every program's main translation unit.
+ */
+#pragma once
+#include <string>
+
+#include "llmc/profiler/report.h"
+
+namespace llmc::prof {
+
+// The human report: header, throughput, top kernels, sub-blocks with roofline, steps, GPU idle, API/sync,
+// power, findings.
+std::string format_summary(const Report& r, int top_n = 15);
+
+// One file of the profile directory each.
+std::string kernels_csv(const Report& r);
+std::string subblocks_csv(const Report& r);
+std::string steps_csv(const Report& r);
+std::string api_csv(const Report& r);
+std::string roofline_csv(const Report& r);
+std::string trace_json(const Report& r, const ProfileRecords& rec);
+std::string profile_json(const Report& r);
+
+// Writes every file of the profile directory `dir` (created if missing).
+void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec);
+
+} // namespace llmc::prof

@@ -1,0 +1,101 @@
+// The CPU trainer's backend (llmc/train/cpu_backend.h).
+#include "llmc/train/cpu_backend.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "llmc/cpu/adamw.h"
+#include "llmc/cpu/gpt2.h"
+#include "llmc/dataloader.h"
+#include "llmc/profiler/cpu_source.h"
+
+namespace llmc {
+
+namespace {
+
+class CPUBackend : public TrainBackend {
+public:
+    CPUBackend(const GPT2Config& c, const TrainOptions& opt)
+        : model_(c), B_(opt.B), T_(opt.T), m_(model_.num_parameters(), 0.0f), v_(m_.size(), 0.0f) {
+        adam_.weight_decay = opt.weight_decay;
+        if (!opt.profile_dir.empty())
+            profile_ = prof::make_cpu_profile_session({opt.profile_dir, opt.profile_start, opt.profile_steps}, c,
+                                                      opt.B, opt.T, (int)(opt.total_batch / ((long)opt.B * opt.T)),
+                                                      &timings_);
+    }
+    const char* name() const override { return "CPU fp32"; }
+    void load_weights(const std::vector<float>& w) override {
+        std::copy(w.begin(), w.end(), model_.params_memory.begin());
+    }
+    std::vector<float> weights() override { return model_.params_memory; }
+    int model_file_version() const override { return MODEL_VERSION_FP32; }
+    void get_moments(std::vector<float>& m, std::vector<float>& v) override { m = m_, v = v_; }
+    void set_moments(const std::vector<float>& m, const std::vector<float>& v) override { m_ = m, v_ = v; }
+    const SubBlockTimes* timings() const override { return &timings_; }
+    void print_memory() const override {
+        size_t n = model_.num_parameters();
+        printf("memory: params %.1f MiB, grads %.1f MiB, AdamW state %.1f MiB\n", n * 4 / 1048576.0,
+               n * 4 / 1048576.0, n * 8 / 1048576.0);
+    }
+    prof::ProfileSession* profile_session() override { return profile_.get(); }
+
+    StepStats train_step(DataLoader& train, int grad_accum, float lr, int t) override {
+        model_.timings = &timings_;
+        model_.zero_grad();
+        double loss = 0;
+        for (int micro = 0; micro < grad_accum; micro++) {
+            train.next_batch();
+            model_.forward(train.inputs(), train.targets(), B_, T_);
+            loss += model_.mean_loss;
+            model_.backward(1.0f / grad_accum);
+        }
+        double norm;
+        {
+            ScopedSubBlockTimer timer(&timings_, SubBlock::grad_norm, Phase::opt);
+            norm = cpu::global_norm(model_.grads_memory.data(), model_.num_parameters());
+        }
+        {
+            ScopedSubBlockTimer timer(&timings_, SubBlock::optimizer, Phase::opt);
+            cpu::adamw_update(model_.params_memory.data(), model_.grads_memory.data(), m_.data(), v_.data(),
+                              model_.config, adam_, lr, t, norm);
+        }
+        model_.timings = nullptr;
+        return {(float)(loss / grad_accum), (float)norm};
+    }
+
+    float val_loss(DataLoader& val, int batches) override {
+        val.restore(DataPosition{}); // the same batches every time
+        double sum = 0;
+        for (int i = 0; i < batches; i++) {
+            val.next_batch();
+            model_.forward(val.inputs(), val.targets(), B_, T_);
+            sum += model_.mean_loss;
+        }
+        return (float)(sum / batches);
+    }
+
+    std::vector<float> next_token_probs(const std::vector<int>& ids) override {
+        int t = (int)ids.size();
+        model_.forward(ids.data(), nullptr, 1, t);
+        const float* p = model_.probs(0, t - 1);
+        return std::vector<float>(p, p + model_.config.vocab_size);
+    }
+
+private:
+    GPT2CPU<float> model_;
+    int B_, T_;
+    std::vector<float> m_, v_;
+    AdamWConfig adam_;
+    SubBlockTimes timings_;
+    std::unique_ptr<prof::ProfileSession> profile_; // records into timings_: declared after it
+};
+
+} // namespace
+
+std::unique_ptr<TrainBackend> make_cpu_backend(const GPT2Config& c, const TrainOptions& opt) {
+    return std::make_unique<CPUBackend>(c, opt);
+}
+
+} // namespace llmc

@@ -1,0 +1,53 @@
+/*
+ * The training driver shared by train_gpt2 (CPU) and train_gpt2cu (GPU): flags, model source (random init,
+ * model file, or the latest checkpoint), data, the step loop with val loss, samples, checkpoints and
+ * resume, the printed step line, and the profile session's step brackets (--profile). Compiled once
+ * (loop.cpp); what runs where is the TrainBackend's business.
+ */
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmc/cli.h"
+
+namespace llmc {
+
+class DataLoader;
+struct GPT2Config;
+struct SubBlockTimes;
+namespace prof {
+class ProfileSession;
+}
+
+struct StepStats {
+    float loss;
+    float grad_norm;
+};
+
+// Where the model runs. Constructed for micro-batch (B, T) by the program's BackendFactory.
+class TrainBackend {
+public:
+    virtual ~TrainBackend() = default;
+    virtual const char* name() const = 0;                               // "CPU fp32", "GPU bf16, <device>"
+    virtual void load_weights(const std::vector<float>& fp32_params) = 0; // llm.c order
+    virtual std::vector<float> weights() = 0;                          // fp32 (the master weights on the GPU)
+    virtual int model_file_version() const = 0;                        // 3 (fp32) or 5 (bf16 + master in state)
+    virtual void get_moments(std::vector<float>& m, std::vector<float>& v) = 0;
+    virtual void set_moments(const std::vector<float>& m, const std::vector<float>& v) = 0;
+    virtual StepStats train_step(DataLoader& train, int grad_accum, float lr, int t) = 0; // t: 1-based AdamW step
+    virtual float val_loss(DataLoader& val, int batches) = 0;
+    virtual std::vector<float> next_token_probs(const std::vector<int>& ids) = 0; // softmax at the last position
+    virtual const SubBlockTimes* timings() const { return nullptr; }  // per-sub-block wall time, or null
+    virtual std::string step_extras(double /*ms*/, long /*tokens*/) const { return ""; } // more step-line fields
+    virtual void print_memory() const = 0;
+    virtual prof::ProfileSession* profile_session() { return nullptr; } // with --profile
+};
+
+using BackendFactory = std::unique_ptr<TrainBackend> (*)(const GPT2Config&, const TrainOptions&);
+
+// The whole run of a trainer: returns the exit code (errors are thrown, for main_guard).
+int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
+                 BackendFactory make_backend);
+
+} // namespace llmc

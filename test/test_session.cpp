@@ -1,0 +1,96 @@
+// The profile session (llmc/profiler/session.h) driven as a training loop drives it, over a scripted event
+// source: when the source is armed, which steps it records, when the profile directory is written. No GPU.
+#include <gtest/gtest.h>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmc/profiler/session.h"
+#include "test/test_util.h"
+
+using namespace llmc;
+using namespace llmc::prof;
+
+namespace {
+
+// Logs what the session asks of it; each recorded step is one 1 ms kernel inside a 2 ms step.
+class ScriptedSource : public EventSource {
+public:
+    ScriptedSource(std::string* log, bool slow, bool can_start = true) : log_(log), slow_(slow), can_start_(can_start) {}
+    bool start() override {
+        *log_ += can_start_ ? "start " : "refused ";
+        return can_start_;
+    }
+    bool slow_start() const override { return slow_; }
+    void begin_step(int index) override {
+        *log_ += "begin" + std::to_string(index) + " ";
+        uint64_t t = (uint64_t)index * 2000000;
+        rec_.steps.push_back({index, t, t + 2000000, 0});
+        KernelRecord k;
+        k.name = "void llmc::work_kernel(float*)", k.start_ns = t, k.end_ns = t + 1000000;
+        rec_.kernels.push_back(k);
+    }
+    void end_step(long tokens) override { rec_.steps.back().tokens = tokens; }
+    bool flush() override {
+        *log_ += "flush ";
+        return true;
+    }
+    void stop() override { *log_ += "stop "; }
+    ProfileRecords take() override { return std::move(rec_); }
+    void complete_context(ProfileContext& ctx) override { ctx.device = "scripted"; }
+
+private:
+    std::string* log_;
+    bool slow_, can_start_;
+    ProfileRecords rec_;
+};
+
+struct SessionRun {
+    std::string log;
+    testutil::TempDir dir;
+    std::string profile() const { return dir / "p"; }
+};
+
+// Steps [start_step, max_steps) with the window [first, first + count).
+void drive(SessionRun& r, int first, int count, int start_step, int max_steps, bool slow, bool can_start = true) {
+    ProfileContext ctx;
+    ctx.program = "test";
+    ProfileSession s({r.profile(), first, count}, ctx, std::make_unique<ScriptedSource>(&r.log, slow, can_start));
+    for (int step = start_step; step < max_steps; step++) {
+        s.begin_step(step);
+        s.end_step(100);
+        if (s.step_done(step + 1 == max_steps)) r.log += "written ";
+    }
+}
+
+} // namespace
+
+TEST(ProfileSession, ArmsASlowSourceOneStepAheadAndWritesWhenTheWindowCloses) {
+    SessionRun r;
+    drive(r, 2, 3, 0, 8, true);
+    EXPECT_EQ(r.log, "start begin0 flush begin1 flush begin2 flush stop written ");
+    auto steps = testutil::read_csv(r.profile() + "/steps.csv");
+    ASSERT_EQ(steps.size(), 3u);
+    EXPECT_EQ(steps[0]["tokens"], "100");
+    EXPECT_NE(testutil::slurp(r.profile() + "/summary.txt").find("device    scripted"), std::string::npos);
+}
+
+TEST(ProfileSession, AFastSourceStartsAtOnce) {
+    SessionRun r;
+    drive(r, 1, 2, 0, 5, false);
+    EXPECT_EQ(r.log, "start flush begin0 flush begin1 flush stop written ");
+}
+
+TEST(ProfileSession, ARefusedSourceRecordsNothing) {
+    SessionRun r;
+    drive(r, 0, 2, 0, 4, true, false);
+    EXPECT_EQ(r.log, "refused ");
+    EXPECT_FALSE(file_exists(r.profile() + "/summary.txt"));
+}
+
+TEST(ProfileSession, ARunEndingBeforeTheWindowWritesNothing) {
+    SessionRun r;
+    drive(r, 5, 2, 0, 3, true);
+    EXPECT_EQ(r.log, "");
+    EXPECT_FALSE(file_exists(r.profile() + "/summary.txt"));
+}
