@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --dry-run) dry=1 ;;
         --out | --only | --budget)
-            [ $# -ge 2 ] && [ -n "$2" ] || bad_usage "$1 needs a value"
+            if [ $# -lt 2 ] || [ -z "$2" ]; then bad_usage "$1 needs a value"; fi
             case $1 in --out) out=$2 ;; --only) only=$2 ;; --budget) budget=$2 ;; esac
             shift ;;
         --out=?*) out=${1#--out=} ;;
@@ -58,7 +58,7 @@ else
     for w in "${wanted[@]}"; do
         if [ "$w" = sanitizer ]; then
             selected+=("${SANITIZER_STAGES[@]}")
-        elif [ -n "${LIMIT[$w]+x}" ]; then
+        elif [ -n "$w" ] && [ -n "${LIMIT[$w]+x}" ]; then
             selected+=("$w")
         else
             bad_usage "--only: unknown stage '$w' (stages: ${ALL_STAGES[*]}, sanitizer)"
@@ -79,7 +79,6 @@ ts_text=${TINYSHAKESPEARE:+$(absolute "$TINYSHAKESPEARE")}
 vocab_dir=${GPT2_VOCAB_DIR:+$(absolute "$GPT2_VOCAB_DIR")}
 NVSMI=${NVIDIA_SMI:-nvidia-smi}
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
-root=$PWD
 data_root=${data_root:-$(cd .. && pwd)/shared/data}
 ts_text=${ts_text:-$data_root/tinyshakespeare/input.txt}
 vocab_dir=${vocab_dir:-$data_root/gpt2}
@@ -118,17 +117,17 @@ O=$(q "$out")
 
 # ---- what the GPU tests are: every suite in test/gpu/*.cu; the sanitizers take the kernel and model suites
 # at small shapes (GpuAttention.Gpt2Shape is GPT-2's full T=1024 shape) ----
-gpu_suites=$(sed -n 's/^TEST\(_F\|_P\)\{0,1\}(\([A-Za-z_][A-Za-z0-9_]*\),.*/\2/p' test/gpu/*.cu 2>/dev/null | sort -u)
-gpu_filter=$(printf '%s.*:' $gpu_suites)
+mapfile -t gpu_suites < <(sed -n 's/^TEST\(_F\|_P\)\{0,1\}(\([A-Za-z_][A-Za-z0-9_]*\),.*/\2/p' test/gpu/*.cu 2>/dev/null | sort -u)
+gpu_filter=$(printf '%s.*:' "${gpu_suites[@]}")
 gpu_filter=${gpu_filter%:}
 san_filter='Kernels*:GpuAttention.*:GPT2GPU.*-GpuAttention.Gpt2Shape'
 
 # ---- the binaries each stage needs (the build stage makes the union for the selected stages) ----
-declare -A NEEDS=([gpu_tests]="build/run_tests train_gpt2cu profile_gpt2cu" [memcheck]=build/run_tests
-                  [racecheck]=build/run_tests [synccheck]=build/run_tests [initcheck]=build/run_tests
-                  [kernel_ladder]=dev_cuda [data]=prepare_data [train]=train_gpt2cu [benchmark]=train_gpt2cu
-                  [profile]=profile_gpt2cu [profile_counters]=profile_gpt2cu [ncu]=profile_gpt2cu
-                  [nsys]=profile_gpt2cu)
+declare -A NEEDS=([gpu_tests]="build/run_tests train_gpt2 prepare_data train_gpt2cu profile_gpt2cu"
+                  [memcheck]=build/run_tests [racecheck]=build/run_tests [synccheck]=build/run_tests
+                  [initcheck]=build/run_tests [kernel_ladder]=dev_cuda [data]=prepare_data [train]=train_gpt2cu
+                  [benchmark]=train_gpt2cu [profile]=profile_gpt2cu [profile_counters]=profile_gpt2cu
+                  [ncu]=profile_gpt2cu [nsys]=profile_gpt2cu)
 targets=""
 for s in "${selected[@]}"; do
     for t in ${NEEDS[$s]:-}; do [[ " $targets " == *" $t "* ]] || targets="$targets $t"; done
@@ -142,6 +141,7 @@ selected=("${ordered[@]}")
 
 # ---- the commands ----
 declare -A CMD
+# shellcheck disable=SC2016 # the command's $(...) runs when the stage does
 tool_line() { # "tool NAME: PATH (version)" or "tool NAME: not found"
     if [ -n "$2" ]; then
         printf 'echo "tool %s: %s ($(%s --version 2>&1 | tail -n 1))"' "$1" "$(q "$2")" "$(q "$2")"
@@ -161,6 +161,7 @@ CMD[gpu_tests]="LLMC_DATA=$(q "$data_root") ./build/run_tests --gtest_filter='$g
 for tool in memcheck racecheck synccheck initcheck; do
     CMD[$tool]="$(q "${SANITIZER:-compute-sanitizer}") --tool $tool --error-exitcode 1 ./build/run_tests --gtest_filter='$san_filter'"
 done
+# shellcheck disable=SC2016
 CMD[kernel_ladder]='rc=0
 for src in dev/cuda/*.cu; do
     b=build/dev/cuda/$(basename "$src" .cu)

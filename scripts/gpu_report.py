@@ -65,7 +65,7 @@ def fmt(x, spec=".3g"):
 
 def parse_gtest(text):
     r = {"summary": False, "tests": None, "suites": None, "ms": None, "passed": 0, "skipped": 0, "failed": 0,
-         "failed_tests": [], "crashed_in": None}
+         "failed_tests": [], "crashed_in": None, "skip_reasons": {}}
     m = re.search(r"^\[==========\] (\d+) tests? from (\d+) test suites? ran\. \((\d+) ms total\)", text, re.M)
     if m:
         r.update(summary=True, tests=int(m[1]), suites=int(m[2]), ms=int(m[3]))
@@ -78,6 +78,10 @@ def parse_gtest(text):
     for m in re.finditer(r"^\[  FAILED  \] ([A-Za-z_]\w*(?:/\w+)?\.[\w/]+)", text, re.M):
         if m[1] not in r["failed_tests"]:
             r["failed_tests"].append(m[1])
+    # GTEST_SKIP() prints "file:line: Skipped" and its message on the next line.
+    for m in re.finditer(r"^\S+:\d+: Skipped\n(.*)$", text, re.M):
+        reason = m[1].strip() or "(no message)"
+        r["skip_reasons"][reason] = r["skip_reasons"].get(reason, 0) + 1
     # A test that started and never finished: the one running when the process died or was killed.
     running = None
     for m in re.finditer(r"^\[ +(RUN|OK|FAILED|SKIPPED) +\] ([\w/]+\.[\w/]+)", text, re.M):
@@ -92,12 +96,17 @@ def gtest_key(g):
         return "no gtest summary" + (f" (stopped in {g['crashed_in']})" if g["crashed_in"] else "")
     s = f"{g['passed']} passed, {g['skipped']} skipped, {g['failed']} failed"
     if g["failed_tests"]:
-        s += " (" + ", ".join(g["failed_tests"][:4]) + (", ..." if len(g["failed_tests"]) > 4 else "") + ")"
+        s += " (failed: " + ", ".join(g["failed_tests"][:4]) + (", ..." if len(g["failed_tests"]) > 4 else "") + ")"
+    if g["skip_reasons"]:
+        top = sorted(g["skip_reasons"].items(), key=lambda kv: -kv[1])[:2]
+        s += " (skipped: " + "; ".join(f"{n} {why[:60]}" for why, n in top) + ")"
     return s + f", {g['ms'] / 1000:.0f} s"
 
 
 def gtest_ok(g):
-    return g["summary"] and g["failed"] == 0 and g["passed"] > 0
+    """A run with no failure that ran something, on a device the tests could see."""
+    no_device = any("no CUDA device" in why for why in g["skip_reasons"])
+    return g["summary"] and g["failed"] == 0 and g["passed"] > 0 and not no_device
 
 
 # ---------------------------------------------------------------- compute-sanitizer
@@ -308,52 +317,38 @@ def parse_measured_table(lines):
     return rows
 
 
+# One value each from profile_gpt2cu's output and its summary (llmc/profile_writers.h): (pattern, conversion).
+PROFILE_FIELDS = {
+    "config": (r"^profile_gpt2cu: (.*)$", str),
+    "tok_s": (r"^\s+(\S+) tokens/s over \d+ steps", fnum),
+    "ms_per_step": (r"tokens/s over \d+ steps \((\S+) ms per step\)", fnum),
+    "gpu_ms_per_step": (r"ms per step\); GPU time (\S+) ms per step", fnum),
+    "mfu": (r"MFU (\S+)% of bf16", fnum),
+    "peak_mem_gib": (r"^\s+peak GPU memory (\S+) GiB", fnum),
+    "kernels": (r"^\s+records\s+(\d+) kernels", int),
+    "dropped": (r"^\s+records\s.*?; (\d+) dropped;", int),
+    "cupti_overhead_ms": (r"^\s+records\s.*; CUPTI overhead (\S+) ms", fnum),
+    "ceilings": (r"^ceilings: (.*)$", str),
+    "written_to": (r"^profile written to (\S+?)/? \(", str),
+    "counters": (r"^counters: (\d+) kernels counted", int),
+    "counters_note": (r"^counters: (?!\d+ kernels counted)(.*)$", str),
+}
+
+
 def parse_profile(text):
     lines = text.splitlines()
-    r = {"config": None, "steps": [], "tok_s": None, "ms_per_step": None, "gpu_ms_per_step": None, "mfu": None,
-         "peak_mem_gib": None, "kernels": None, "dropped": None, "cupti_overhead_ms": None, "ceilings": None,
-         "written_to": None, "no_profile": False, "top_kernel": None, "findings": [], "counters": None,
-         "counters_note": None, "measured": [], "gemm_hw_over_analytic": None, "worst_gemm_row": None,
-         "errors": []}
+    r = {"steps": [], "no_profile": False, "top_kernel": None, "findings": [], "measured": [],
+         "gemm_hw_over_analytic": None, "worst_gemm_row": None, "errors": []}
+    for key, (pattern, conv) in PROFILE_FIELDS.items():
+        m = re.search(pattern, text, re.M)
+        r[key] = conv(m[1]) if m else None
+    for m in re.finditer(r"^step (\d+)/\d+ \| loss (\S+) \| (\S+) ms \| (\d+) tok/s$", text, re.M):
+        r["steps"].append({"step": int(m[1]), "loss": float(m[2]), "ms": float(m[3]), "tok_s": int(m[4])})
+    r["findings"] = re.findall(r"^\s+\d+\. \[(\w+)\]", text, re.M)
+    r["no_profile"] = "profiler: no in-process profile written" in text
     for i, line in enumerate(lines):
-        m = re.match(r"^profile_gpt2cu: (.*)$", line)
-        if m:
-            r["config"] = m[1]
-        m = re.match(r"^step (\d+)/(\d+) \| loss (\S+) \| (\S+) ms \| (\d+) tok/s$", line)
-        if m:
-            r["steps"].append({"step": int(m[1]), "loss": float(m[3]), "ms": float(m[4]), "tok_s": int(m[5])})
-        m = re.match(r"^\s+(\S+) tokens/s over (\d+) steps \((\S+) ms per step\); GPU time (\S+) ms per step", line)
-        if m:
-            r.update(tok_s=fnum(m[1]), ms_per_step=fnum(m[3]), gpu_ms_per_step=fnum(m[4]))
-        m = re.search(r"MFU (\S+)% of bf16", line)
-        if m:
-            r["mfu"] = fnum(m[1])
-        m = re.match(r"^\s+peak GPU memory (\S+) GiB", line)
-        if m:
-            r["peak_mem_gib"] = fnum(m[1])
-        m = re.match(r"^\s+records\s+(\d+) kernels.*?; (\d+) dropped; CUPTI overhead (\S+) ms", line)
-        if m:
-            r.update(kernels=int(m[1]), dropped=int(m[2]), cupti_overhead_ms=fnum(m[3]))
-        m = re.match(r"^ceilings: (.*)$", line)
-        if m:
-            r["ceilings"] = m[1]
-        m = re.match(r"^profile written to (\S+?)/? \(", line)
-        if m:
-            r["written_to"] = m[1]
-        if line.startswith("profiler: no in-process profile written"):
-            r["no_profile"] = True
-        if line.startswith("== Top ") and i + 2 < len(lines):
-            t = lines[i + 2].split()
-            if t:
-                r["top_kernel"] = t[0]
-        m = re.match(r"^\s+\d+\. \[(\w+)\]", line)
-        if m:
-            r["findings"].append(m[1])
-        m = re.match(r"^counters: (\d+) kernels counted", line)
-        if m:
-            r["counters"] = int(m[1])
-        elif line.startswith("counters: "):
-            r["counters_note"] = line[len("counters: "):]
+        if line.startswith("== Top ") and i + 2 < len(lines) and lines[i + 2].split():
+            r["top_kernel"] = lines[i + 2].split()[0]
         if line.startswith("== Measured vs analytic"):
             r["measured"] = parse_measured_table(lines[i + 1:])
         if line.startswith("error") or "CUDA error" in line:
@@ -377,7 +372,7 @@ def parse_profile(text):
 def kernel_key(name):
     """A kernel name as both sides can agree on it: no return type, no argument list, no spaces
     (cxxabi writes "f<64, 64>(int*)", ncu "void f<64, 64>(int *)" or "f<64, 64>(T1)")."""
-    s = name.strip()
+    s = name.strip().replace("(anonymous namespace)", "{anonymous}")
     depth, cut = 0, len(s)
     for i, c in enumerate(s):  # the argument list starts at the first '(' outside template brackets
         if c == "<":
@@ -550,12 +545,13 @@ PARSERS = {"inventory": parse_inventory, "build": parse_build, "gtest": parse_gt
 
 # ---------------------------------------------------------------- stage verdicts
 
-def judge(stage, rc, text, report_dir=None, limit=None, write_files=False):
+def judge(stage, rc, text, report_dir=None, limit=None, write_files=False, killed=False):
     """(status, key numbers) of one stage: status is pass or fail. write_files: the ncu stage writes
     report_dir/ncu_vs_profiler.csv, its per-kernel table."""
     kind = KIND[stage]
     if rc in (124, 137):
-        return "fail", f"timed out after {limit or '?'} s; " + judge(stage, 0, text, report_dir)[1]
+        return "fail", f"timed out after {limit or '?'} s; " + judge(stage, 0, text, report_dir, limit, write_files,
+                                                                       killed=True)[1]
     if kind == "ncu":
         kcsv = None
         if report_dir:
@@ -587,6 +583,8 @@ def judge(stage, rc, text, report_dir=None, limit=None, write_files=False):
                f"CUPTI {p['cupti'] or '?'}; {tools}")
         return ("pass" if rc == 0 and p["gpu"] else "fail"), key
     if kind == "build":
+        if killed:
+            return "fail", f"{p['compiled']} compiler runs before it was stopped"
         if rc != 0:
             return "fail", p["error"] or f"make exited {rc}"
         return "pass", "up to date" if p["up_to_date"] else f"{p['compiled']} compiler runs"
@@ -615,6 +613,8 @@ def judge(stage, rc, text, report_dir=None, limit=None, write_files=False):
             return "fail", p["error"] or f"exited {rc}"
         if p["already_prepared"]:
             return "pass", "already prepared"
+        if p["train_tokens"] is None or killed:
+            return "fail", "no shards written"
         return "pass", f"{p['train_tokens']} train, {p['val_tokens']} val tokens"
     if kind == "train":
         v = p["val_losses"]
@@ -656,8 +656,9 @@ def judge(stage, rc, text, report_dir=None, limit=None, write_files=False):
         return ("pass" if ok else "fail"), "; ".join(parts) or "no result rows"
     if kind == "profile":
         key = (f"{fmt(p['tok_s'], '.0f')} tok/s, {fmt(p['ms_per_step'], '.2f')} ms/step (GPU "
-               f"{fmt(p['gpu_ms_per_step'], '.2f')}), MFU {fmt(p['mfu'], '.1f')}%, {p['kernels']} kernels, "
-               f"{p['dropped']} dropped, top {p['top_kernel']}; findings: {', '.join(p['findings']) or 'none'}")
+               f"{fmt(p['gpu_ms_per_step'], '.2f')}), MFU {fmt(p['mfu'], '.1f')}%, {fmt(p['kernels'], 'd')} kernels, "
+               f"{fmt(p['dropped'], 'd')} dropped, top {p['top_kernel'] or '?'}; findings: "
+               f"{', '.join(p['findings']) or 'none'}")
         problems = []
         if not p["written_to"]:
             problems.append("no profile written")

@@ -18,8 +18,12 @@ namespace {
 const std::string SAMPLES = "test/data/gpu_check/report";
 const std::string LOGS = SAMPLES + "/logs/";
 
-#define REQUIRE_PYTHON3()                                                                                    \
-    ASSERT_EQ(run("python3 --version").exit_code, 0) << "python3 not found: scripts/gpu_report.py needs it"
+// Asked once per process (python3 can be slow to start behind version-manager shims).
+bool have_python3() {
+    static const bool have = run("python3 --version").exit_code == 0;
+    return have;
+}
+#define REQUIRE_PYTHON3() ASSERT_TRUE(have_python3()) << "python3 not found: scripts/gpu_report.py needs it"
 
 // `gpu_report.py parse KIND LOG [extra]`: its JSON, the exit status asserted 0.
 std::string parse(const std::string& kind, const std::string& log, const std::string& extra = "") {
@@ -54,6 +58,24 @@ TEST(GpuCheckParsers, GtestSummaryAndFailedTests) {
     EXPECT_TRUE(has(j, "\"failed\": 1")) << j;
     EXPECT_TRUE(has(j, "\"failed_tests\": [\"TrainGpu.OutOfMemoryBatchGetsAMessage\"]")) << j;
     EXPECT_TRUE(has(j, "\"crashed_in\": null")) << j;
+    EXPECT_TRUE(has(j, "\"skip_reasons\": {\"NVML not available (libnvidia-ml.so.1: cannot open shared object file)\": 1}"))
+        << j;
+}
+
+TEST(GpuCheckParsers, GpuSuitesThatSawNoDeviceFail) {
+    REQUIRE_PYTHON3();
+    // The GPU suites run on a machine without a GPU: a few device-free tests pass, the rest skip.
+    TempDir dir;
+    ASSERT_EQ(run("mkdir -p " + (dir / "logs")).exit_code, 0);
+    ASSERT_EQ(run("cp test/data/gpu_check/gpu_tests_no_device.log " + (dir / "logs/gpu_tests.log")).exit_code, 0);
+    write(dir / "stages.tsv", "gpu_tests\t0\t1\t180\t\n");
+    std::string j = parse("gtest", dir / "logs/gpu_tests.log");
+    EXPECT_TRUE(has(j, "\"failed\": 0")) << j;
+    EXPECT_TRUE(has(j, "\"skip_reasons\": {\"no CUDA device\": ")) << j;
+    RunResult r = run("python3 scripts/gpu_report.py judge gpu_tests " + dir.path);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(has(r.output, "gpu_tests fail: ")) << r.output;
+    EXPECT_TRUE(has(r.output, " no CUDA device)")) << r.output;
 }
 
 TEST(GpuCheckParsers, SanitizerSummaries) {
@@ -151,6 +173,14 @@ TEST(GpuCheckParsers, ProfileSummaryAndCounters) {
     EXPECT_TRUE(has(c, "\"gemm_hw_over_analytic\": 0.9979,")) << c;
     EXPECT_TRUE(has(c, "\"worst_gemm_row\": {\"ratio\": 0.98, \"row\": \"attention fwd\"}")) << c;
     EXPECT_EQ(count(c, "\"subblock\": "), 23u) << c; // 22 sub-block rows and the total
+
+    // Counters refused (profile_gpt2cu's line when the range profiler cannot start).
+    TempDir dir;
+    write(dir / "p.log", "counters: no permission to read GPU performance counters (run as root or set "
+                         "NVreg_RestrictProfilingToAdminUsers=0); the rest of the profile is written\n");
+    std::string refused = parse("profile", dir / "p.log");
+    EXPECT_TRUE(has(refused, "\"counters\": null")) << refused;
+    EXPECT_TRUE(has(refused, "\"counters_note\": \"no permission to read GPU performance counters")) << refused;
 }
 
 TEST(GpuCheckParsers, NcuJoinedWithTheProfilersKernelsCsv) {
@@ -238,7 +268,7 @@ TEST(GpuCheckReport, SampleRunGivesOneTableAndASummary) {
         EXPECT_TRUE(has(md.substr(at, md.find('\n', at) - at), ") | pass | ")) << row;
     }
     EXPECT_TRUE(has(md, "| gpu_tests (GPU suites of make test) | fail | 61 | 35 passed, 1 skipped, 1 failed "
-                        "(TrainGpu.OutOfMemoryBatchGetsAMessage)"))
+                        "(failed: TrainGpu.OutOfMemoryBatchGetsAMessage) (skipped: 1 NVML not available"))
         << md;
     EXPECT_TRUE(has(md, "| initcheck (compute-sanitizer initcheck, kernel and model tests) | fail | 150 | timed out "
                         "after 150 s"))
@@ -302,7 +332,7 @@ TEST(GpuCheckScript, WithoutAGpuOneLineAndNonZero) {
 }
 
 TEST(GpuCheckScript, BadFlagsGetOneLineAndExitTwo) {
-    for (const char* args : {"--bogus", "--only nope", "--budget 0", "--out", "--only memcheck,frobnicate"}) {
+    for (const char* args : {"--bogus", "--only nope", "--budget 0", "--out", "--only memcheck,frobnicate", "--only memcheck,,ncu"}) {
         RunResult r = run(std::string("scripts/gpu_check.sh ") + args);
         EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
         EXPECT_EQ(count(r.output, "\n"), 1u) << args << ": " << r.output;
