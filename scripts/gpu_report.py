@@ -1,0 +1,872 @@
+#!/usr/bin/env python3
+"""The parsers behind scripts/gpu_check.sh: each stage's log turned into its key numbers, and report.md.
+
+    gpu_report.py parse KIND LOG [--kernels KERNELS_CSV]   one log's numbers as JSON (KIND below)
+    gpu_report.py judge STAGE DIR                          one line: STAGE status key numbers
+    gpu_report.py report DIR [-o REPORT_MD]                DIR/report.md and DIR/summary.txt; prints the summary
+    gpu_report.py versions [--binary PROGRAM]              CUDA runtime, driver, cuBLASLt and CUPTI versions
+
+KIND: inventory, build, gtest, sanitizer, ladder, data, train, benchmark, profile, ncu, nsys.
+DIR is a gpu_check.sh output directory: stages.tsv (stage, rc or "skip", seconds, limit, note) and
+logs/STAGE.log. Standard library only; the formats parsed are those of the programs in this repository
+(llmc/train_loop.h, llmc/profile_writers.h, dev/cuda/bench_common.cuh, scripts/benchmark_gpu.sh), of
+GoogleTest, compute-sanitizer, ncu --csv and nsys.
+"""
+import argparse
+import csv
+import ctypes
+import io
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+# (stage, parser kind, what it checks), in the order gpu_check.sh runs them.
+STAGES = [
+    ("inventory", "inventory", "GPU, driver, CUDA, cuBLAS, CUPTI; which tools exist"),
+    ("build", "build", "make: the binaries that are missing or stale"),
+    ("gpu_tests", "gtest", "GPU suites of make test"),
+    ("memcheck", "sanitizer", "compute-sanitizer memcheck, kernel and model tests"),
+    ("racecheck", "sanitizer", "compute-sanitizer racecheck, kernel and model tests"),
+    ("synccheck", "sanitizer", "compute-sanitizer synccheck, kernel and model tests"),
+    ("initcheck", "sanitizer", "compute-sanitizer initcheck, kernel and model tests"),
+    ("kernel_ladder", "ladder", "dev/cuda kernel benchmarks"),
+    ("data", "data", "tinyshakespeare from local files"),
+    ("train", "train", "train_gpt2cu d12 T=1024 on tinyshakespeare"),
+    ("benchmark", "benchmark", "scripts/benchmark_gpu.sh -p, B=16,32,64"),
+    ("profile", "profile", "profile_gpt2cu at its defaults"),
+    ("profile_counters", "profile", "profile_gpt2cu --counters"),
+    ("ncu", "ncu", "ncu gpu__time_duration vs the profiler's kernels.csv, one layer"),
+    ("nsys", "nsys", "nsys profile of profile_gpt2cu"),
+]
+KIND = {name: kind for name, kind, _ in STAGES}
+# The directory (under the report directory) whose kernels.csv the ncu stage is joined with.
+NCU_PROFILE_DIR = "profile_1layer"
+
+
+def fnum(s):
+    """A float from a printed number ("1,234.5", "40.1%", "-"); None when it is not one."""
+    if s is None:
+        return None
+    s = s.strip().rstrip("%").replace(",", "")
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+def fmt(x, spec=".3g"):
+    return "?" if x is None else format(x, spec)
+
+
+# ---------------------------------------------------------------- GoogleTest
+
+def parse_gtest(text):
+    r = {"summary": False, "tests": None, "suites": None, "ms": None, "passed": 0, "skipped": 0, "failed": 0,
+         "failed_tests": [], "crashed_in": None, "skip_reasons": {}}
+    m = re.search(r"^\[==========\] (\d+) tests? from (\d+) test suites? ran\. \((\d+) ms total\)", text, re.M)
+    if m:
+        r.update(summary=True, tests=int(m[1]), suites=int(m[2]), ms=int(m[3]))
+    for key, pat in (("passed", r"^\[  PASSED  \] (\d+) tests?\."),
+                     ("skipped", r"^\[  SKIPPED \] (\d+) tests?, listed below:"),
+                     ("failed", r"^\[  FAILED  \] (\d+) tests?, listed below:")):
+        m = re.search(pat, text, re.M)
+        if m:
+            r[key] = int(m[1])
+    for m in re.finditer(r"^\[  FAILED  \] ([A-Za-z_]\w*(?:/\w+)?\.[\w/]+)", text, re.M):
+        if m[1] not in r["failed_tests"]:
+            r["failed_tests"].append(m[1])
+    # GTEST_SKIP() prints "file:line: Skipped" and its message on the next line.
+    for m in re.finditer(r"^\S+:\d+: Skipped\n(.*)$", text, re.M):
+        reason = m[1].strip() or "(no message)"
+        r["skip_reasons"][reason] = r["skip_reasons"].get(reason, 0) + 1
+    # A test that started and never finished: the one running when the process died or was killed.
+    running = None
+    for m in re.finditer(r"^\[ +(RUN|OK|FAILED|SKIPPED) +\] ([\w/]+\.[\w/]+)", text, re.M):
+        running = m[2] if m[1] == "RUN" else None
+    if not r["summary"]:
+        r["crashed_in"] = running
+    return r
+
+
+def gtest_key(g):
+    if not g["summary"]:
+        return "no gtest summary" + (f" (stopped in {g['crashed_in']})" if g["crashed_in"] else "")
+    s = f"{g['passed']} passed, {g['skipped']} skipped, {g['failed']} failed"
+    if g["failed_tests"]:
+        s += " (failed: " + ", ".join(g["failed_tests"][:4]) + (", ..." if len(g["failed_tests"]) > 4 else "") + ")"
+    if g["skip_reasons"]:
+        top = sorted(g["skip_reasons"].items(), key=lambda kv: -kv[1])[:2]
+        s += " (skipped: " + "; ".join(f"{n} {why[:60]}" for why, n in top) + ")"
+    return s + f", {g['ms'] / 1000:.0f} s"
+
+
+def gtest_ok(g):
+    """A run with no failure that ran something, on a device the tests could see."""
+    no_device = any("no CUDA device" in why for why in g["skip_reasons"])
+    return g["summary"] and g["failed"] == 0 and g["passed"] > 0 and not no_device
+
+
+# ---------------------------------------------------------------- compute-sanitizer
+
+def parse_sanitizer(text):
+    r = {"gtest": parse_gtest(text), "errors": None, "hazards": None, "warnings": None, "first_error": None}
+    m = re.search(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)", text)
+    if m:
+        r["hazards"], r["errors"], r["warnings"] = int(m[1]), int(m[2]), int(m[3])
+    m = re.search(r"ERROR SUMMARY: (\d+) errors?", text)
+    if m and r["errors"] is None:
+        r["errors"] = int(m[1])
+    for line in text.splitlines():
+        if not line.startswith("========="):
+            continue
+        body = line.strip("= ").strip()
+        if not body or "SUMMARY" in body or body.startswith(("COMPUTE-SANITIZER", "at ", "by thread", "Address ",
+                                                              "Saved host backtrace", "Host Frame", "Device Frame")):
+            continue
+        if re.search(r"Invalid|Race|hazard|Uninitiali[sz]ed|Barrier|Misaligned|error|Error|not supported|leak",
+                     body):
+            r["first_error"] = body
+            break
+    return r
+
+
+# ---------------------------------------------------------------- dev/cuda kernel ladder
+
+def parse_ladder(text):
+    programs, cur = [], None
+    for line in text.splitlines():
+        m = re.match(r"^=== (\S+)(?: (missing|exit (\d+)))?$", line)
+        if m:
+            if m[2] is None:
+                cur = {"program": os.path.basename(m[1]), "exit": None, "device": None, "checks_ok": 0,
+                       "checks_failed": [], "timings": [], "speedups": {}}
+                programs.append(cur)
+            elif m[2] == "missing":
+                programs.append({"program": os.path.basename(m[1]), "exit": None, "missing": True, "device": None,
+                                 "checks_ok": 0, "checks_failed": [], "timings": [], "speedups": {}})
+                cur = None
+            elif cur is not None:
+                cur["exit"] = int(m[3])
+                cur = None
+            continue
+        if cur is None:
+            continue
+        if line.startswith("device: "):
+            cur["device"] = line[len("device: "):].split(" | ")[0]
+            continue
+        m = re.match(r"^\s+check (.+?)\s+(?:rel err \S+ \(tol \S+\) )?(OK|FAILED)$", line)
+        if m:
+            if m[2] == "OK":
+                cur["checks_ok"] += 1
+            else:
+                cur["checks_failed"].append(m[1])
+            continue
+        m = re.match(r"^(\S.*?)\s+(\d+\.\d+) ms(?: \|.*)?$", line)
+        if m:
+            t = {"name": m[1], "ms": float(m[2]), "gbps": None, "pct_dram": None, "tflops": None, "pct_bf16": None}
+            g = re.search(r"([\d.]+) GB/s \(\s*([\d.]+)% of", line)
+            if g:
+                t["gbps"], t["pct_dram"] = float(g[1]), float(g[2])
+            f = re.search(r"([\d.]+) TFLOP/s(?: \(\s*([\d.]+)% of)?", line)
+            if f:
+                t["tflops"], t["pct_bf16"] = float(f[1]), fnum(f[2])
+            cur["timings"].append(t)
+            continue
+        m = re.match(r"^(.+?): ([\d.]+)x$", line)
+        if m:
+            cur["speedups"][m[1]] = float(m[2])
+    return {"programs": programs}
+
+
+def ladder_key(p):
+    progs = p["programs"]
+    ok = sum(x["checks_ok"] for x in progs)
+    failed = [f"{x['program']}: {c}" for x in progs for c in x["checks_failed"]]
+    s = f"{len(progs)} programs, {ok} checks OK, {len(failed)} failed"
+    bad = [x["program"] + (" missing" if x.get("missing") else f" exit {x['exit']}") for x in progs
+           if x.get("missing") or x["exit"] != 0]
+    if bad:
+        s += "; " + ", ".join(bad)
+    sp = [f"{x['program']} {v:.2f}x" for x in progs for k, v in x["speedups"].items()]
+    if sp:
+        s += "; fused speedup " + ", ".join(sp)
+    pcts = [(max(t["pct_dram"] or 0, t["pct_bf16"] or 0), f"{x['program']}/{t['name']}") for x in progs
+            for t in x["timings"]]
+    if pcts:
+        lo, hi = min(pcts), max(pcts)
+        s += f"; % of ceiling {lo[0]:.0f} ({lo[1]}) to {hi[0]:.0f} ({hi[1]})"
+    return s
+
+
+# ---------------------------------------------------------------- train_gpt2cu
+
+STEP_RE = re.compile(r"^step\s+(\d+)/(\d+) \| loss (\S+) \| norm (\S+) \| lr (\S+) \| (\S+) ms \| (\d+) tok/s(.*)$")
+
+
+def parse_train(text):
+    steps, val, sample, in_sample, errors = [], [], [], False, []
+    params = None
+    for line in text.splitlines():
+        if in_sample:
+            if line.startswith("----------------"):
+                in_sample = False
+            else:
+                sample.append(line)
+            continue
+        if line == "---- sample ----":
+            in_sample = True
+            continue
+        m = STEP_RE.match(line)
+        if m:
+            extras = m[8]
+            mfu = re.search(r"MFU ([\d.]+)%", extras)
+            mem = re.search(r"mem ([\d.]+) GiB", extras)
+            steps.append({"step": int(m[1]), "of": int(m[2]), "loss": float(m[3]), "norm": float(m[4]),
+                          "ms": float(m[6]), "tok_s": int(m[7]), "mfu": float(mfu[1]) if mfu else None,
+                          "mem_gib": float(mem[1]) if mem else None})
+            continue
+        m = re.match(r"^val loss (\S+)$", line)
+        if m:
+            val.append(float(m[1]))
+            continue
+        m = re.match(r"^\| parameters\s+\| (\d+)", line)
+        if m:
+            params = int(m[1])
+            continue
+        if line.startswith("error") or ": error:" in line:
+            errors.append(line.strip())
+    r = {"steps": len(steps), "parameters": params, "val_losses": val, "sample": "\n".join(sample).strip() or None,
+         "errors": errors[:3], "first_loss": None, "last_loss": None, "train_falls": None, "val_falls": None,
+         "tok_s": None, "mfu": None, "mem_gib": None, "ms": None}
+    if steps:
+        losses = [s["loss"] for s in steps]
+        k = max(1, min(5, len(losses) // 4))
+        r.update(first_loss=losses[0], last_loss=losses[-1],
+                 train_falls=statistics.mean(losses[-k:]) < statistics.mean(losses[:k]))
+        # Throughput after the first steps (cuBLASLt heuristics, lazy module loading).
+        steady = steps[min(3, len(steps) - 1):]
+        r["tok_s"] = statistics.mean(s["tok_s"] for s in steady)
+        r["ms"] = statistics.mean(s["ms"] for s in steady)
+        mfus = [s["mfu"] for s in steady if s["mfu"] is not None]
+        r["mfu"] = statistics.mean(mfus) if mfus else None
+        mems = [s["mem_gib"] for s in steps if s["mem_gib"] is not None]
+        r["mem_gib"] = max(mems) if mems else None
+    if len(val) >= 2:
+        r["val_falls"] = val[-1] < val[0]
+    return r
+
+
+# ---------------------------------------------------------------- scripts/benchmark_gpu.sh
+
+def parse_benchmark(text):
+    rows, profiled = [], False
+    num = r"(-?[\d.]+)"
+    for line in text.splitlines():
+        if line.startswith("model ") and "ms/step" in line:
+            profiled = "overhead" in line
+            continue
+        m = re.match(r"^(\S+)\s+(\d+)\s+(\d+)\s+failed: (.*)$", line)
+        if m:
+            rows.append({"model": m[1], "T": int(m[2]), "B": int(m[3]), "error": m[4].strip()})
+            continue
+        m = re.match(rf"^(\S+)\s+(\d+)\s+(\d+)\s+{num}\s+(\d+)\s+{num}%\s+{num} GiB(.*)$", line)
+        if not m:
+            continue
+        row = {"model": m[1], "T": int(m[2]), "B": int(m[3]), "ms": float(m[4]), "tok_s": int(m[5]),
+               "mfu": float(m[6]), "mem_gib": float(m[7]), "tok_s_profiled": None, "overhead_pct": None,
+               "error": None}
+        rest = m[8].strip()
+        p = re.match(rf"^(\d+)\s+{num}%$", rest)
+        if p:
+            row["tok_s_profiled"], row["overhead_pct"] = int(p[1]), float(p[2])
+        elif rest.startswith("profiled run failed:"):
+            row["error"] = rest
+        rows.append(row)
+    return {"profiled": profiled, "rows": rows}
+
+
+# ---------------------------------------------------------------- profile_gpt2cu
+
+def parse_measured_table(lines):
+    """The "Measured vs analytic" rows of the summary (llmc/counter_records.h), keyed by its header."""
+    header, rows = None, []
+    for line in lines:
+        t = line.split()
+        if not t:
+            break
+        if header is None:
+            if t[0] == "subblock":
+                header = t
+            continue
+        if t[0].startswith("_an:") or t[0] in ("2·ffma,", "note:"):
+            break
+        if len(t) > 2 and re.fullmatch(r"\d+", t[1]):  # the total row and "(none)" rows have no phase
+            t.insert(1, "")
+        if len(t) == len(header) - 1:  # no bound
+            t.append("")
+        if len(t) != len(header):
+            continue
+        row = dict(zip(header, t))
+        for k in header:
+            if k not in ("subblock", "phase", "bound"):
+                row[k] = fnum(row[k]) if row[k] != "-" else None
+        rows.append(row)
+    return rows
+
+
+# One value each from profile_gpt2cu's output and its summary (llmc/profile_writers.h): (pattern, conversion).
+PROFILE_FIELDS = {
+    "config": (r"^profile_gpt2cu: (.*)$", str),
+    "tok_s": (r"^\s+(\S+) tokens/s over \d+ steps", fnum),
+    "ms_per_step": (r"tokens/s over \d+ steps \((\S+) ms per step\)", fnum),
+    "gpu_ms_per_step": (r"ms per step\); GPU time (\S+) ms per step", fnum),
+    "mfu": (r"MFU (\S+)% of bf16", fnum),
+    "peak_mem_gib": (r"^\s+peak GPU memory (\S+) GiB", fnum),
+    "kernels": (r"^\s+records\s+(\d+) kernels", int),
+    "dropped": (r"^\s+records\s.*?; (\d+) dropped;", int),
+    "cupti_overhead_ms": (r"^\s+records\s.*; CUPTI overhead (\S+) ms", fnum),
+    "ceilings": (r"^ceilings: (.*)$", str),
+    "written_to": (r"^profile written to (\S+?)/? \(", str),
+    "counters": (r"^counters: (\d+) kernels counted", int),
+    "counters_note": (r"^counters: (?!\d+ kernels counted)(.*)$", str),
+}
+
+
+def parse_profile(text):
+    lines = text.splitlines()
+    r = {"steps": [], "no_profile": False, "top_kernel": None, "findings": [], "measured": [],
+         "gemm_hw_over_analytic": None, "worst_gemm_row": None, "errors": []}
+    for key, (pattern, conv) in PROFILE_FIELDS.items():
+        m = re.search(pattern, text, re.M)
+        r[key] = conv(m[1]) if m else None
+    for m in re.finditer(r"^step (\d+)/\d+ \| loss (\S+) \| (\S+) ms \| (\d+) tok/s$", text, re.M):
+        r["steps"].append({"step": int(m[1]), "loss": float(m[2]), "ms": float(m[3]), "tok_s": int(m[4])})
+    r["findings"] = re.findall(r"^\s+\d+\. \[(\w+)\]", text, re.M)
+    r["no_profile"] = "profiler: no in-process profile written" in text
+    for i, line in enumerate(lines):
+        if line.startswith("== Top ") and i + 2 < len(lines) and lines[i + 2].split():
+            r["top_kernel"] = lines[i + 2].split()[0]
+        if line.startswith("== Measured vs analytic"):
+            r["measured"] = parse_measured_table(lines[i + 1:])
+        if line.startswith("error") or "CUDA error" in line:
+            r["errors"].append(line.strip())
+    total = next((x for x in r["measured"] if x["subblock"] == "total"), None)
+    if total and total.get("gemm_an") and total.get("tensor_hw") is not None:
+        r["gemm_hw_over_analytic"] = round(total["tensor_hw"] / total["gemm_an"], 4)
+    worst = None
+    for x in r["measured"]:
+        if x["subblock"] != "total" and x.get("gemm_an") and x.get("tensor_hw") is not None:
+            ratio = x["tensor_hw"] / x["gemm_an"]
+            if worst is None or abs(ratio - 1) > abs(worst[1] - 1):
+                worst = (f"{x['subblock']} {x['phase']}".strip(), ratio)
+    if worst:
+        r["worst_gemm_row"] = {"row": worst[0], "ratio": round(worst[1], 4)}
+    return r
+
+
+# ---------------------------------------------------------------- ncu --csv joined with kernels.csv
+
+def kernel_key(name):
+    """A kernel name as both sides can agree on it: no return type, no argument list, no spaces
+    (cxxabi writes "f<64, 64>(int*)", ncu "void f<64, 64>(int *)" or "f<64, 64>(T1)")."""
+    s = name.strip().replace("(anonymous namespace)", "{anonymous}")
+    depth, cut = 0, len(s)
+    for i, c in enumerate(s):  # the argument list starts at the first '(' outside template brackets
+        if c == "<":
+            depth += 1
+        elif c == ">":
+            depth -= 1
+        elif c == "(" and depth == 0 and i > 0:
+            cut = i
+            break
+    s = s[:cut]
+    if s.startswith("void "):
+        s = s[5:]
+    return re.sub(r"\s+", "", s)
+
+
+UNIT_NS = {"ns": 1.0, "nsecond": 1.0, "nsecond(s)": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6,
+           "s": 1e9, "second": 1e9, "": 1.0}
+
+
+def ncu_launches(text):
+    """(ID, kernel name, gpu__time_duration in ns) per launch from `ncu --csv` output, long or wide layout;
+    the profiled program's own output and ==PROF== lines around the CSV are ignored."""
+    lines = [l for l in text.splitlines() if l.startswith('"')]
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID",')), None)
+    if start is None:
+        return []
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    head, out = rows[0], []
+    if "Metric Name" in head:  # one row per (launch, metric)
+        ix = {k: head.index(k) for k in ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value")}
+        for row in rows[1:]:
+            if len(row) != len(head) or row[ix["Metric Name"]] != "gpu__time_duration.sum":
+                continue
+            v = fnum(row[ix["Metric Value"]])
+            scale = UNIT_NS.get(row[ix["Metric Unit"]].strip())
+            if v is not None and scale is not None:
+                out.append((row[ix["ID"]], row[ix["Kernel Name"]], v * scale))
+    elif "gpu__time_duration.sum" in head:  # one row per launch, a units row first
+        col, name_col = head.index("gpu__time_duration.sum"), head.index("Kernel Name")
+        scale = 1.0
+        for row in rows[1:]:
+            if len(row) != len(head):
+                continue
+            if not row[0]:
+                scale = UNIT_NS.get(row[col].strip(), 1.0)
+                continue
+            v = fnum(row[col])
+            if v is not None:
+                out.append((row[0], row[name_col], v * scale))
+    return out
+
+
+def parse_ncu(text, kernels_csv=None):
+    r = {"launches": 0, "kernels": [], "ncu_only": [], "profiler_only": [], "joined": 0, "ratio_median": None,
+         "ratio_min": None, "ratio_max": None, "ratio_total": None, "error": None}
+    if "ERR_NVGPUCTRPERM" in text:
+        r["error"] = "no permission to read GPU performance counters (ERR_NVGPUCTRPERM)"
+    else:
+        m = re.search(r"^==ERROR== (.*)$", text, re.M)
+        if m:
+            r["error"] = m[1].strip()
+    ncu = {}
+    for _, name, ns in ncu_launches(text):
+        e = ncu.setdefault(kernel_key(name), {"name": name, "launches": 0, "ns": 0.0})
+        e["launches"] += 1
+        e["ns"] += ns
+    r["launches"] = sum(e["launches"] for e in ncu.values())
+    prof = {}
+    if kernels_csv is not None:
+        for row in csv.DictReader(io.StringIO(kernels_csv)):
+            if row.get("category") in ("memcpy", "memset") or row["kernel"].startswith("["):
+                continue
+            e = prof.setdefault(kernel_key(row["kernel"]), {"name": row["kernel"], "calls": 0, "us": 0.0})
+            e["calls"] += int(row["calls"])
+            e["us"] += float(row["total_us"])
+    ratios, ncu_weighted, prof_total = [], 0.0, 0.0
+    for key, p in sorted(prof.items(), key=lambda kv: -kv[1]["us"]):
+        if key not in ncu:
+            r["profiler_only"].append(p["name"])
+            continue
+        n = ncu[key]
+        ncu_avg, prof_avg = n["ns"] / n["launches"] / 1e3, p["us"] / p["calls"]
+        ratio = ncu_avg / prof_avg if prof_avg > 0 else None
+        r["kernels"].append({"kernel": key, "ncu_launches": n["launches"], "ncu_avg_us": round(ncu_avg, 3),
+                             "profiler_calls": p["calls"], "profiler_avg_us": round(prof_avg, 3),
+                             "ratio": None if ratio is None else round(ratio, 4)})
+        if ratio is not None:
+            ratios.append(ratio)
+            ncu_weighted += ncu_avg * p["calls"]
+            prof_total += p["us"]
+    r["ncu_only"] = sorted(n["name"] for k, n in ncu.items() if k not in prof) if prof else []
+    r["joined"] = len(ratios)
+    if ratios:
+        r.update(ratio_median=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios),
+                 ratio_total=ncu_weighted / prof_total if prof_total > 0 else None)
+    return r
+
+
+def ncu_table_csv(p):
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["kernel", "ncu_launches", "ncu_avg_us", "profiler_calls", "profiler_avg_us", "ratio"])
+    for k in p["kernels"]:
+        w.writerow([k["kernel"], k["ncu_launches"], k["ncu_avg_us"], k["profiler_calls"], k["profiler_avg_us"],
+                    k["ratio"]])
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------- inventory, build, data, nsys
+
+def parse_inventory(text):
+    r = {"gpu": None, "driver": None, "compute_cap": None, "memory": None, "driver_cuda": None, "nvcc": None,
+         "cuda_runtime": None, "cublaslt": None, "cupti": None, "tools": {}}
+    for line in text.splitlines():
+        m = re.match(r"^gpu: (.*)$", line)
+        if m and r["gpu"] is None:
+            # nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,... --format=csv,noheader
+            r.update(zip(("gpu", "driver", "compute_cap", "memory"), (x.strip() for x in m[1].split(","))))
+        m = re.search(r"CUDA Version: ([\d.]+)", line)
+        if m:
+            r["driver_cuda"] = m[1]
+        m = re.search(r"Cuda compilation tools, release ([\d.]+), V([\d.]+)", line)
+        if m:
+            r["nvcc"] = m[2]
+        m = re.match(r"^(cuda_runtime|cublaslt|cupti): (\S+)", line)
+        if m:
+            r[m[1]] = m[2]
+        m = re.match(r"^tool (\S+): (.*)$", line)
+        if m:
+            r["tools"][m[1]] = None if m[2].startswith("not found") else m[2]
+    return r
+
+
+def parse_build(text):
+    compiles = len(re.findall(r"^(?:nvcc|g\+\+|c\+\+|\S*/nvcc)\s.*\s-o\s", text, re.M))
+    err = re.search(r"^.*(?:error:|Error \d+|No rule to make target).*$", text, re.M)
+    return {"compiled": compiles, "up_to_date": compiles == 0, "error": err[0].strip() if err else None}
+
+
+def parse_data(text):
+    r = {"already_prepared": bool(re.search(r"^\S+: already prepared$", text, re.M)), "train_tokens": None, "val_tokens": None, "error": None}
+    for m in re.finditer(r"^wrote (\d+) tokens to (\S+)$", text, re.M):
+        r["val_tokens" if "val" in os.path.basename(m[2]) else "train_tokens"] = int(m[1])
+    m = re.search(r"^.*error.*$", text, re.M)
+    if m:
+        r["error"] = m[0].strip()
+    return r
+
+
+def parse_nsys(text):
+    r = {"report": None, "report_bytes": None, "steps": 0, "tok_s": None, "nvtx_llmc": False, "error": None}
+    m = re.search(r"^nsys report: (\S+) \((\d+) bytes\)$", text, re.M)
+    if m:
+        r["report"], r["report_bytes"] = m[1], int(m[2])
+    steps = [int(m[1]) for m in re.finditer(r"^step \d+/\d+ \| loss \S+ \| \S+ ms \| (\d+) tok/s$", text, re.M)]
+    r["steps"] = len(steps)
+    if steps:
+        r["tok_s"] = statistics.mean(steps)
+    r["nvtx_llmc"] = bool(re.search(r"\bllmc[:@/](step|forward|backward|optimizer)\b", text))
+    m = re.search(r"^.*(?:Error|ERROR|error:).*$", text, re.M)
+    if m:
+        r["error"] = m[0].strip()
+    return r
+
+
+PARSERS = {"inventory": parse_inventory, "build": parse_build, "gtest": parse_gtest, "sanitizer": parse_sanitizer,
+           "ladder": parse_ladder, "data": parse_data, "train": parse_train, "benchmark": parse_benchmark,
+           "profile": parse_profile, "nsys": parse_nsys}
+
+
+# ---------------------------------------------------------------- stage verdicts
+
+def judge(stage, rc, text, report_dir=None, limit=None, write_files=False, killed=False):
+    """(status, key numbers) of one stage: status is pass or fail. write_files: the ncu stage writes
+    report_dir/ncu_vs_profiler.csv, its per-kernel table."""
+    kind = KIND[stage]
+    if rc in (124, 137):
+        return "fail", f"timed out after {limit or '?'} s; " + judge(stage, 0, text, report_dir, limit, write_files,
+                                                                       killed=True)[1]
+    if kind == "ncu":
+        kcsv = None
+        if report_dir:
+            path = os.path.join(report_dir, NCU_PROFILE_DIR, "kernels.csv")
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    kcsv = f.read()
+        p = parse_ncu(text, kcsv)
+        if write_files and report_dir and p["kernels"]:
+            with open(os.path.join(report_dir, "ncu_vs_profiler.csv"), "w", encoding="utf-8") as f:
+                f.write(ncu_table_csv(p))
+        if p["error"]:
+            return "fail", p["error"]
+        if kcsv is None:
+            return "fail", f"no {NCU_PROFILE_DIR}/kernels.csv from the profiler run; {p['launches']} ncu launches"
+        key = (f"{p['launches']} launches, {p['joined']} kernels joined; ncu/profiler per-launch time: median "
+               f"{fmt(p['ratio_median'], '.3f')}, range {fmt(p['ratio_min'], '.2f')}-{fmt(p['ratio_max'], '.2f')}, "
+               f"step total {fmt(p['ratio_total'], '.3f')} (ncu_vs_profiler.csv)")
+        if p["profiler_only"]:
+            key += f"; {len(p['profiler_only'])} profiled kernels not seen by ncu"
+        if p["ncu_only"]:
+            key += f"; {len(p['ncu_only'])} only under ncu (outside the profiled steps)"
+        return ("pass" if rc == 0 and p["joined"] > 0 else "fail"), key
+    p = PARSERS[kind](text)
+    if kind == "inventory":
+        tools = ", ".join(f"{t} {'yes' if v else 'no'}" for t, v in p["tools"].items())
+        key = (f"{p['gpu'] or '?'} (sm {p['compute_cap'] or '?'}, {p['memory'] or '?'}), driver {p['driver'] or '?'} "
+               f"(CUDA {p['driver_cuda'] or '?'}), nvcc {p['nvcc'] or '?'}, cuBLASLt {p['cublaslt'] or '?'}, "
+               f"CUPTI {p['cupti'] or '?'}; {tools}")
+        return ("pass" if rc == 0 and p["gpu"] else "fail"), key
+    if kind == "build":
+        if killed:
+            return "fail", f"{p['compiled']} compiler runs before it was stopped"
+        if rc != 0:
+            return "fail", p["error"] or f"make exited {rc}"
+        return "pass", "up to date" if p["up_to_date"] else f"{p['compiled']} compiler runs"
+    if kind == "gtest":
+        return ("pass" if rc == 0 and gtest_ok(p) else "fail"), gtest_key(p)
+    if kind == "sanitizer":
+        g = p["gtest"]
+        if p["errors"] is None:
+            key = "no sanitizer summary"
+        elif p["hazards"] is not None:
+            key = f"{p['hazards']} hazards ({p['errors']} errors, {p['warnings']} warnings)"
+        else:
+            key = f"{p['errors']} errors"
+        if p["first_error"] and p["errors"]:
+            key += f" (first: {p['first_error'][:100]})"
+        key += "; tests: " + gtest_key(g)
+        ok = rc == 0 and p["errors"] == 0 and gtest_ok(g)
+        return ("pass" if ok else "fail"), key
+    if kind == "ladder":
+        progs = p["programs"]
+        ok = rc == 0 and progs and all(x["exit"] == 0 and not x["checks_failed"] and not x.get("missing")
+                                       for x in progs)
+        return ("pass" if ok else "fail"), ladder_key(p)
+    if kind == "data":
+        if rc != 0:
+            return "fail", p["error"] or f"exited {rc}"
+        if p["already_prepared"]:
+            return "pass", "already prepared"
+        if p["train_tokens"] is None or killed:
+            return "fail", "no shards written"
+        return "pass", f"{p['train_tokens']} train, {p['val_tokens']} val tokens"
+    if kind == "train":
+        v = p["val_losses"]
+        key = (f"{p['steps']} steps, loss {fmt(p['first_loss'], '.3f')} -> {fmt(p['last_loss'], '.3f')}, val "
+               + (" -> ".join(f"{x:.3f}" for x in v) if v else "none")
+               + f"; {fmt(p['tok_s'], '.0f')} tok/s, {fmt(p['ms'], '.1f')} ms/step, MFU {fmt(p['mfu'], '.1f')}%, "
+               f"{fmt(p['mem_gib'], '.1f')} GiB; sample {'yes' if p['sample'] else 'no'}")
+        problems = []
+        if p["steps"] < 50:
+            problems.append(f"only {p['steps']} steps")
+        if p["train_falls"] is False:
+            problems.append("train loss did not fall")
+        if p["val_falls"] is not True:
+            problems.append("val loss did not fall" if p["val_falls"] is False else "fewer than 2 val losses")
+        if not p["sample"]:
+            problems.append("no sample")
+        if p["errors"]:
+            problems.append(p["errors"][0])
+        if rc != 0 or problems:
+            return "fail", "; ".join(problems or [f"exited {rc}"]) + "; " + key
+        return "pass", key
+    if kind == "benchmark":
+        rows = p["rows"]
+        parts = []
+        for x in rows:
+            if x.get("ms") is None:
+                parts.append(f"B={x['B']} failed: {x['error']}")
+                continue
+            s = f"B={x['B']} {x['tok_s']} tok/s {x['ms']:.1f} ms MFU {x['mfu']:.1f}% {x['mem_gib']:.1f} GiB"
+            if x["overhead_pct"] is not None:
+                s += f", profiling overhead {x['overhead_pct']:.2f}%"
+            if x["error"]:
+                s += f" ({x['error']})"
+            parts.append(s)
+        over = [x["overhead_pct"] for x in rows if x.get("overhead_pct") is not None]
+        if over:
+            parts.append(f"overhead target <= 2%: {'met' if max(over) <= 2 else 'missed'}")
+        ok = rc == 0 and rows and all(x.get("ms") is not None and not x["error"] for x in rows)
+        return ("pass" if ok else "fail"), "; ".join(parts) or "no result rows"
+    if kind == "profile":
+        key = (f"{fmt(p['tok_s'], '.0f')} tok/s, {fmt(p['ms_per_step'], '.2f')} ms/step (GPU "
+               f"{fmt(p['gpu_ms_per_step'], '.2f')}), MFU {fmt(p['mfu'], '.1f')}%, {fmt(p['kernels'], 'd')} kernels, "
+               f"{fmt(p['dropped'], 'd')} dropped, top {p['top_kernel'] or '?'}; findings: "
+               f"{', '.join(p['findings']) or 'none'}")
+        problems = []
+        if not p["written_to"]:
+            problems.append("no profile written")
+        if p["dropped"]:
+            problems.append(f"{p['dropped']} CUPTI records dropped")
+        if p["errors"]:
+            problems.append(p["errors"][0])
+        if stage == "profile_counters":
+            if p["counters"] is None:
+                problems.append("counters not collected: " + (p["counters_note"] or "no counters line"))
+            else:
+                key += f"; counters: {p['counters']} kernels"
+                if p["gemm_hw_over_analytic"] is not None:
+                    key += f", tensor/analytic GEMM FLOPs {p['gemm_hw_over_analytic']:.4f}"
+                if p["worst_gemm_row"]:
+                    key += f" (furthest: {p['worst_gemm_row']['row']} {p['worst_gemm_row']['ratio']:.4f})"
+                if p["counters_note"]:
+                    key += f"; {p['counters_note']}"
+        if rc != 0 or problems:
+            return "fail", "; ".join(problems or [f"exited {rc}"]) + "; " + key
+        return "pass", key
+    if kind == "nsys":
+        key = (f"report {p['report'] or 'missing'}"
+               + (f" ({p['report_bytes'] / 1e6:.1f} MB)" if p["report_bytes"] else "")
+               + f", {p['steps']} steps at {fmt(p['tok_s'], '.0f')} tok/s under nsys, NVTX domain llmc "
+               f"{'seen' if p['nvtx_llmc'] else 'not seen'}")
+        return ("pass" if rc == 0 and p["report"] else "fail"), key
+    raise ValueError(stage)
+
+
+# ---------------------------------------------------------------- the report
+
+def read_stages(report_dir):
+    rows = {}
+    path = os.path.join(report_dir, "stages.tsv")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                t = line.rstrip("\n").split("\t")
+                if len(t) >= 4 and t[0] in KIND:
+                    rows[t[0]] = {"rc": t[1], "seconds": t[2], "limit": t[3], "note": t[4] if len(t) > 4 else ""}
+    return rows
+
+
+def read_log(path):
+    """A stage log without the lines gpu_check.sh heads it with ("# stage ...", and "# $ " before each line of
+    the command)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return "".join(l for l in f if not l.startswith(("# stage ", "# $ ")))
+
+
+def stage_verdict(report_dir, stage, row, write_files=False):
+    if row["rc"] == "skip":
+        return "skipped", row["note"]
+    log = os.path.join(report_dir, "logs", stage + ".log")
+    text = read_log(log) if os.path.exists(log) else ""
+    status, key = judge(stage, int(row["rc"]), text, report_dir, row["limit"], write_files)
+    if row["note"]:
+        key += f"; {row['note']}"
+    return status, key
+
+
+def md_cell(s):
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def make_report(report_dir, write_files=True):
+    rows = read_stages(report_dir)
+    verdicts = []
+    for stage, _, what in STAGES:
+        if stage in rows:
+            status, key = stage_verdict(report_dir, stage, rows[stage], write_files)
+            verdicts.append((stage, what, status, rows[stage]["seconds"], key))
+    md = ["# GPU check", "", "Produced by scripts/gpu_check.sh; every stage's output is in logs/STAGE.log "
+          "(doc/gpu_check.md says how to read it).", "",
+          "| stage | result | seconds | key numbers |", "|---|---|---|---|"]
+    for stage, what, status, secs, key in verdicts:
+        md.append(f"| {stage} ({md_cell(what)}) | {status} | {secs} | {md_cell(key)} |")
+    counts = {s: sum(1 for v in verdicts if v[2] == s) for s in ("pass", "fail", "skipped")}
+    summary = [f"GPU check: {counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped "
+               f"({report_dir})"]
+    for stage, _, status, secs, key in verdicts:
+        summary.append(f"  {stage:<17} {status:<7} {secs:>5}s  {key[:150]}")
+    return "\n".join(md) + "\n", "\n".join(summary) + "\n", counts
+
+
+# ---------------------------------------------------------------- library versions (ctypes)
+
+def library_paths(binary):
+    """soname -> path as the dynamic loader resolves them for `binary` (ldd), or {}."""
+    if not binary or not os.path.exists(binary):
+        return {}
+    try:
+        out = subprocess.run(["ldd", binary], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {m[1]: m[2] for m in re.finditer(r"^\s*(\S+) => (\S+) \(", out, re.M)}
+
+
+def load(prefix, paths):
+    candidates = [p for so, p in paths.items() if so.startswith(prefix + ".so")]
+    candidates += [prefix + ".so", prefix + ".so.13", prefix + ".so.12", prefix + ".so.1"]
+    for c in candidates:
+        try:
+            return ctypes.CDLL(c), c
+        except OSError:
+            continue
+    return None, None
+
+
+def cuda_version(v):  # 12040 -> "12.4"
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+# (line, library, entry point, its out-parameter type or None when it returns the number, format, where)
+VERSION_QUERIES = [
+    ("cuda_runtime", "libcudart", "cudaRuntimeGetVersion", ctypes.c_int, cuda_version,
+     "shared {}; nvcc links it statically into the programs"),
+    ("driver_api", "libcuda", "cuDriverGetVersion", ctypes.c_int, cuda_version, "{}"),
+    ("cublaslt", "libcublasLt", "cublasLtGetVersion", None, lambda n: f"{n // 10000}.{n % 10000 // 100}.{n % 100}",
+     "{}"),
+    ("cupti", "libcupti", "cuptiGetVersion", ctypes.c_uint32, lambda n: f"api-{n}", "{}"),
+]
+
+
+def versions(binary):
+    paths = library_paths(binary)
+    lines = []
+    for key, name, entry, out_type, show, where in VERSION_QUERIES:
+        lib, path = load(name, paths)
+        value = None
+        if lib is not None and hasattr(lib, entry):
+            f = getattr(lib, entry)
+            if out_type is None:
+                f.restype = ctypes.c_size_t
+                value = f()
+            else:
+                v = out_type(0)
+                if f(ctypes.byref(v)) == 0:
+                    value = v.value
+        lines.append(f"{key}: {show(value)} ({where.format(path)})" if value is not None
+                     else f"{key}: ? ({name} not found, or it did not answer)")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- command line
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        print(f"gpu_report.py: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv):
+    ap = Parser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="\n".join(__doc__.split("\n")[2:]))
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=Parser)
+    p = sub.add_parser("parse", help="one log's key numbers as JSON")
+    p.add_argument("kind", choices=sorted(set(KIND.values())))
+    p.add_argument("log")
+    p.add_argument("--kernels", help="ncu: the profiler's kernels.csv to join with")
+    j = sub.add_parser("judge", help="one stage's verdict line")
+    j.add_argument("stage", choices=[s for s, _, _ in STAGES])
+    j.add_argument("dir")
+    r = sub.add_parser("report", help="write report.md and summary.txt, print the summary")
+    r.add_argument("dir")
+    r.add_argument("-o", "--output", help="report.md path [DIR/report.md]")
+    v = sub.add_parser("versions", help="library versions through ctypes")
+    v.add_argument("--binary", help="resolve the libraries as this program loads them")
+    a = ap.parse_args(argv)
+
+    if a.cmd == "parse":
+        try:
+            text = read_log(a.log)
+            kcsv = None
+            if a.kernels:
+                with open(a.kernels, encoding="utf-8") as f:
+                    kcsv = f.read()
+        except OSError as e:
+            print(f"gpu_report.py: {e}", file=sys.stderr)
+            return 2
+        out = parse_ncu(text, kcsv) if a.kind == "ncu" else PARSERS[a.kind](text)
+        print(json.dumps(out, sort_keys=True))
+        return 0
+    if a.cmd == "versions":
+        sys.stdout.write(versions(a.binary))
+        return 0
+    if not os.path.isdir(a.dir):
+        print(f"gpu_report.py: no report directory '{a.dir}'", file=sys.stderr)
+        return 2
+    if a.cmd == "judge":
+        row = read_stages(a.dir).get(a.stage)
+        if row is None:
+            print(f"gpu_report.py: stage {a.stage} not in {a.dir}/stages.tsv", file=sys.stderr)
+            return 1
+        status, key = stage_verdict(a.dir, a.stage, row)
+        print(f"{a.stage} {status}: {key}")
+        return 0
+    md, summary, counts = make_report(a.dir, write_files=not a.output)
+    out = a.output or os.path.join(a.dir, "report.md")
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(md)
+    if not a.output:
+        with open(os.path.join(a.dir, "summary.txt"), "w", encoding="utf-8") as f:
+            f.write(summary)
+    sys.stdout.write(summary)
+    return 1 if counts["fail"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
