@@ -166,5 +166,7 @@ tinyshakespeare: prepare_data
 clean:
 	rm -rf $(BUILD) train_gpt2 prepare_data train_gpt2cu profile_gpt2cu
 
-.SECONDARY:
+# Objects made through a chain of pattern rules (the kernel benchmarks') are kept, not deleted as intermediates.
+# (A bare .SECONDARY would also stop make from building a new test's object for an up-to-date binary.)
+.PRECIOUS: $(BUILD)/%.o $(BUILD)/%.cu.o
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -6,8 +6,10 @@
  * lazy module loading), then each traced step is flushed after its loss read, outside its timing.
  *
  *   make profile_gpt2cu && ./profile_gpt2cu                 # GPT-2 124M, B=8, T=1024 -> profile/
- *   ncu --nvtx --nvtx-include "llmc@forward/" --set full ./profile_gpt2cu --layers 1 --steps 1 --warmup 1
+ *   ncu --set full ./profile_gpt2cu                         # under ncu: 1 layer, 1 step (explicit flags win)
+ *   nsys profile ./profile_gpt2cu                           # the steps as given, NVTX ranges per sub-block
  */
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -40,6 +42,8 @@ struct Options {
     bool counters = false;
     int top = 15;
     bool help = false;
+    std::vector<std::string> given; // the flags on the command line (long names): they win over the ncu defaults
+    bool has(const char* flag) const { return std::find(given.begin(), given.end(), flag) != given.end(); }
 };
 
 std::string usage(const Options& d) {
@@ -58,8 +62,8 @@ std::string usage(const Options& d) {
         "      --counters        one more step under CUPTI's range profiler: per-kernel FLOPs and DRAM bytes\n"
         "      --top N           kernels listed in the summary [%d]\n"
         "  -h, --help            this help\n"
-        "Under ncu keep the replay short: ncu --nvtx --nvtx-include \"llmc@forward/\" ./profile_gpt2cu --layers 1 "
-        "--steps 1 --warmup 1\n",
+        "Under ncu, flags not given default to a replay-sized run (--layers 1 --warmup 0 --steps 1 --no-calibrate):\n"
+        "  ncu --set full ./profile_gpt2cu;  one sub-block: ncu --nvtx --nvtx-include \"llmc@fc/\" ./profile_gpt2cu\n",
         d.model.c_str(), d.B, d.T, d.warmup, d.steps, d.output.c_str(), d.top);
 }
 
@@ -70,6 +74,12 @@ Options parse_options(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         llmc::detail::Arg a = llmc::detail::split_arg(argv[i]);
         const std::string& flag = a.flag;
+        static const std::pair<const char*, const char*> long_names[] = {
+            {"-e", "--model"}, {"-b", "--batch"}, {"-t", "--seq-len"}, {"-i", "--input"}, {"-o", "--output"}};
+        std::string name = flag;
+        for (const auto& ln : long_names)
+            if (flag == ln.first) name = ln.second;
+        o.given.push_back(name);
         if (flag == "-h" || flag == "--help") {
             o.help = true;
             continue;
@@ -130,10 +140,64 @@ float train_step(GPT2GPU& m, Batches& data, int B, int T, int t) {
     return m.train_step(next, B, T, 1, 3e-4f, AdamWConfig{}, t).first;
 }
 
-// Running under nsys or ncu: both inject themselves through CUDA_INJECTION64_PATH; ncu also exports its
-// metrics directory. The replayed or traced run then leaves calibration and counters to the tool.
-bool under_cuda_tool() {
-    return prof::cuda_tool_injected() || getenv("NV_COMPUTE_PROFILER_PERFWORKS_DIR") != nullptr;
+/*
+ * Running under nsys or ncu: both inject themselves through CUDA_INJECTION64_PATH (a library in the tool's own
+ * install tree); ncu also exports its metrics directory (NV_COMPUTE_PROFILER_PERFWORKS_DIR). The traced or
+ * replayed run then leaves calibration and counters to the tool.
+ */
+enum class CudaTool { none, ncu, nsys, other };
+CudaTool attached_cuda_tool() {
+    const char* inj = getenv("CUDA_INJECTION64_PATH");
+    const std::string path = inj ? inj : "";
+    if (getenv("NV_COMPUTE_PROFILER_PERFWORKS_DIR") || path.find("nsight-compute") != std::string::npos ||
+        path.find("TreeLauncher") != std::string::npos)
+        return CudaTool::ncu;
+    if (path.find("nsight-systems") != std::string::npos || path.find("ToolsInjection") != std::string::npos)
+        return CudaTool::nsys;
+    return prof::cuda_tool_injected() ? CudaTool::other : CudaTool::none;
+}
+bool under_cuda_tool() { return attached_cuda_tool() != CudaTool::none; }
+
+/*
+ * ncu replays every kernel some 40 times (--set full): the default run (12 layers, 3 warmup + 5 steps, about
+ * 3,000 kernels) would take hours. Under ncu, the flags not given on the command line shrink to a
+ * replay-sized run: one layer, no warmup, one step, the datasheet ceilings. Returns the one line that says so.
+ */
+std::string shrink_for_ncu(Options& o) {
+    std::string what;
+    auto note = [&](const std::string& s) { what += (what.empty() ? "" : ", ") + s; };
+    int depth = 0;
+    if (!o.has("--layers") && parse_depth_descriptor(o.model, &depth)) o.layers = 1, note("--layers 1");
+    if (!o.has("--warmup")) o.warmup = 0, note("--warmup 0");
+    if (!o.has("--steps")) o.steps = 1, note("--steps 1");
+    if (!o.has("--no-calibrate")) o.calibrate = false, note("--no-calibrate");
+    return "profile_gpt2cu: under ncu: a replay-sized run (" + (what.empty() ? std::string("flags as given") : what) +
+           "); in-process CUPTI off";
+}
+
+/*
+ * The tensor-op counter's unit, checked on this device instead of assumed: one GEMM of known size through the
+ * model's own matmul path, counted like the step. Returns FLOPs per counted op, 0 when nothing was counted.
+ */
+constexpr int kCalibrationGemm = 1024;
+double calibrate_tensor_ops() {
+    const int n = kCalibrationGemm;
+    floatX *a = nullptr, *b = nullptr, *d = nullptr;
+    CUDA_CHECK(cudaMalloc(&a, (size_t)n * n * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&b, (size_t)n * n * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d, (size_t)n * n * sizeof(floatX)));
+    CUDA_CHECK(cudaMemset(a, 0, (size_t)n * n * sizeof(floatX)));
+    CUDA_CHECK(cudaMemset(b, 0, (size_t)n * n * sizeof(floatX)));
+    prof::CounterReport r = prof::collect_counters(
+        [&] {
+            matmul_forward(d, a, b, nullptr, n, n, n, nullptr, 0);
+            CUDA_CHECK(cudaDeviceSynchronize());
+        },
+        16, [](const char* name) { return prof::demangle(name); });
+    cudaFree(a), cudaFree(b), cudaFree(d);
+    double ops = 0;
+    for (const prof::KernelCounters& k : r.kernels) ops += k.tensor_ops;
+    return r.collected ? prof::tensor_flops_per_op(ops, n, n, n) : 0.0;
 }
 
 /*
@@ -159,6 +223,13 @@ prof::CounterReport count_last_step(const prof::ProfileRecords& records, bool wa
         printf("counters: %s; the rest of the profile is written\n", counters.note.c_str());
         return counters;
     }
+    const double flops_per_op = calibrate_tensor_ops();
+    prof::scale_tensor_ops(counters, flops_per_op);
+    if (flops_per_op > 0)
+        printf("counters: one counted tensor op = %.4f FLOPs (a %dx%dx%d GEMM counted as 2*M*N*K)\n", flops_per_op,
+               kCalibrationGemm, kCalibrationGemm, kCalibrationGemm);
+    else
+        counters.note += (counters.note.empty() ? "" : "; ") + std::string("tensor-op unit not calibrated (assumed 1)");
     std::string why = prof::join_by_launch_order(traced_step, counters.kernels);
     if (!why.empty()) counters.note += (counters.note.empty() ? "" : "; ") + ("no sub-block attribution: " + why);
     prof::aggregate_counters(counters);
@@ -174,6 +245,12 @@ int main(int argc, char** argv) {
         if (opt.help) {
             printf("%s", usage(Options{}).c_str());
             return 0;
+        }
+        if (attached_cuda_tool() == CudaTool::ncu) printf("%s\n", shrink_for_ncu(opt).c_str());
+        if (!under_cuda_tool() && opt.warmup == 0) {
+            // CUPTI is started one step ahead of the traced ones: its start-up must not land in a traced step.
+            opt.warmup = 1;
+            printf("profile_gpt2cu: --warmup 1: CUPTI starts during an untraced step\n");
         }
         if (cuda_device_count() == 0)
             throw Error("no CUDA device found: profile_gpt2cu needs an NVIDIA GPU (sm_80 or newer)");
@@ -230,27 +307,27 @@ int main(int argc, char** argv) {
                    ctx.ceilings.dram_gbps, ctx.ceilings.source.c_str());
             return counters;
         });
-        const char* ncu_hint = "profiler: under ncu keep the replay short: --layers 1 --steps 1 --warmup 1, and "
-                               "ncu --nvtx --nvtx-include \"llmc@forward/\"\n";
-        if (under_cuda_tool()) printf("%s", ncu_hint);
+        if (attached_cuda_tool() == CudaTool::nsys)
+            printf("profile_gpt2cu: under nsys: the steps as given, with their NVTX ranges; in-process CUPTI off\n");
         // Warmup steps run untraced (the session arms the collector after the last of them), then the traced ones.
         const long tokens = (long)opt.B * opt.T;
         const int total = opt.warmup + opt.steps;
         bool written = false;
         for (int i = 0; i < total; i++) {
-            auto t0 = std::chrono::steady_clock::now();
             session.begin_step(i);
+            // The step's own time: the session's power readings at its edges (NVML calls) stay outside it.
+            auto t0 = std::chrono::steady_clock::now();
             float loss = train_step(*model, data, opt.B, opt.T, ++t);
-            session.end_step(tokens);
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            session.end_step(tokens);
             if (i >= opt.warmup)
                 printf("step %d/%d | loss %.6f | %.2f ms | %.0f tok/s\n", i - opt.warmup + 1, opt.steps, loss, ms,
                        tokens / (ms / 1e3));
             written = session.step_done(i + 1 == total);
         }
         if (!written) {
-            if (!under_cuda_tool()) printf("%s", ncu_hint);
-            printf("profiler: no in-process profile written\n");
+            printf("profiler: no in-process profile written%s\n",
+                   under_cuda_tool() ? " (the attached tool has the trace)" : "");
             return 0;
         }
         printf("profile written to %s/ (summary.txt, kernels.csv, subblocks.csv, steps.csv, api.csv, roofline.csv, "

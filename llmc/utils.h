@@ -30,12 +30,15 @@ struct UsageError : Error {
 
 inline std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 inline std::string strprintf(const char* fmt, ...) {
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    char buf[1024];
-    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_copy(again, ap);
+    const int n = vsnprintf(nullptr, 0, fmt, ap); // the length, so no message is ever cut
     va_end(ap);
-    return buf;
+    std::string out(n > 0 ? (size_t)n : 0, '\0');
+    if (n > 0) vsnprintf(out.data(), (size_t)n + 1, fmt, again);
+    va_end(again);
+    return out;
 }
 
 // RAII FILE*; opening failure names the path and the OS reason.

@@ -114,3 +114,12 @@ TEST(Sampler, TemperatureAndTopK) {
     EXPECT_EQ(sample_token(p.data(), 3, SamplerConfig{0.5f, 0}, 0.11f), 1);
     EXPECT_EQ(sample_token(p.data(), 3, SamplerConfig{0.5f, 0}, 0.77f), 2);
 }
+
+// Messages and usage texts longer than any fixed buffer come out whole.
+TEST(Cli, StrprintfKeepsLongMessages) {
+    const std::string long_name(5000, 'x');
+    const std::string s = strprintf("%s: %d", long_name.c_str(), 42);
+    EXPECT_EQ(s.size(), 5004u);
+    EXPECT_EQ(s.substr(4998), "xx: 42");
+    EXPECT_EQ(strprintf("%s", ""), "");
+}

@@ -135,6 +135,24 @@ TEST(ProfilerCounters, JoinRefusesMismatches) {
 }
 
 // Sums by hand: counts add, rates come from the sums, floors add as seconds.
+// The counter's unit comes from a calibration GEMM: if a counted op were worth 2 FLOPs, every kernel's tensor
+// FLOPs double before they are aggregated; a GEMM that counted nothing leaves the report as it was.
+TEST(ProfilerCounters, TensorOpsAreScaledByTheCalibrationGemm) {
+    EXPECT_DOUBLE_EQ(tensor_flops_per_op(2.0 * 1024 * 1024 * 1024, 1024, 1024, 1024), 1.0);
+    EXPECT_DOUBLE_EQ(tensor_flops_per_op(1024.0 * 1024 * 1024, 1024, 1024, 1024), 2.0);
+    EXPECT_EQ(tensor_flops_per_op(0, 1024, 1024, 1024), 0.0);
+    CounterReport r;
+    r.kernels = counted_step();
+    std::vector<double> before;
+    for (const KernelCounters& k : r.kernels) before.push_back(k.tensor_ops);
+    scale_tensor_ops(r, 0.0);
+    EXPECT_EQ(r.tensor_flops_per_op, 0.0);
+    for (size_t i = 0; i < r.kernels.size(); i++) EXPECT_EQ(r.kernels[i].tensor_ops, before[i]);
+    scale_tensor_ops(r, 2.0);
+    EXPECT_EQ(r.tensor_flops_per_op, 2.0);
+    for (size_t i = 0; i < r.kernels.size(); i++) EXPECT_DOUBLE_EQ(r.kernels[i].tensor_ops, 2.0 * before[i]);
+}
+
 TEST(ProfilerCounters, AggregatesSubBlocksFromSums) {
     CounterReport r;
     r.kernels = counted_step();

@@ -181,6 +181,45 @@ TEST_F(ProfilerPowerTest, NvmlAbsentOrFailingIsNotAvailable) {
         << csv;
 }
 
+// A driver whose NVML lacks an optional entry point (temperature, clocks) loses that metric only; a missing
+// required one (the power reading) turns the sampler off with the symbol named.
+TEST_F(ProfilerPowerTest, MissingOptionalNvmlSymbolsTurnOffOnlyTheirMetric) {
+    const NvmlApi full = fake_api();
+    auto lookup_without = [&](std::vector<std::string> absent) {
+        return [full, absent](const char* name) -> void* {
+            for (const std::string& a : absent)
+                if (a == name) return nullptr;
+            const std::string n = name;
+            if (n == "nvmlInit_v2") return reinterpret_cast<void*>(full.init);
+            if (n == "nvmlShutdown") return reinterpret_cast<void*>(full.shutdown);
+            if (n == "nvmlErrorString") return reinterpret_cast<void*>(full.error_string);
+            if (n == "nvmlDeviceGetHandleByIndex_v2") return reinterpret_cast<void*>(full.handle_by_index);
+            if (n == "nvmlDeviceGetPowerUsage") return reinterpret_cast<void*>(full.power_usage);
+            if (n == "nvmlDeviceGetClockInfo") return reinterpret_cast<void*>(full.clock_info);
+            if (n == "nvmlDeviceGetTemperature") return reinterpret_cast<void*>(full.temperature);
+            return nullptr; // the rest: as if this NVML were older
+        };
+    };
+    NvmlApi api;
+    std::string why;
+    ASSERT_TRUE(resolve_nvml(&api, lookup_without({"nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo"}), &why)) << why;
+    EXPECT_EQ(api.temperature, nullptr);
+    PowerSampler p(api, clock());
+    ASSERT_TRUE(p.available()) << p.status();
+    gpu.now = 5 * MS;
+    p.mark();
+    ProfileRecords r;
+    p.take_into(r);
+    ASSERT_EQ(r.power.size(), 1u);
+    EXPECT_DOUBLE_EQ(r.power[0].power_w, 250.0);
+    EXPECT_EQ(r.power[0].temperature_c, 0);
+    EXPECT_EQ(r.power[0].sm_clock_mhz, 0);
+
+    NvmlApi none;
+    EXPECT_FALSE(resolve_nvml(&none, lookup_without({"nvmlDeviceGetPowerUsage"}), &why));
+    EXPECT_EQ(why, "no nvmlDeviceGetPowerUsage in libnvidia-ml.so.1");
+}
+
 TEST(ProfilerPower, RealNvmlLoadFailsGracefullyOrSamples) {
     // Without the driver (CI) the library is absent; on a GPU machine it loads. Either way nothing throws.
     PowerSampler p([] { return (uint64_t)0; });

@@ -91,11 +91,26 @@ struct CounterRow {
 struct CounterReport {
     bool collected = false;
     std::string note;                  // why counters are missing or partial, "" when all is well
+    double tensor_flops_per_op = 0;    // FLOPs per counted tensor op, from a calibration GEMM (0: not measured)
     std::vector<KernelCounters> kernels; // launch order
     std::vector<CounterRow> subblocks; // by (phase, sub-block) as the report orders them, "(none)" last
     std::vector<CounterRow> per_kernel; // by (kernel name, sub-block, phase), descending time
     CounterRow total;
 };
+
+/*
+ * The tensor-op counter's unit, measured instead of assumed: a GEMM of known size (m, n, k) counted the same
+ * way does 2·m·n·k FLOPs, so one counted op is worth 2·m·n·k / counted FLOPs (0 when nothing was counted).
+ * scale_tensor_ops applies it to every kernel of a report before aggregation.
+ */
+inline double tensor_flops_per_op(double counted_ops, double m, double n, double k) {
+    return counted_ops > 0 ? 2.0 * m * n * k / counted_ops : 0.0;
+}
+inline void scale_tensor_ops(CounterReport& r, double flops_per_op) {
+    if (flops_per_op <= 0) return;
+    for (KernelCounters& k : r.kernels) k.tensor_ops *= flops_per_op;
+    r.tensor_flops_per_op = flops_per_op;
+}
 
 // Strips the argument list of a demangled name ("void f<T>(int*)" and "f" compare equal on "f").
 inline std::string kernel_base_name(const std::string& name) {

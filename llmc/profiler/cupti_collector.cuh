@@ -271,7 +271,7 @@ private:
     };
 
     // Runs on CUPTI's thread: exceptions must not escape, so a failure is kept for flush()/stop() to throw.
-    static void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+    static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
         Pool& pool = Pool::get();
         std::string error;
         Chunk chunk;
@@ -280,6 +280,9 @@ private:
         } catch (const std::exception& e) {
             error = e.what();
         }
+        // Records this buffer's context and stream could not store (count_dropped covers the global queue).
+        size_t dropped = 0;
+        if (cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped) != CUPTI_SUCCESS) dropped = 0;
         {
             std::lock_guard<std::mutex> lock(pool.buffers_mutex);
             pool.free_list.push_back(buffer);
@@ -287,6 +290,7 @@ private:
         std::lock_guard<std::mutex> lock(pool.records_mutex);
         if (!pool.sink) return;
         if (!error.empty() && pool.sink->callback_error_.empty()) pool.sink->callback_error_ = error;
+        pool.sink->rec_.dropped_records += dropped;
         pool.sink->append(std::move(chunk));
     }
 
@@ -427,6 +431,7 @@ private:
         self->open_.pop_back();
     }
 
+    // Records dropped from the global queue (buffer_completed counts each per-context, per-stream buffer's).
     void count_dropped() {
         size_t dropped = 0;
         CUPTI_CHECK(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped));

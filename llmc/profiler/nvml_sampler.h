@@ -59,7 +59,7 @@ static_assert(sizeof(NvmlFieldValue) == 40, "nvmlFieldValue_t is 40 bytes");
 // and newer GPUs: too slow for steps of tens of milliseconds.
 constexpr unsigned NVML_FI_DEV_POWER_INSTANT = 186;
 
-// The NVML entry points the sampler calls. Optional ones (null when missing) are marked.
+// The NVML entry points the sampler calls: the required ones first (resolve_nvml says which); the others may be null.
 struct NvmlApi {
     nvmlReturn_t (*init)() = nullptr;     // nvmlInit_v2
     nvmlReturn_t (*shutdown)() = nullptr; // nvmlShutdown
@@ -67,26 +67,22 @@ struct NvmlApi {
     nvmlReturn_t (*handle_by_index)(unsigned, nvmlDevice_t*) = nullptr;         // nvmlDeviceGetHandleByIndex_v2
     nvmlReturn_t (*handle_by_pci_bus_id)(const char*, nvmlDevice_t*) = nullptr; // optional
     nvmlReturn_t (*power_usage)(nvmlDevice_t, unsigned*) = nullptr;             // mW
-    nvmlReturn_t (*clock_info)(nvmlDevice_t, int, unsigned*) = nullptr;         // MHz
+    nvmlReturn_t (*clock_info)(nvmlDevice_t, int, unsigned*) = nullptr;         // optional, MHz
     nvmlReturn_t (*max_clock_info)(nvmlDevice_t, int, unsigned*) = nullptr;     // optional, MHz
-    nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned*) = nullptr;        // C
+    nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned*) = nullptr;        // optional, C
     nvmlReturn_t (*clocks_event_reasons)(nvmlDevice_t, unsigned long long*) = nullptr; // optional
     nvmlReturn_t (*total_energy)(nvmlDevice_t, unsigned long long*) = nullptr;          // optional, mJ
     nvmlReturn_t (*field_values)(nvmlDevice_t, int, NvmlFieldValue*) = nullptr;          // optional
 };
 
 /*
- * Fills *api from libnvidia-ml.so.1 (the handle goes to *lib, for dlclose). False with *why set when the
- * library or a required symbol is missing.
+ * Fills *api through lookup(symbol name). Only what power sampling cannot do without is required: init,
+ * shutdown, a device handle and the power reading. Every other entry point is optional: a missing one turns
+ * off its own metric (clocks, temperature, throttle reasons, energy, instantaneous power) and nothing else.
+ * False with *why naming the first missing required symbol.
  */
-inline bool load_nvml(NvmlApi* api, void** lib, std::string* why) {
-    *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!*lib) {
-        const char* e = dlerror();
-        *why = e ? e : "dlopen libnvidia-ml.so.1 failed";
-        return false;
-    }
-    auto sym = [&](auto& fn, const char* name) { fn = reinterpret_cast<std::decay_t<decltype(fn)>>(dlsym(*lib, name)); };
+inline bool resolve_nvml(NvmlApi* api, const std::function<void*(const char*)>& lookup, std::string* why) {
+    auto sym = [&](auto& fn, const char* name) { fn = reinterpret_cast<std::decay_t<decltype(fn)>>(lookup(name)); };
     sym(api->init, "nvmlInit_v2");
     sym(api->shutdown, "nvmlShutdown");
     sym(api->error_string, "nvmlErrorString");
@@ -101,20 +97,28 @@ inline bool load_nvml(NvmlApi* api, void** lib, std::string* why) {
     if (!api->clocks_event_reasons) sym(api->clocks_event_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
     sym(api->total_energy, "nvmlDeviceGetTotalEnergyConsumption");
     sym(api->field_values, "nvmlDeviceGetFieldValues");
-    const char* missing = !api->init               ? "nvmlInit_v2"
-                          : !api->shutdown         ? "nvmlShutdown"
-                          : !api->handle_by_index  ? "nvmlDeviceGetHandleByIndex_v2"
-                          : !api->power_usage      ? "nvmlDeviceGetPowerUsage"
-                          : !api->clock_info       ? "nvmlDeviceGetClockInfo"
-                          : !api->temperature      ? "nvmlDeviceGetTemperature"
-                                                   : nullptr;
-    if (missing) {
-        *why = std::string("no ") + missing + " in libnvidia-ml.so.1";
-        dlclose(*lib);
-        *lib = nullptr;
+    const char* missing = !api->init              ? "nvmlInit_v2"
+                          : !api->shutdown        ? "nvmlShutdown"
+                          : !api->handle_by_index ? "nvmlDeviceGetHandleByIndex_v2"
+                          : !api->power_usage     ? "nvmlDeviceGetPowerUsage"
+                                                  : nullptr;
+    if (missing) *why = std::string("no ") + missing + " in libnvidia-ml.so.1";
+    return missing == nullptr;
+}
+
+// resolve_nvml on libnvidia-ml.so.1 (the handle goes to *lib, for dlclose).
+inline bool load_nvml(NvmlApi* api, void** lib, std::string* why) {
+    *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!*lib) {
+        const char* e = dlerror();
+        *why = e ? e : "dlopen libnvidia-ml.so.1 failed";
         return false;
     }
-    return true;
+    void* handle = *lib;
+    if (resolve_nvml(api, [handle](const char* name) { return dlsym(handle, name); }, why)) return true;
+    dlclose(*lib);
+    *lib = nullptr;
+    return false;
 }
 
 class PowerSampler {
@@ -240,9 +244,10 @@ private:
         if (!(instant_power_ && read_instant_power(&v)) && api_.power_usage(device_, &v) != NVML_SUCCESS) return;
         s.power_w = v * 1e-3;
         s.t_ns = clock_(); // the time of the power reading
-        if (api_.clock_info(device_, NVML_CLOCK_SM, &v) == NVML_SUCCESS) s.sm_clock_mhz = (int)v;
-        if (api_.clock_info(device_, NVML_CLOCK_MEM, &v) == NVML_SUCCESS) s.mem_clock_mhz = (int)v;
-        if (api_.temperature(device_, NVML_TEMPERATURE_GPU, &v) == NVML_SUCCESS) s.temperature_c = (int)v;
+        if (api_.clock_info && api_.clock_info(device_, NVML_CLOCK_SM, &v) == NVML_SUCCESS) s.sm_clock_mhz = (int)v;
+        if (api_.clock_info && api_.clock_info(device_, NVML_CLOCK_MEM, &v) == NVML_SUCCESS) s.mem_clock_mhz = (int)v;
+        if (api_.temperature && api_.temperature(device_, NVML_TEMPERATURE_GPU, &v) == NVML_SUCCESS)
+            s.temperature_c = (int)v;
         if (api_.clocks_event_reasons && api_.clocks_event_reasons(device_, &reasons) == NVML_SUCCESS)
             s.throttle_reasons = reasons;
         std::lock_guard<std::mutex> lock(mutex_);
