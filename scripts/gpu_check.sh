@@ -117,7 +117,8 @@ O=$(q "$out")
 
 # ---- what the GPU tests are: every suite in test/gpu/*.cu; the sanitizers take the kernel and model suites
 # at small shapes (GpuAttention.Gpt2Shape is GPT-2's full T=1024 shape) ----
-mapfile -t gpu_suites < <(sed -n 's/^TEST\(_F\|_P\)\{0,1\}(\([A-Za-z_][A-Za-z0-9_]*\),.*/\2/p' test/gpu/*.cu 2>/dev/null | sort -u)
+# (GPU_TEST is a TEST on the device; the emulated tier's copies are suites Emu*, not GPU stages.)
+mapfile -t gpu_suites < <(sed -n 's/^\(GPU_\)\{0,1\}TEST\(_F\|_P\)\{0,1\}(\([A-Za-z_][A-Za-z0-9_]*\),.*/\3/p' test/gpu/*.cu 2>/dev/null | sort -u)
 gpu_filter=$(printf '%s.*:' "${gpu_suites[@]}")
 gpu_filter=${gpu_filter%:}
 san_filter='Kernels*:GpuAttention.*:GPT2GPU.*-GpuAttention.Gpt2Shape'
