@@ -1,5 +1,5 @@
 /*
- * GPU kernels (encoder, layernorm, gelu, classifier, optimizer) against the CPU references in llmc/cpu/.
+ * GPU kernels (encoder, layernorm, matmul, gelu, classifier, optimizer) against the CPU references in llmc/cpu/.
  *
  * Every test starts with REQUIRE_GPU() and skips without a device (and is also built against the emulator,
  * suites Emu*). Inputs are fresh random values every run; the CPU reference runs in double on the bf16-rounded
@@ -18,6 +18,7 @@
 #include "llmc/cpu/encoder.h"
 #include "llmc/cpu/gelu.h"
 #include "llmc/cpu/layernorm.h"
+#include "llmc/cpu/matmul.h"
 #include "llmc/encoder.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/gpt2_config.h"
@@ -219,6 +220,65 @@ GPU_TEST(KernelsLayernorm, BackwardMatchesCpuAndIsDeterministic) {
 }
 
 // ---------------------------------------------------------------------------------------------------- gelu
+
+// ------------------------------------------------------------------------------------------------- matmul
+
+/*
+ * matmul_forward (bias; bias with the fused GELU) and matmul_backward (dinp written, dweight and dbias
+ * accumulated; with the fused DGELU) against the CPU reference in double. BT = 192 fills every row slice of
+ * the bias gradient (64 slices of 3 rows); BT = 1 and 7 leave most of them empty.
+ */
+GPU_TEST(KernelsMatmul, ForwardAndBackwardMatchCpu) {
+    REQUIRE_GPU();
+    struct Shape { int BT, C, OC; };
+    for (Shape s : {Shape{1, 8, 16}, Shape{7, 64, 24}, Shape{130, 64, 256}, Shape{192, 128, 96}}) {
+        SCOPED_TRACE(testing::Message() << "BT=" << s.BT << " C=" << s.C << " OC=" << s.OC);
+        const size_t n_in = (size_t)s.BT * s.C, n_out = (size_t)s.BT * s.OC, n_w = (size_t)s.OC * s.C;
+        auto inp = bf16_round(random_normal(n_in)), w = bf16_round(random_normal(n_w, 0.2f));
+        auto bias = bf16_round(random_normal(s.OC)), dout = bf16_round(random_normal(n_out));
+        DeviceBuffer<floatX> d_inp(to_bf16(inp)), d_w(to_bf16(w)), d_bias(to_bf16(bias)), d_dout(to_bf16(dout));
+        DeviceBuffer<floatX> d_out(n_out), d_pre(n_out);
+
+        std::vector<double> ref(n_out), ref_gelu(n_out);
+        llmc::cpu::matmul_forward(ref.data(), wide(inp).data(), wide(w).data(), wide(bias).data(), 1, s.BT, s.C, s.OC);
+        llmc::cpu::gelu_forward(ref_gelu.data(), ref.data(), n_out);
+        d_out.poison();
+        llmc::matmul_forward(d_out, d_inp, d_w, d_bias, s.BT, s.C, s.OC, nullptr, 0);
+        EXPECT_TRUE(close_rel(download_float(d_out), narrow(ref), 1e-2, "out"));
+        d_out.poison(), d_pre.poison();
+        llmc::matmul_forward(d_out, d_inp, d_w, d_bias, s.BT, s.C, s.OC, d_pre, 0);
+        const std::vector<float> pre = download_float(d_pre);
+        EXPECT_TRUE(close_rel(pre, narrow(ref), 1e-2, "pre-GELU (aux)"));
+        EXPECT_TRUE(close_rel(download_float(d_out), narrow(ref_gelu), 1e-2, "GELU out"));
+
+        // Backward: dinp = dout W (written), dweight += dout^T inp, dbias += column sums of dout.
+        auto dw0 = bf16_round(random_normal(n_w)), db0 = bf16_round(random_normal(s.OC));
+        DeviceBuffer<floatX> d_dinp(n_in), d_dw(to_bf16(dw0)), d_db(to_bf16(db0));
+        DeviceBuffer<float> scratch(llmc::bias_backward_scratch_floats(s.OC));
+        d_dinp.poison(), scratch.poison();
+        llmc::matmul_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, s.BT, s.C, s.OC, nullptr, 0);
+        std::vector<double> dinp(n_in, 0.0), dw = wide(dw0), db = wide(db0);
+        llmc::cpu::matmul_backward(dinp.data(), dw.data(), db.data(), wide(dout).data(), wide(inp).data(),
+                                   wide(w).data(), 1, s.BT, s.C, s.OC);
+        EXPECT_TRUE(close_rel(download_float(d_dinp), narrow(dinp), 1e-2, "dinp"));
+        EXPECT_TRUE(close_rel(download_float(d_dw), narrow(dw), 1e-2, "dweight"));
+        EXPECT_TRUE(close_rel(download_float(d_db), narrow(db), 1e-2, "dbias"));
+        // The increments alone, so a lost share of the rows cannot hide in the random starting values.
+        std::vector<float> db_inc = download_float(d_db), db_inc_ref(s.OC);
+        for (int o = 0; o < s.OC; o++) db_inc[o] -= db0[o], db_inc_ref[o] = (float)(db[o] - db0[o]);
+        EXPECT_TRUE(close_rel(db_inc, db_inc_ref, 1e-2, "dbias increment"));
+
+        // With the DGELU epilogue: dinp = (dout W) * gelu'(pre), pre being the forward's bf16 aux.
+        // (the layer below's pre-activation has the shape of dinp: (BT, C))
+        auto pre_in = bf16_round(random_normal(n_in, 2.0f));
+        DeviceBuffer<floatX> d_pre_in(to_bf16(pre_in));
+        d_dinp.poison();
+        llmc::matmul_backward(d_dinp, d_dw, nullptr, scratch, d_dout, d_inp, d_w, s.BT, s.C, s.OC, d_pre_in, 0);
+        std::vector<double> dgelu(n_in, 0.0);
+        llmc::cpu::gelu_backward(dgelu.data(), wide(pre_in).data(), dinp.data(), n_in);
+        EXPECT_TRUE(close_rel(download_float(d_dinp), narrow(dgelu), 1e-2, "dinp through DGELU"));
+    }
+}
 
 // Host arithmetic, no GPU: the alignment the cuBLASLt algorithm cache keys on.
 TEST(KernelsMatmul, PointerAlignmentIsTheLargestPowerOfTwoUpTo256) {
