@@ -105,7 +105,8 @@ TEST(DataLoader, ErrorsNameTheFile) {
     h[2] = 64;
     write_raw(d / "trunc.bin", h, tok.data(), 63 * 2);
     expect_error([&] { DataLoader(d / "trunc.bin", "train", 1, 8, 100); }, {"trunc.bin", "truncated"});
-    write_raw(d / "long.bin", h, tok.data(), 64 * 2 + 10);
+    auto longer = random_tokens(69, 100, 9); // the 64 tokens and 10 bytes more
+    write_raw(d / "long.bin", h, longer.data(), 64 * 2 + 10);
     expect_error([&] { DataLoader(d / "long.bin", "train", 1, 8, 100); }, {"long.bin", "after its 64 tokens"});
     Header bad = h;
     bad[0] = 12345;
