@@ -16,6 +16,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace llmc {
@@ -38,10 +39,15 @@ inline std::string strprintf(const char* fmt, ...) {
     return buf;
 }
 
-// RAII FILE*; opening failure names the path and the OS reason.
+/*
+ * RAII FILE*; opening failure names the path and the OS reason. A file opened for reading must be a regular
+ * file: a directory has no size, and a FIFO or device would block or never end. The open itself does not
+ * block (O_NONBLOCK), so a FIFO is refused instead of waiting for a writer.
+ */
 class File {
 public:
-    File(const std::string& path, const char* mode) : path_(path), f_(fopen(path.c_str(), mode)) {
+    File(const std::string& path, const char* mode)
+        : path_(path), f_(mode[0] == 'r' ? open_regular(path, mode) : fopen(path.c_str(), mode)) {
         if (!f_) throw Error(strprintf("%s: cannot open (%s)", path.c_str(), strerror(errno)));
     }
     ~File() { if (f_) fclose(f_); }
@@ -76,6 +82,21 @@ public:
     }
 
 private:
+    static FILE* open_regular(const std::string& path, const char* mode) {
+        int fd = ::open(path.c_str(), (strchr(mode, '+') ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) return nullptr;
+        struct stat st;
+        if (fstat(fd, &st) != 0) st.st_mode = 0;
+        if (!S_ISREG(st.st_mode)) {
+            ::close(fd);
+            throw Error(strprintf("%s: cannot open (%s)", path.c_str(),
+                                  S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file"));
+        }
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        FILE* f = fdopen(fd, mode);
+        if (!f) ::close(fd);
+        return f;
+    }
     std::string path_;
     FILE* f_;
 };
@@ -136,6 +157,10 @@ template <typename Fn> int main_guard(Fn&& fn) {
         return 1;
     } catch (const std::bad_alloc&) {
         fprintf(stderr, "error: out of memory (try a smaller -b, -t or model)\n");
+        return 1;
+    } catch (const std::exception& e) {
+        // Not one of ours (std::length_error, std::filesystem_error, ...): still one line and exit 1.
+        fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
 }

@@ -1,5 +1,8 @@
 // Flag parsing (llmc/cli.h), LR schedules (llmc/schedulers.h) and the sampler (llmc/sampler.h).
 #include <cmath>
+#include <functional>
+#include <new>
+#include <stdexcept>
 #include <gtest/gtest.h>
 #include <string>
 #include <vector>
@@ -58,6 +61,28 @@ TEST(Cli, ErrorsNameTheFlag) {
     EXPECT_NE(usage_error({"-y", "1"}).find("-y:"), std::string::npos);
     EXPECT_NE(usage_error({"-n", "5"}).find("-n:"), std::string::npos);
     EXPECT_NE(usage_error({"-a", "2"}).find("-a:"), std::string::npos);
+}
+
+// main_guard: whatever escapes the program, the user sees one "error: " line and exit status 1 or 2.
+TEST(Cli, MainGuardTurnsEveryExceptionIntoOneLine) {
+    struct Case {
+        std::function<int()> fn;
+        int status;
+        std::string line;
+    };
+    std::vector<Case> cases{
+        {[]() -> int { throw UsageError("-x: bad"); }, 2, "error: -x: bad\n"},
+        {[]() -> int { throw Error("f.bin: bad"); }, 1, "error: f.bin: bad\n"},
+        {[]() -> int { throw std::bad_alloc(); }, 1, "error: out of memory (try a smaller -b, -t or model)\n"},
+        {[]() -> int { throw std::length_error("basic_string::_M_create"); }, 1, "error: basic_string::_M_create\n"},
+        {[]() -> int { return 0; }, 0, ""},
+    };
+    for (const Case& c : cases) {
+        testing::internal::CaptureStderr();
+        int status = main_guard(c.fn);
+        EXPECT_EQ(testing::internal::GetCapturedStderr(), c.line);
+        EXPECT_EQ(status, c.status) << c.line;
+    }
 }
 
 TEST(Cli, HelpListsEveryShortFlag) {

@@ -2,6 +2,7 @@
 // and every error path on bad files.
 #include <cmath>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <random>
 #include <string>
 #include <vector>
@@ -129,6 +130,15 @@ TEST(DataLoader, ErrorsNameTheFile) {
     expect_error([&] { DataLoader(d / "range.bin", "train", 1, 8, 100); }, {"range.bin", "token 37 has id 100"});
     write_shard(d / "few.bin", tok);
     expect_error([&] { DataLoader(d / "few.bin", "train", 8, 8, 100); }, {"few.bin", "fewer than one batch"});
+}
+
+// Only regular files are read: a directory has no size (a FIFO, which would block the open until a writer came,
+// is tried by the program tests, under a timeout).
+TEST(DataLoader, RefusesWhatIsNotARegularFile) {
+    TempDir d;
+    ASSERT_EQ(mkdir((d / "dir_train.bin").c_str(), 0755), 0);
+    expect_error([&] { DataLoader(d.path + "/*.bin", "train", 1, 8, 100); }, {"dir_train.bin", "is a directory"});
+    expect_error([&] { File(d.path, "rb"); }, {d.path, "is a directory"});
 }
 
 namespace {

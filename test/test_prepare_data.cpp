@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <sys/stat.h>
 #include <vector>
 
 #include "llmc/formats.h"
@@ -107,6 +108,20 @@ TEST(PrepareDataCli, MissingVocabularyNamesFileAndRemedy) {
     EXPECT_EQ(r.output.rfind("error: " + (dir / "encoder.json") + ": not found", 0), 0u) << r.output;
     EXPECT_NE(r.output.find("dev/data/tinyshakespeare.sh"), std::string::npos) << r.output;
     EXPECT_EQ(count_lines(r.output), 1) << r.output;
+}
+
+// Not a regular file as input: one line and exit 1 (a directory used to abort on an uncaught std::length_error,
+// a FIFO to block the open forever).
+TEST(PrepareDataCli, InputThatIsNotARegularFile) {
+    testutil::TempDir dir;
+    ASSERT_EQ(mkfifo((dir / "fifo").c_str(), 0644), 0);
+    for (const std::string& in : {dir.path, dir / "fifo"}) {
+        auto r = testutil::run("timeout 60 ./prepare_data --gpt2-dir " + gpt2_dir() + " " + in + " " + (dir / "o.bin"));
+        EXPECT_EQ(r.exit_code, 1) << r.output;
+        EXPECT_EQ(r.output.rfind("error: " + in + ": cannot open (", 0), 0u) << r.output;
+        EXPECT_EQ(count_lines(r.output), 1) << r.output;
+        EXPECT_FALSE(file_exists(dir / "o.bin"));
+    }
 }
 
 TEST(PrepareDataCli, InvalidUtf8Input) {

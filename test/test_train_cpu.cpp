@@ -6,6 +6,7 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <sys/stat.h>
 #include <vector>
 
 #include "llmc/checkpoint.h"
@@ -95,6 +96,13 @@ TEST(TrainCpuCli, MissingDataSaysHowToPrepareIt) {
     EXPECT_NE(r.output.find("data/tinyshakespeare_absent: not found; prepare it with `make tinyshakespeare`"),
               std::string::npos)
         << r.output;
+}
+
+TEST_F(TrainCpu, DataThatIsAFifoIsRefused) {
+    ASSERT_EQ(mkfifo((dir / "fifo_train.bin").c_str(), 0644), 0);
+    auto r = run("timeout 60 ./train_gpt2 -i " + (dir / "fifo_train.bin") + " -e " + model_path() + " -b 4 -t 16 -x 1");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(r.output, "error: " + (dir / "fifo_train.bin") + ": cannot open (not a regular file)\n");
 }
 
 TEST_F(TrainCpu, RejectsOutOfRangeTokensAndTooLongSequences) {
