@@ -53,7 +53,7 @@ inline ModelFile load_model(const std::string& path) {
     c.num_heads = h[5];
     c.channels = h[6];
     c.padded_vocab_size = h[7];
-    validate_config(c, path);
+    validate_config(c, path); // after this, sizes computed from the shape cannot overflow
     size_t n = num_parameters(c), elem = m.version == MODEL_VERSION_FP32 ? 4 : 2;
     size_t expected = HEADER_BYTES + n * elem;
     if (f.size() != expected)

@@ -39,6 +39,18 @@ inline std::string strprintf(const char* fmt, ...) {
     return buf;
 }
 
+// a * b and a + b, or an Error naming `what` when the result does not fit in size_t.
+inline size_t checked_mul(size_t a, size_t b, const char* what) {
+    size_t r;
+    if (__builtin_mul_overflow(a, b, &r)) throw Error(strprintf("%s: size overflows (%zu * %zu)", what, a, b));
+    return r;
+}
+inline size_t checked_add(size_t a, size_t b, const char* what) {
+    size_t r;
+    if (__builtin_add_overflow(a, b, &r)) throw Error(strprintf("%s: size overflows (%zu + %zu)", what, a, b));
+    return r;
+}
+
 /*
  * RAII FILE*; opening failure names the path and the OS reason. A file opened for reading must be a regular
  * file: a directory has no size, and a FIFO or device would block or never end. The open itself does not

@@ -244,6 +244,10 @@ TEST(Checkpoint, ErrorsNameTheFile) {
     h[2] = 16, h[3] = 50, h[4] = 2, h[5] = 3, h[6] = 8, h[7] = 64; // C=8 not divisible by NH=3
     write_raw(d / "shape.bin", h, p.data(), 16);
     expect_error([&] { load_model(d / "shape.bin"); }, {"shape.bin", "invalid model shape"});
+    // Dimensions whose parameter count overflows 64 bits: refused for the shape, before any size is computed.
+    h[2] = 1, h[3] = 1, h[4] = 1800000000, h[5] = 1, h[6] = INT32_MAX, h[7] = 1;
+    write_raw(d / "wrap.bin", h, std::vector<char>(4096).data(), 4096);
+    expect_error([&] { load_model(d / "wrap.bin"); }, {"wrap.bin", "invalid model shape", "L=1800000000"});
 
     TrainState s;
     s.m = s.v = std::vector<float>(10, 1.0f);
