@@ -26,7 +26,7 @@ public:
         if (!opt.profile_dir.empty())
             profile_ = std::make_unique<prof::CPUProfileWindow>(c, opt.profile_dir, opt.profile_start,
                                                                 opt.profile_steps, opt.B, opt.T,
-                                                                (int)(opt.total_batch / ((long)opt.B * opt.T)));
+                                                                opt.grad_accum);
     }
     const char* name() const { return "CPU fp32"; }
     void load_weights(const std::vector<float>& w) { std::copy(w.begin(), w.end(), model_.params_memory.begin()); }

@@ -39,7 +39,7 @@ class ProfileWindow {
 public:
     ProfileWindow(const GPT2Config& c, const TrainOptions& opt)
         : dir_(opt.profile_dir), schedule_(opt.profile_start, opt.profile_steps), config_(c), B_(opt.B), T_(opt.T),
-          grad_accum_((int)(opt.total_batch / ((long)opt.B * opt.T))), ceilings_(prof::measure_ceilings(true)) {
+          grad_accum_(opt.grad_accum), ceilings_(prof::measure_ceilings(true)) {
         printf("profile: %s into %s/; ceilings bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n", schedule_.window().c_str(),
                dir_.c_str(), ceilings_.bf16_tflops, ceilings_.dram_gbps, ceilings_.source.c_str());
         if (schedule_.arm_at_start()) arm();

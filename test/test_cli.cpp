@@ -63,6 +63,25 @@ TEST(Cli, ErrorsNameTheFlag) {
     EXPECT_NE(usage_error({"-a", "2"}).find("-a:"), std::string::npos);
 }
 
+TEST(Cli, TotalBatchIsAtMostIntMaxMicroBatches) {
+    EXPECT_EQ(parse({"-b", "2", "-t", "8", "-d", "64"}).grad_accum, 4);
+    EXPECT_EQ(parse({"-b", "2", "-t", "8", "-d", "34359738352"}).grad_accum, 2147483647); // 16 * (2^31 - 1)
+    // 2^35 / 16 = 2^31 and 2^40 / 16 = 2^36 micro-batches do not fit an int.
+    for (const char* d : {"34359738368", "1099511627776"}) {
+        std::string e = usage_error({"-b", "2", "-t", "8", "-d", d});
+        EXPECT_EQ(e.rfind(std::string("-d: total batch ") + d + " tokens is", 0), 0u) << e;
+        EXPECT_NE(e.find("micro-batches"), std::string::npos) << e;
+    }
+}
+
+TEST(Cli, ProfileWindowEndsWithinIntRange) {
+    EXPECT_EQ(parse({"--profile-start", "2147483646", "--profile-steps", "1"}).profile_start, 2147483646);
+    EXPECT_NE(usage_error({"--profile-start", "2147483647"}).find("--profile-start: the window of 5 steps"),
+              std::string::npos);
+    EXPECT_NE(usage_error({"--profile-start", "2147483600", "--profile-steps", "48"}).find("--profile-start:"),
+              std::string::npos);
+}
+
 // main_guard: whatever escapes the program, the user sees one "error: " line and exit status 1 or 2.
 TEST(Cli, MainGuardTurnsEveryExceptionIntoOneLine) {
     struct Case {

@@ -1,5 +1,6 @@
 // Data loader (llmc/dataloader.h) and model/state files (llmc/checkpoint.h): batches, resume position,
 // and every error path on bad files.
+#include <climits>
 #include <cmath>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -203,7 +204,7 @@ TEST(Checkpoint, StateRoundTripWithAndWithoutMaster) {
     s.m = random_floats(100, 1);
     s.v = random_floats(100, 2);
     save_state(d / "s.bin", s);
-    TrainState r = load_state(d / "s.bin", 100);
+    TrainState r = load_state(d / "s.bin", 100, s.step);
     EXPECT_EQ(r.step, s.step);
     EXPECT_EQ(r.rng_state, s.rng_state);
     EXPECT_EQ(r.data.shard, 3);
@@ -215,8 +216,31 @@ TEST(Checkpoint, StateRoundTripWithAndWithoutMaster) {
     EXPECT_TRUE(r.master.empty());
     s.master = random_floats(100, 3);
     save_state(d / "s2.bin", s);
-    EXPECT_EQ(load_state(d / "s2.bin", 100).master, s.master);
-    expect_error([&] { load_state(d / "s.bin", 99); }, {"s.bin", "100 parameters", "99"});
+    EXPECT_EQ(load_state(d / "s2.bin", 100, s.step).master, s.master);
+    expect_error([&] { load_state(d / "s.bin", 99, s.step); }, {"s.bin", "100 parameters", "99"});
+}
+
+// A state file's step must be the one its name says: a damaged step (0, negative, huge) is refused.
+TEST(Checkpoint, StateStepMustMatchItsName) {
+    TempDir d;
+    TrainState s;
+    s.m = s.v = std::vector<float>(10, 1.0f);
+    for (int64_t step : {(int64_t)0, (int64_t)-1, (int64_t)1 << 31, (int64_t)1 << 40, INT64_MIN}) {
+        s.step = step;
+        save_state(d / "state_00000004.bin", s);
+        expect_error([&] { load_state(d / "state_00000004.bin", 10, 4); },
+                     {"state_00000004.bin", strprintf("state is for step %lld, its file name says step 4", (long long)step)});
+    }
+}
+
+TEST(Checkpoint, FileNamesSpellEachStepOneWay) {
+    EXPECT_EQ(checkpoint_step_of("state_00000004.bin", "state_"), 4);
+    EXPECT_EQ(checkpoint_step_of("state_2147483647.bin", "state_"), 2147483647);
+    EXPECT_EQ(checkpoint_step_of("model_00000012.bin", "model_"), 12);
+    for (const char* bad : {"state_00000000.bin", "state_-0000001.bin", "state_+0000001.bin", "state_0000001.bin",
+                            "state_000000001.bin", "state_00000001.bix", "state_0000000x.bin", "model_00000001.bin",
+                            "state_.bin", "", "state_99999999999999999999.bin"})
+        EXPECT_EQ(checkpoint_step_of(bad, "state_"), -1) << bad;
 }
 
 TEST(Checkpoint, ErrorsNameTheFile) {
@@ -259,8 +283,8 @@ TEST(Checkpoint, ErrorsNameTheFile) {
         File t(d / "st_trunc.bin", "wb");
         t.write(bytes.data(), bytes.size() - 1);
     }
-    expect_error([&] { load_state(d / "st_trunc.bin", 10); }, {"st_trunc.bin", "truncated training state"});
-    expect_error([&] { load_state(d / "m.bin", 10); }, {"m.bin", "bad magic"});
+    expect_error([&] { load_state(d / "st_trunc.bin", 10, 0); }, {"st_trunc.bin", "truncated training state"});
+    expect_error([&] { load_state(d / "m.bin", 10, 0); }, {"m.bin", "bad magic"});
 }
 
 TEST(Checkpoint, AtomicWriteLeavesOldFileOnFailureAndNoTempFile) {
