@@ -124,6 +124,29 @@ TEST(PrepareDataCli, InputThatIsNotARegularFile) {
     }
 }
 
+// An output that is one of the inputs is refused before anything is written: the input stays as it was.
+TEST(PrepareDataCli, OutputThatIsAnInput) {
+    testutil::TempDir dir;
+    std::string vocab = dir / "gpt2", in = dir / "tiny_shakespeare_val.bin";
+    ASSERT_EQ(testutil::run("mkdir " + vocab + " && cp " + gpt2_dir() + "/encoder.json " + gpt2_dir() + "/vocab.bpe " +
+                            vocab + " && echo 'To be, or not to be: that is the question.' > " + in)
+                  .exit_code,
+              0);
+    struct Case {
+        std::string args, output, input;
+    };
+    for (const Case& c : {Case{in + " " + in, in, in}, Case{in + " " + dir.path + "/./tiny_shakespeare_val.bin",
+                                                          dir.path + "/./tiny_shakespeare_val.bin", in},
+                          Case{in + " " + vocab + "/vocab.bpe", vocab + "/vocab.bpe", vocab + "/vocab.bpe"},
+                          Case{"--tinyshakespeare " + in + " " + dir.path, in, in}}) {
+        std::string before = testutil::slurp(c.input);
+        auto r = testutil::run("./prepare_data --gpt2-dir " + vocab + " " + c.args);
+        EXPECT_EQ(r.exit_code, 2) << r.output;
+        EXPECT_EQ(r.output, "error: " + c.output + ": is the input " + c.input + "; writing it would destroy it\n");
+        EXPECT_EQ(testutil::slurp(c.input), before) << c.input;
+    }
+}
+
 TEST(PrepareDataCli, InvalidUtf8Input) {
     testutil::TempDir dir;
     std::string in = dir / "bad.txt";
