@@ -6,6 +6,7 @@
 #   make sample_profile  regenerates test/data/sample_profile (synthetic GPU profile for the plot tests)
 #   make dev_cuda        kernel benchmarks in dev/cuda/ (build/dev/cuda/<name>)
 #   make test            GoogleTest suite (GPU tests skip without a device)
+#   make fuzz            each libFuzzer target in test/fuzz/ for FUZZ_SECONDS (needs clang; doc/testing.md)
 #   make tinyshakespeare prepares data/tinyshakespeare (TINYSHAKESPEARE=/path/input.txt to skip the download)
 
 CXX ?= g++
@@ -34,7 +35,7 @@ CUPTI_LIBS := -lcupti
 HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h)
 CUDA_HEADERS := $(wildcard llmc/*.cuh)
 
-.PHONY: all test clean tinyshakespeare dev_cuda sample_profile
+.PHONY: all test clean tinyshakespeare dev_cuda sample_profile fuzz
 all: train_gpt2 prepare_data
 ifneq ($(HAVE_NVCC),)
 all: train_gpt2cu profile_gpt2cu dev_cuda
@@ -96,6 +97,28 @@ LLMC_DATA ?= ../shared/data
 TEST_PROGRAMS := train_gpt2 prepare_data $(if $(HAVE_NVCC),train_gpt2cu profile_gpt2cu)
 test: $(BUILD)/run_tests $(TEST_PROGRAMS)
 	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/run_tests
+
+# ---- fuzzing: one libFuzzer target per parser, test/fuzz/fuzz_<name>.cpp, built with clang, ASan and UBSan.
+# `make fuzz` runs each for FUZZ_SECONDS from its committed seeds (test/fuzz/corpus/<name>); inputs it finds go
+# to build/fuzz/corpus/<name>, a failing input to build/fuzz/crash-<name>-*, the log to build/fuzz/<name>.log.
+FUZZ_CXX ?= clang++
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS := -std=c++17 -I. -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_TARGETS := $(patsubst test/fuzz/%.cpp,%,$(wildcard test/fuzz/fuzz_*.cpp))
+build/fuzz/%: test/fuzz/%.cpp test/fuzz/fuzz_util.h $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $< -o $@ $(LDLIBS_PCRE)
+fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p build/fuzz/corpus/$$t; \
+	    if LLMC_DATA=$(abspath $(LLMC_DATA)) build/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	        -artifact_prefix=build/fuzz/crash-$$t- build/fuzz/corpus/$$t test/fuzz/corpus/$$t \
+	        >build/fuzz/$$t.log 2>&1; then \
+	        echo "$$t: $$(grep -o 'Done [0-9]* runs in [0-9]* second' build/fuzz/$$t.log)"; \
+	    else \
+	        tail -n 40 build/fuzz/$$t.log; echo "$$t: FAILED (build/fuzz/$$t.log)"; exit 1; \
+	    fi; \
+	done
 
 tinyshakespeare: prepare_data
 	bash dev/data/tinyshakespeare.sh
