@@ -6,6 +6,7 @@
 #   make sample_profile  regenerates test/data/sample_profile (synthetic GPU profile for the plot tests)
 #   make dev_cuda        kernel benchmarks in dev/cuda/ (build/dev/cuda/<name>)
 #   make test            GoogleTest suite (GPU tests skip without a device)
+#   make SAN=1 test      the CPU programs and CPU tests built with AddressSanitizer + UBSan (in build/san)
 #   make fuzz            each libFuzzer target in test/fuzz/ for FUZZ_SECONDS (needs clang; doc/testing.md)
 #   make tinyshakespeare prepares data/tinyshakespeare (TINYSHAKESPEARE=/path/input.txt to skip the download)
 
@@ -13,8 +14,10 @@ CXX ?= g++
 # -march=native: the CPU reference spends its time in matmul loops that want the widest vectors available.
 # Override with `make CPU_ARCH=x86-64-v2` for a binary that runs on other machines.
 CPU_ARCH ?= native
-CXXFLAGS ?= -O3
-CXXFLAGS += -std=c++17 -march=$(CPU_ARCH) -fopenmp -Wall -Wextra -I.
+# CXXFLAGS on the command line or in the environment replaces -O3 (-O1 for SAN=1); the flags after it are
+# always added.
+CXXFLAGS ?= $(if $(SAN),-O1,-O3)
+override CXXFLAGS += -std=c++17 -march=$(CPU_ARCH) -fopenmp -Wall -Wextra -I.
 LDLIBS_PCRE := -lpcre2-8
 BUILD := build
 
@@ -26,25 +29,34 @@ ifeq ($(GPU_ARCH),)
 GPU_ARCH := 90
 endif
 NVCCFLAGS ?= -O3
-NVCCFLAGS += -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -lineinfo -I. \
+override NVCCFLAGS += -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -lineinfo -I. \
              -Xcompiler -fopenmp,-Wall --expt-relaxed-constexpr
 CUDA_LIBS := -lcublasLt -lcublas
 # The in-process profiler (llmc/cupti_collector.cuh): train_gpt2cu --profile, profile_gpt2cu, the GPU tests.
 CUPTI_LIBS := -lcupti
 
+# ---- SAN=1: ASan + UBSan, CPU only, everything under build/san (programs included, so that a sanitized build
+# never replaces the plain one); any report fails the run ----
+ifdef SAN
+BUILD := build/san
+BIN := $(BUILD)/
+HAVE_NVCC :=
+override CXXFLAGS += -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+endif
+
 HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h)
 CUDA_HEADERS := $(wildcard llmc/*.cuh)
 
 .PHONY: all test clean tinyshakespeare dev_cuda sample_profile fuzz
-all: train_gpt2 prepare_data
+all: $(BIN)train_gpt2 $(BIN)prepare_data
 ifneq ($(HAVE_NVCC),)
 all: train_gpt2cu profile_gpt2cu dev_cuda
 endif
 
-train_gpt2: train_gpt2.cpp $(HEADERS)
+$(BIN)train_gpt2: train_gpt2.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS_PCRE)
 
-prepare_data: dev/data/prepare_data.cpp $(HEADERS)
+$(BIN)prepare_data: dev/data/prepare_data.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS_PCRE)
 
 train_gpt2cu: train_gpt2.cu $(HEADERS) $(CUDA_HEADERS)
@@ -78,7 +90,7 @@ $(BUILD)/test/%.o: test/%.cpp $(HEADERS) $(wildcard test/*.h)
 ifneq ($(HAVE_NVCC),)
 # test_counters.cpp runs CUPTI's host API (no GPU needed): CUDA headers here, -lcupti at the link below.
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
-$(BUILD)/test/test_counters.o: CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
+$(BUILD)/test/test_counters.o: override CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
 $(BUILD)/test/test_counters.o: $(CUDA_HEADERS)
 GPU_TEST_OBJS := $(patsubst test/gpu/%.cu,$(BUILD)/test/gpu/%.o,$(wildcard test/gpu/test_*.cu))
 $(BUILD)/test/gpu/%.o: test/gpu/%.cu $(HEADERS) $(CUDA_HEADERS) $(wildcard test/gpu/*.cuh test/*.h dev/cuda/*.cuh)
@@ -94,9 +106,23 @@ endif
 
 # Tests find the tinyshakespeare text and GPT-2 vocabulary files through LLMC_DATA (default ../shared/data).
 LLMC_DATA ?= ../shared/data
-TEST_PROGRAMS := train_gpt2 prepare_data $(if $(HAVE_NVCC),train_gpt2cu profile_gpt2cu)
+TEST_PROGRAMS := $(addprefix $(BIN),train_gpt2 prepare_data) $(if $(HAVE_NVCC),train_gpt2cu profile_gpt2cu)
+ifdef SAN
+# The tests run ./train_gpt2 and read test/data and scripts/ from their working directory: build/san, with links.
+# Every process writes its sanitizer reports to build/san/reports; any report fails the run. The plot tests run
+# python, which has nothing to sanitize.
+$(BUILD)/test/data $(BUILD)/scripts:
+	@mkdir -p $(dir $@)
+	ln -sfn $(abspath $(patsubst $(BUILD)/%,%,$@)) $@
+test: $(BUILD)/run_tests $(TEST_PROGRAMS) $(BUILD)/test/data $(BUILD)/scripts
+	@rm -rf $(BUILD)/reports && mkdir -p $(BUILD)/reports
+	cd $(BUILD) && LLMC_SKIP_PLOT_TESTS=1 LLMC_DATA=$(abspath $(LLMC_DATA)) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} \
+	    ASAN_OPTIONS=log_path=$(abspath $(BUILD))/reports/asan UBSAN_OPTIONS=log_path=$(abspath $(BUILD))/reports/ubsan:print_stacktrace=1 \
+	    ./run_tests; status=$$?; if cat reports/* 2>/dev/null; then echo "sanitizer reports: $(BUILD)/reports"; exit 1; fi; exit $$status
+else
 test: $(BUILD)/run_tests $(TEST_PROGRAMS)
 	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/run_tests
+endif
 
 # ---- fuzzing: one libFuzzer target per parser, test/fuzz/fuzz_<name>.cpp, built with clang, ASan and UBSan.
 # `make fuzz` runs each for FUZZ_SECONDS from its committed seeds (test/fuzz/corpus/<name>); inputs it finds go
