@@ -7,6 +7,8 @@
 #   make dev_cuda        kernel benchmarks in dev/cuda/ (build/dev/cuda/<name>)
 #   make test            GoogleTest suite (GPU tests skip without a device) and the emulated GPU tier
 #   make emu             the emulated GPU tier alone (build/emu/emu_tests), make emu_mutation its mutation check
+#   make SAN=1 test      the CPU programs and CPU tests built with AddressSanitizer + UBSan (in build/san)
+#   make fuzz            each libFuzzer target in test/fuzz/ for FUZZ_SECONDS (needs clang; doc/testing.md)
 #   make tinyshakespeare prepares data/tinyshakespeare (TINYSHAKESPEARE=/path/input.txt to skip the download)
 #
 # Objects go to build/ with their header dependencies (-MMD -MP): touching a header rebuilds only what
@@ -17,9 +19,9 @@ CXX ?= g++
 # -march=native: the CPU reference spends its time in matmul loops that want the widest vectors available.
 # Override with `make CPU_ARCH=x86-64-v2` for a binary that runs on other machines.
 CPU_ARCH ?= native
-# CXXFLAGS and NVCCFLAGS are yours (optimisation, debug, sanitizers), from the environment or the command
-# line; the flags the build needs are added to them either way (override).
-CXXFLAGS ?= -O3
+# CXXFLAGS and NVCCFLAGS are yours (optimisation, debug), from the environment or the command line: they
+# replace -O3 (-O1 for SAN=1); the flags the build needs are added to them either way (override).
+CXXFLAGS ?= $(if $(SAN),-O1,-O3)
 override CXXFLAGS += -std=c++17 -march=$(CPU_ARCH) -fopenmp -Wall -Wextra -I. -MMD -MP
 LDLIBS_PCRE := -lpcre2-8
 BUILD := build
@@ -38,8 +40,19 @@ CUDA_LIBS := -lcublasLt -lcublas
 # The in-process profiler (llmc/profiler/cupti_collector.cuh): train_gpt2cu --profile, profile_gpt2cu, the GPU tests.
 CUPTI_LIBS := -lcupti
 
-.PHONY: all test clean tinyshakespeare dev_cuda sample_profile
-all: train_gpt2 prepare_data
+# ---- SAN=1: ASan + UBSan, CPU only, everything under build/san (programs included, so that a sanitized build
+# never replaces the plain one); any report fails the run ----
+ifdef SAN
+BUILD := build/san
+BIN := $(BUILD)/
+HAVE_NVCC :=
+# GCC's -Wmaybe-uninitialized misfires inside std::regex and std::function under the sanitizers.
+override CXXFLAGS += -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
+                     -Wno-maybe-uninitialized
+endif
+
+.PHONY: all test clean tinyshakespeare dev_cuda sample_profile fuzz
+all: $(BIN)train_gpt2 $(BIN)prepare_data
 ifneq ($(HAVE_NVCC),)
 all: train_gpt2cu profile_gpt2cu dev_cuda
 endif
@@ -64,10 +77,10 @@ $(PROFILER_LIB): $(PROFILER_OBJS)
 LIBS := $(TRAIN_LIB) $(PROFILER_LIB)
 
 # ---- programs ----
-train_gpt2: $(BUILD)/train_gpt2.o $(BUILD)/llmc/train/cpu_backend.o $(LIBS)
+$(BIN)train_gpt2: $(BUILD)/train_gpt2.o $(BUILD)/llmc/train/cpu_backend.o $(LIBS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
-prepare_data: $(BUILD)/dev/data/prepare_data.o
+$(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
 train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(LIBS)
@@ -149,7 +162,21 @@ emu_mutation:
 
 # Tests find the tinyshakespeare text and GPT-2 vocabulary files through LLMC_DATA (default ../shared/data).
 LLMC_DATA ?= ../shared/data
-TEST_PROGRAMS := train_gpt2 prepare_data $(if $(HAVE_NVCC),train_gpt2cu profile_gpt2cu)
+TEST_PROGRAMS := $(addprefix $(BIN),train_gpt2 prepare_data) $(if $(HAVE_NVCC),train_gpt2cu profile_gpt2cu)
+ifdef SAN
+# The tests run ./train_gpt2 and read test/ and scripts/ files from their working directory: build/san, with links.
+# Every process writes its sanitizer reports to build/san/reports; any report fails the run. The plot tests run
+# python, which has nothing to sanitize.
+SAN_LINKS := $(addprefix $(BUILD)/,test/data test/emu test/gpu scripts)
+$(SAN_LINKS):
+	@mkdir -p $(dir $@)
+	ln -sfn $(abspath $(patsubst $(BUILD)/%,%,$@)) $@
+test: $(BUILD)/run_tests $(TEST_PROGRAMS) $(SAN_LINKS)
+	@rm -rf $(BUILD)/reports && mkdir -p $(BUILD)/reports
+	cd $(BUILD) && LLMC_SKIP_PLOT_TESTS=1 LLMC_DATA=$(abspath $(LLMC_DATA)) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} \
+	    ASAN_OPTIONS=log_path=$(abspath $(BUILD))/reports/asan UBSAN_OPTIONS=log_path=$(abspath $(BUILD))/reports/ubsan:print_stacktrace=1 \
+	    ./run_tests; status=$$?; if cat reports/* 2>/dev/null; then echo "sanitizer reports: $(BUILD)/reports"; exit 1; fi; exit $$status
+else
 # The emulated GPU tier runs twice: the plain build under all three schedules (races), then the AddressSanitizer +
 # UBSan build under one (any out-of-bounds access in a kernel fails it).
 EMU_TEST_BINS := $(if $(HAVE_NVCC),$(BUILD)/emu/emu_tests $(BUILD)/emu-asan/emu_tests)
@@ -159,6 +186,29 @@ ifneq ($(HAVE_NVCC),)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/emu/emu_tests
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} EMU_SCHEDULES=1 ./$(BUILD)/emu-asan/emu_tests
 endif
+endif
+
+# ---- fuzzing: one libFuzzer target per parser, test/fuzz/fuzz_<name>.cpp, built with clang, ASan and UBSan.
+# `make fuzz` runs each for FUZZ_SECONDS from its committed seeds (test/fuzz/corpus/<name>); inputs it finds go
+# to build/fuzz/corpus/<name>, a failing input to build/fuzz/crash-<name>-*, the log to build/fuzz/<name>.log.
+FUZZ_CXX ?= clang++
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS := -std=c++17 -I. -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -MMD -MP
+FUZZ_TARGETS := $(patsubst test/fuzz/%.cpp,%,$(wildcard test/fuzz/fuzz_*.cpp))
+build/fuzz/%: test/fuzz/%.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $< -o $@ $(LDLIBS_PCRE)
+fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p build/fuzz/corpus/$$t; \
+	    if LLMC_DATA=$(abspath $(LLMC_DATA)) build/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	        -artifact_prefix=build/fuzz/crash-$$t- build/fuzz/corpus/$$t test/fuzz/corpus/$$t \
+	        >build/fuzz/$$t.log 2>&1; then \
+	        echo "$$t: $$(grep -o 'Done [0-9]* runs in [0-9]* second' build/fuzz/$$t.log)"; \
+	    else \
+	        tail -n 40 build/fuzz/$$t.log; echo "$$t: FAILED (build/fuzz/$$t.log)"; exit 1; \
+	    fi; \
+	done
 
 tinyshakespeare: prepare_data
 	bash dev/data/tinyshakespeare.sh

@@ -31,7 +31,7 @@ using namespace llmc;
  */
 std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, const TrainOptions& opt) {
     prof::SessionOptions so{opt.profile_dir, opt.profile_start, opt.profile_steps};
-    int grad_accum = (int)(opt.total_batch / ((long)opt.B * opt.T));
+    int grad_accum = opt.grad_accum;
     prof::ProfileContext ctx = prof::gpu_profile_context("train_gpt2cu", c, opt.B, opt.T, grad_accum);
     ctx.ceilings = prof::measure_ceilings(true);
     printf("profile: %s into %s/; ceilings bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n",

@@ -6,6 +6,7 @@
  * between the two writes falls back to the previous complete one.
  */
 #pragma once
+#include <algorithm>
 #include <cstring>
 #include <dirent.h>
 #include <string>
@@ -53,7 +54,7 @@ inline ModelFile load_model(const std::string& path) {
     c.num_heads = h[5];
     c.channels = h[6];
     c.padded_vocab_size = h[7];
-    validate_config(c, path);
+    validate_config(c, path); // after this, sizes computed from the shape cannot overflow
     size_t n = num_parameters(c), elem = m.version == MODEL_VERSION_FP32 ? 4 : 2;
     size_t expected = HEADER_BYTES + n * elem;
     if (f.size() != expected)
@@ -131,7 +132,9 @@ inline void save_state(const std::string& path, const TrainState& s) {
     f.commit();
 }
 
-inline TrainState load_state(const std::string& path, size_t expected_params) {
+// `expected_step`: the step the checkpoint's file names say it is at (find_latest_checkpoint); the state must
+// agree, so a damaged or misplaced state file is refused before training writes anything from it.
+inline TrainState load_state(const std::string& path, size_t expected_params, int64_t expected_step) {
     File f(path, "rb");
     Header h = read_header(f, STATE_MAGIC, "training state file");
     if (h[1] != STATE_VERSION)
@@ -140,13 +143,17 @@ inline TrainState load_state(const std::string& path, size_t expected_params) {
     size_t n = header_get64(h, ST_NPARAMS);
     if (n != expected_params)
         throw Error(strprintf("%s: state is for %zu parameters, the model has %zu", path.c_str(), n, expected_params));
+    int64_t step = (int64_t)header_get64(h, ST_STEP);
+    if (step != expected_step)
+        throw Error(strprintf("%s: state is for step %lld, its file name says step %lld", path.c_str(),
+                              (long long)step, (long long)expected_step));
     bool has_master = h[ST_HAS_MASTER] != 0;
-    size_t expected = HEADER_BYTES + n * 4 * (has_master ? 3 : 2);
+    size_t expected = checked_add(HEADER_BYTES, checked_mul(n, 4 * (has_master ? 3 : 2), path.c_str()), path.c_str());
     if (f.size() != expected)
         throw Error(strprintf("%s: %s training state file (expected %zu bytes, file has %zu)", path.c_str(),
                               f.size() < expected ? "truncated" : "oversized", expected, f.size()));
     TrainState s;
-    s.step = (int64_t)header_get64(h, ST_STEP);
+    s.step = step;
     s.rng_state = header_get64(h, ST_RNG);
     s.data.shard = (int64_t)header_get64(h, ST_SHARD);
     s.data.offset = (int64_t)header_get64(h, ST_OFFSET);
@@ -170,17 +177,31 @@ inline std::string checkpoint_state_path(const std::string& dir, int64_t step) {
     return dir + strprintf("/state_%08lld.bin", (long long)step);
 }
 
+// The step N >= 1 of a checkpoint file name "<prefix>N.bin" as checkpoint_*_path write it (at least 8 digits),
+// or -1 when `name` is not one.
+inline int64_t checkpoint_step_of(const std::string& name, const std::string& prefix) {
+    const size_t digits = name.size() - std::min(name.size(), prefix.size() + 4);
+    if (digits < 8 || digits > 18 || name.compare(0, prefix.size(), prefix) != 0 ||
+        name.compare(name.size() - 4, 4, ".bin") != 0)
+        return -1;
+    int64_t step = 0;
+    for (size_t i = prefix.size(); i < prefix.size() + digits; i++) {
+        if (name[i] < '0' || name[i] > '9') return -1;
+        step = step * 10 + (name[i] - '0');
+    }
+    // Longer than 8 digits only when the 8-digit form cannot hold the step: one spelling per step.
+    if (step < 1 || (digits > 8 && name[prefix.size()] == '0')) return -1;
+    return step;
+}
+
 // Highest step with both files present in `dir`, or -1 when there is none.
 inline int64_t find_latest_checkpoint(const std::string& dir) {
     int64_t best = -1;
     DIR* d = opendir(dir.c_str());
     if (!d) return -1;
     while (dirent* e = readdir(d)) {
-        long long step;
-        char tail[8];
-        if (sscanf(e->d_name, "state_%lld.bi%1s", &step, tail) == 2 && strlen(e->d_name) == 18 &&
-            file_exists(checkpoint_model_path(dir, step)) && step > best)
-            best = step;
+        int64_t step = checkpoint_step_of(e->d_name, "state_");
+        if (step > best && file_exists(checkpoint_model_path(dir, step))) best = step;
     }
     closedir(d);
     return best;

@@ -22,6 +22,7 @@ struct TrainOptions {
     int B = 4;                                        // -b
     int T = 1024;                                     // -t
     long total_batch = -1;                            // -d (tokens; -1 = B*T, no accumulation)
+    int grad_accum = 1;                               // micro-batches per step: total_batch / (B*T), from -d
     float lr = 3e-4f;                                 // -l
     int warmup = 0;                                   // -u
     float final_lr_frac = 1.0f;                       // -q
@@ -172,10 +173,18 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
         else if (k == "--profile-start") opt.profile_start = (int)parse_long(flag, value, 0, IMAX);
         else if (k == "--profile-steps") opt.profile_steps = (int)parse_long(flag, value, 1, IMAX);
     }
-    if (opt.total_batch == -1) opt.total_batch = (long)opt.B * opt.T;
-    if (opt.total_batch <= 0 || opt.total_batch % ((long)opt.B * opt.T) != 0)
+    const long BT = (long)opt.B * opt.T; // both <= 2^31 - 1: no overflow
+    if (opt.total_batch == -1) opt.total_batch = BT;
+    if (opt.total_batch <= 0 || opt.total_batch % BT != 0)
         throw UsageError(strprintf("-d: total batch %ld tokens is not a positive multiple of B*T = %ld",
-                                   opt.total_batch, (long)opt.B * opt.T));
+                                   opt.total_batch, BT));
+    if (opt.total_batch / BT > IMAX)
+        throw UsageError(strprintf("-d: total batch %ld tokens is %ld micro-batches of B*T = %ld, more than %ld",
+                                   opt.total_batch, opt.total_batch / BT, BT, IMAX));
+    opt.grad_accum = (int)(opt.total_batch / BT);
+    if ((long)opt.profile_start + opt.profile_steps > IMAX)
+        throw UsageError(strprintf("--profile-start: the window of %d steps from step %d ends past step %ld",
+                                   opt.profile_steps, opt.profile_start, IMAX));
     if (opt.resume && opt.output_dir.empty()) throw UsageError("-y: resuming needs an output directory (-o)");
     if (opt.checkpoint_every > 0 && opt.output_dir.empty())
         throw UsageError("-n: checkpoints need an output directory (-o)");

@@ -74,12 +74,32 @@ inline size_t num_parameters(const GPT2Config& c) {
     return n;
 }
 
+/*
+ * Every shape a model may have passes here before anything is sized from it: a model file's header, a dN
+ * descriptor, a model constructed in code. Each dimension is bounded, and the parameter count and its bytes are
+ * computed with overflow-checked arithmetic, so that num_parameters() and parameter_sizes() cannot wrap for a
+ * shape that got through.
+ */
+constexpr int MAX_LAYERS = 1 << 12, MAX_CHANNELS = 1 << 20, MAX_SEQ_LEN = 1 << 24, MAX_VOCAB = 1 << 24;
 inline void validate_config(const GPT2Config& c, const std::string& origin) {
-    if (c.num_layers < 1 || c.num_heads < 1 || c.channels < 1 || c.channels % c.num_heads != 0 || c.max_seq_len < 1 ||
-        c.vocab_size < 1 || c.padded_vocab_size < c.vocab_size)
-        throw Error(strprintf("%s: invalid model shape (L=%d NH=%d C=%d maxT=%d V=%d Vp=%d)", origin.c_str(),
-                              c.num_layers, c.num_heads, c.channels, c.max_seq_len, c.vocab_size,
-                              c.padded_vocab_size));
+    if (c.num_layers < 1 || c.num_layers > MAX_LAYERS || c.num_heads < 1 || c.channels < 1 ||
+        c.channels > MAX_CHANNELS || c.channels % c.num_heads != 0 || c.max_seq_len < 1 ||
+        c.max_seq_len > MAX_SEQ_LEN || c.vocab_size < 1 || c.padded_vocab_size < c.vocab_size ||
+        c.padded_vocab_size > MAX_VOCAB)
+        throw Error(strprintf("%s: invalid model shape (L=%d NH=%d C=%d maxT=%d V=%d Vp=%d; limits L <= %d, "
+                              "C <= %d and a multiple of NH, maxT <= %d, V <= Vp <= %d)",
+                              origin.c_str(), c.num_layers, c.num_heads, c.channels, c.max_seq_len, c.vocab_size,
+                              c.padded_vocab_size, MAX_LAYERS, MAX_CHANNELS, MAX_SEQ_LEN, MAX_VOCAB));
+    const std::string what = origin + ": parameter count";
+    const char* w = what.c_str();
+    size_t Vp = c.padded_vocab_size, C = c.channels, maxT = c.max_seq_len, L = c.num_layers;
+    size_t CC = checked_mul(C, C, w);
+    // Per layer: ln1 and ln2 (2C each), qkv (3CC + 3C), attproj (CC + C), fc (4CC + 4C), fcproj (4CC + C).
+    size_t per_layer = checked_add(checked_mul(CC, 12, w), checked_mul(C, 13, w), w);
+    size_t n = checked_add(checked_mul(Vp, C, w), checked_mul(maxT, C, w), w);
+    n = checked_add(n, checked_mul(L, per_layer, w), w);
+    n = checked_add(n, checked_mul(C, 2, w), w);
+    checked_mul(n, sizeof(float), w);
 }
 
 // Token ids a forward pass takes (what: "input" or "target"): an id outside [0, V) would read past wte.

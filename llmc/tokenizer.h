@@ -20,10 +20,10 @@
 #endif
 #include <pcre2.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <queue>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -71,10 +71,6 @@ public:
     void write_llmc_file(const std::string& path) const;
 
 private:
-    struct Merge {
-        int rank; // line order in vocab.bpe: lower merges first
-        int id;   // token the pair becomes
-    };
     static uint64_t pair_key(int a, int b) { return (uint64_t)(uint32_t)a << 32 | (uint32_t)b; }
     std::vector<int> bpe(std::string_view piece) const;
 
@@ -83,7 +79,8 @@ private:
     int eot_ = -1;
     // Encoding state, empty for a decode-only tokenizer.
     std::array<int, 256> byte_ids_{};
-    std::unordered_map<uint64_t, Merge> merges_;
+    std::unordered_map<uint64_t, int> merges_; // token pair -> rank: line order in vocab.bpe, lower merges first
+    std::vector<int> merge_results_;           // rank -> the token its pair becomes
     std::shared_ptr<pcre2_code> regex_;
 };
 
@@ -96,10 +93,10 @@ inline std::string read_text_file(const std::string& path) {
     return s;
 }
 
-// Messages quote file content; keep them one line and short.
+// Messages quote file content; keep them one line, short and free of control characters.
 inline std::string quote_excerpt(std::string_view s) {
     std::string q;
-    for (char c : s.substr(0, 40)) q += (c == '\n' || c == '\r' || c == '\t') ? ' ' : c;
+    for (char c : s.substr(0, 40)) q += ((unsigned char)c < 0x20 || c == 0x7f) ? ' ' : c;
     return "\"" + q + (s.size() > 40 ? "...\"" : "\"");
 }
 
@@ -119,11 +116,26 @@ inline GPT2Tokenizer GPT2Tokenizer::from_gpt2_files(const std::string& encoder_j
     t.source_ = encoder_json;
 
     // encoder.json: {"<token in GPT-2's byte spelling>": id, ...}, ids dense from 0.
+    // The file is one flat object: a nested value is refused as soon as it opens, so nesting depth (and the
+    // recursion that deep values cost) stays bounded. Messages never quote the JSON parser's own text, which
+    // echoes file content.
     nlohmann::json enc;
+    auto flat = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+        if (depth > 0 && (event == nlohmann::json::parse_event_t::object_start ||
+                          event == nlohmann::json::parse_event_t::array_start))
+            throw Error(strprintf("%s: expected a flat JSON object mapping tokens to ids, found a nested %s",
+                                  encoder_json.c_str(),
+                                  event == nlohmann::json::parse_event_t::object_start ? "object" : "array"));
+        return true;
+    };
     try {
-        enc = nlohmann::json::parse(detail::read_text_file(encoder_json));
+        enc = nlohmann::json::parse(detail::read_text_file(encoder_json), flat);
+    } catch (const nlohmann::json::parse_error& e) {
+        throw Error(strprintf("%s: malformed JSON (syntax error at byte %zu)", encoder_json.c_str(), e.byte));
+    } catch (const nlohmann::json::out_of_range&) {
+        throw Error(strprintf("%s: malformed JSON (a number out of range)", encoder_json.c_str()));
     } catch (const nlohmann::json::exception& e) {
-        throw Error(strprintf("%s: malformed JSON (%s)", encoder_json.c_str(), e.what()));
+        throw Error(strprintf("%s: malformed JSON (error %d)", encoder_json.c_str(), e.id));
     }
     if (!enc.is_object() || enc.empty())
         throw Error(strprintf("%s: expected a JSON object mapping tokens to ids", encoder_json.c_str()));
@@ -139,10 +151,17 @@ inline GPT2Tokenizer GPT2Tokenizer::from_gpt2_files(const std::string& encoder_j
     spelled_ids.reserve(n);
     for (auto it = enc.begin(); it != enc.end(); ++it) {
         const std::string& key = it.key();
-        if (!it.value().is_number_integer() || it.value().get<long long>() < 0 || it.value().get<long long>() >= n)
+        const nlohmann::json& v = it.value();
+        bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() < (uint64_t)n
+                                               : v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < n;
+        if (!in_range)
             throw Error(strprintf("%s: token %s has id %s, expected an integer in [0, %d)", encoder_json.c_str(),
-                                  detail::quote_excerpt(key).c_str(), it.value().dump().c_str(), n));
-        int id = it.value().get<int>();
+                                  detail::quote_excerpt(key).c_str(),
+                                  v.is_number_unsigned()  ? std::to_string(v.get<uint64_t>()).c_str()
+                                  : v.is_number_integer() ? std::to_string(v.get<int64_t>()).c_str()
+                                                          : (std::string("of JSON type ") + v.type_name()).c_str(),
+                                  n));
+        int id = v.get<int>();
         if (seen[id]) throw Error(strprintf("%s: id %d is used by more than one token", encoder_json.c_str(), id));
         seen[id] = true;
         // Undo the byte spelling: every character is U+0000..U+0143, one or two UTF-8 bytes.
@@ -183,10 +202,14 @@ inline GPT2Tokenizer GPT2Tokenizer::from_gpt2_files(const std::string& encoder_j
         t.byte_ids_[b] = id->second;
     }
 
-    // vocab.bpe: "#version" line, then one merge "left right" per line, most frequent (lowest rank) first.
+    // vocab.bpe: "#version" line, then one merge "left right" per line, most frequent (lowest rank) first. As
+    // BPE training writes it, every merge makes a new token out of two that exist already (single bytes or
+    // the results of earlier lines); bpe() relies on that order.
     std::string merges = detail::read_text_file(vocab_bpe);
     size_t pos = 0;
     int line_no = 0, rank = 0;
+    std::vector<int> made_by(n, -1); // line that made each token; 0 for the single bytes
+    for (int b = 0; b < 256; b++) made_by[t.byte_ids_[b]] = 0;
     t.merges_.reserve(n);
     while (pos < merges.size()) {
         size_t eol = merges.find('\n', pos);
@@ -209,7 +232,18 @@ inline GPT2Tokenizer GPT2Tokenizer::from_gpt2_files(const std::string& encoder_j
         if (ab == spelled_ids.end())
             throw Error(strprintf("%s:%d: merge result %s is not in %s", vocab_bpe.c_str(), line_no,
                                   detail::quote_excerpt(left + right).c_str(), encoder_json.c_str()));
-        t.merges_.emplace(pair_key(a->second, b->second), Merge{rank++, ab->second});
+        for (const auto& sym : {a, b})
+            if (made_by[sym->second] < 0)
+                throw Error(strprintf("%s:%d: merge symbol %s is neither a single byte nor made by an earlier line",
+                                      vocab_bpe.c_str(), line_no, detail::quote_excerpt(sym->first).c_str()));
+        if (made_by[ab->second] >= 0)
+            throw Error(strprintf("%s:%d: merge result %s is %s", vocab_bpe.c_str(), line_no,
+                                  detail::quote_excerpt(left + right).c_str(),
+                                  made_by[ab->second] == 0 ? "a single byte"
+                                                           : strprintf("made by line %d already", made_by[ab->second]).c_str()));
+        made_by[ab->second] = line_no;
+        t.merges_.emplace(pair_key(a->second, b->second), rank++);
+        t.merge_results_.push_back(ab->second);
     }
     if (rank == 0) throw Error(strprintf("%s: no merges", vocab_bpe.c_str()));
 
@@ -226,43 +260,94 @@ inline GPT2Tokenizer GPT2Tokenizer::from_gpt2_files(const std::string& encoder_j
     return t;
 }
 
-// Byte pair merging of one pre-token. Tokens form a linked list; candidate pairs sit in a min-heap ordered by
-// (rank, position), and entries made stale by an earlier merge are skipped when popped. This is GPT-2's
-// "merge the lowest-ranked pair, leftmost first" in O(n log n), so a megabyte-long word is no problem.
+namespace detail {
+/*
+ * BPE's candidate pairs as keys rank << 32 | position, taken out one rank at a time: pop_rank() hands over every
+ * key of the lowest rank, in position order. Ranks must come out non-decreasing (a pushed key's rank is never
+ * below the last popped one), which is what a radix heap needs: keys sit in buckets by the highest bit in which
+ * their rank differs from the last popped rank, and a pop that finds bucket 0 empty redistributes the lowest
+ * non-empty bucket, so every key moves down at most 32 times and always sequentially in memory. On a
+ * multi-megabyte piece, where a binary heap is bound by cache misses, that and walking each rank's positions in
+ * order is what keeps BPE fast.
+ */
+class RankQueue {
+public:
+    void push(uint64_t key) {
+        if ((key >> 32) < last_) throw Error("tokenizer: internal error (BPE ranks out of order)");
+        buckets_[bucket(key)].push_back(key);
+    }
+    // Moves the keys of the lowest rank into `out`, sorted; false when the queue is empty.
+    bool pop_rank(std::vector<uint64_t>& out) {
+        if (buckets_[0].empty()) {
+            int i = 1;
+            while (i < (int)buckets_.size() && buckets_[i].empty()) i++;
+            if (i == (int)buckets_.size()) return false;
+            std::vector<uint64_t>& from = buckets_[i];
+            last_ = *std::min_element(from.begin(), from.end()) >> 32;
+            for (uint64_t key : from) buckets_[bucket(key)].push_back(key);
+            from.clear();
+        }
+        out.swap(buckets_[0]);
+        buckets_[0].clear();
+        std::sort(out.begin(), out.end());
+        return true;
+    }
+
+private:
+    int bucket(uint64_t key) const {
+        uint64_t rank = key >> 32;
+        return rank == last_ ? 0 : 64 - __builtin_clzll(rank ^ last_);
+    }
+    std::array<std::vector<uint64_t>, 33> buckets_;
+    uint64_t last_ = 0;
+};
+} // namespace detail
+
+// Byte pair merging of one pre-token: GPT-2's "merge the lowest-ranked pair, leftmost first" in O(n log n).
+// Tokens form a linked list over the piece's bytes; candidate pairs are keys (rank << 32 | left position). A
+// merge only creates pairs that contain its result, and the loader checks that every merge using a token comes
+// after the merge that made it, so new candidates always rank above the merge that made them: ranks come out
+// in order, and within a rank positions left to right. An entry is stale once its left token has been merged
+// away or starts a different pair now; stale entries are skipped.
 inline std::vector<int> GPT2Tokenizer::bpe(std::string_view piece) const {
     const int n = (int)piece.size();
     if (n == 1) return {byte_ids_[(unsigned char)piece[0]]};
-    std::vector<int> id(n), prev(n), next(n); // id -1: merged into its left neighbour
-    for (int i = 0; i < n; i++) {
-        id[i] = byte_ids_[(unsigned char)piece[i]];
-        prev[i] = i - 1;
-        next[i] = i + 1 < n ? i + 1 : -1;
-    }
-    struct Cand {
-        int rank, left, right, left_id, right_id;
-        bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+    constexpr uint32_t NONE = UINT32_MAX;
+    // One struct per byte, so that the scattered accesses of a long piece touch one cache line per position.
+    struct Node {
+        int id;             // -1: merged into its left neighbour
+        int prev, next;     // -1 at the ends
+        uint32_t pair_rank; // rank of the pair this token starts, NONE when it has none
     };
-    std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
-    auto push = [&](int l) {
-        if (l < 0 || next[l] < 0) return;
-        int r = next[l];
-        auto m = merges_.find(pair_key(id[l], id[r]));
-        if (m != merges_.end()) heap.push({m->second.rank, l, r, id[l], id[r]});
+    std::vector<Node> t(n);
+    for (int i = 0; i < n; i++) t[i] = {byte_ids_[(unsigned char)piece[i]], i - 1, i + 1 < n ? i + 1 : -1, NONE};
+    detail::RankQueue queue;
+    auto update = [&](int l) {
+        if (l < 0) return;
+        auto m = t[l].next < 0 ? merges_.end() : merges_.find(pair_key(t[l].id, t[t[l].next].id));
+        t[l].pair_rank = m == merges_.end() ? NONE : (uint32_t)m->second;
+        if (t[l].pair_rank != NONE) queue.push((uint64_t)t[l].pair_rank << 32 | (uint32_t)l);
     };
-    for (int i = 0; i + 1 < n; i++) push(i);
-    while (!heap.empty()) {
-        Cand c = heap.top();
-        heap.pop();
-        if (id[c.left] != c.left_id || next[c.left] != c.right || id[c.right] != c.right_id) continue; // stale
-        id[c.left] = merges_.find(pair_key(c.left_id, c.right_id))->second.id;
-        id[c.right] = -1;
-        next[c.left] = next[c.right];
-        if (next[c.left] >= 0) prev[next[c.left]] = c.left;
-        push(prev[c.left]);
-        push(c.left);
+    for (int i = 0; i + 1 < n; i++) update(i);
+    std::vector<uint64_t> batch;
+    while (queue.pop_rank(batch)) {
+        const uint32_t rank = (uint32_t)(batch[0] >> 32);
+        for (size_t k = 0; k < batch.size(); k++) {
+            if (k + 16 < batch.size()) __builtin_prefetch(&t[(uint32_t)batch[k + 16]]);
+            const int l = (int)(uint32_t)batch[k];
+            Node& left = t[l];
+            if (left.id < 0 || left.pair_rank != rank) continue; // stale
+            Node& right = t[left.next];
+            left.id = merge_results_[rank];
+            right.id = -1;
+            left.next = right.next;
+            if (left.next >= 0) t[left.next].prev = l;
+            update(left.prev);
+            update(l);
+        }
     }
     std::vector<int> out;
-    for (int i = 0; i >= 0; i = next[i]) out.push_back(id[i]);
+    for (int i = 0; i >= 0; i = t[i].next) out.push_back(t[i].id);
     return out;
 }
 
@@ -276,6 +361,9 @@ inline std::vector<int> GPT2Tokenizer::encode(std::string_view text) const {
     detail::MatchData md(pcre2_match_data_create_from_pattern(regex_.get(), nullptr), pcre2_match_data_free);
     if (!md) throw Error("tokenizer: out of memory for the regex match data");
     // Natural text repeats its words; the cache makes BPE run once per distinct piece. Keys view into `text`.
+    // Bounded: only word-sized pieces are kept, and a full cache starts over, so text of unique words costs
+    // no more than MAX_CACHED entries.
+    constexpr size_t MAX_CACHED = 1 << 16, MAX_CACHED_PIECE = 64;
     std::unordered_map<std::string_view, std::vector<int>> cache;
     const auto* subject = (PCRE2_SPTR)text.data();
     // The first match validates the whole text as UTF-8; later matches skip that O(n) check.
@@ -293,9 +381,19 @@ inline std::vector<int> GPT2Tokenizer::encode(std::string_view text) const {
         if (ov[0] != pos || ov[1] <= pos)
             throw Error(strprintf("pre-tokenizer regex skipped text at byte offset %zu", pos));
         std::string_view piece = text.substr(pos, ov[1] - pos);
-        auto hit = cache.find(piece);
-        if (hit == cache.end()) hit = cache.emplace(piece, bpe(piece)).first;
-        out.insert(out.end(), hit->second.begin(), hit->second.end());
+        std::vector<int> uncached;
+        const std::vector<int>* ids = &uncached;
+        if (piece.size() > MAX_CACHED_PIECE) {
+            uncached = bpe(piece);
+        } else {
+            auto hit = cache.find(piece);
+            if (hit == cache.end()) {
+                if (cache.size() == MAX_CACHED) cache.clear();
+                hit = cache.emplace(piece, bpe(piece)).first;
+            }
+            ids = &hit->second;
+        }
+        out.insert(out.end(), ids->begin(), ids->end());
         pos = ov[1];
     }
     return out;
@@ -310,7 +408,12 @@ inline GPT2Tokenizer GPT2Tokenizer::from_llmc_file(const std::string& path) {
     const int n = h[2], eot = h[3];
     if (n <= 0 || eot < 0 || eot >= n)
         throw Error(strprintf("%s: bad header (vocab size %d, EOT id %d)", path.c_str(), n, eot));
-    std::string body(f.size() - HEADER_BYTES, '\0');
+    // Every token takes at least 2 bytes (length, then 1 to 255 bytes): check the claim before allocating for it.
+    const size_t body_bytes = f.size() - HEADER_BYTES;
+    if ((size_t)n > body_bytes / 2)
+        throw Error(strprintf("%s: truncated tokenizer file (header says %d tokens, the %zu bytes after it hold at "
+                              "most %zu)", path.c_str(), n, body_bytes, body_bytes / 2));
+    std::string body(body_bytes, '\0');
     f.read(body.data(), body.size(), "tokens");
     GPT2Tokenizer t;
     t.source_ = path;

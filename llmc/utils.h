@@ -41,10 +41,27 @@ inline std::string strprintf(const char* fmt, ...) {
     return out;
 }
 
-// RAII FILE*; opening failure names the path and the OS reason.
+// a * b and a + b, or an Error naming `what` when the result does not fit in size_t.
+inline size_t checked_mul(size_t a, size_t b, const char* what) {
+    size_t r;
+    if (__builtin_mul_overflow(a, b, &r)) throw Error(strprintf("%s: size overflows (%zu * %zu)", what, a, b));
+    return r;
+}
+inline size_t checked_add(size_t a, size_t b, const char* what) {
+    size_t r;
+    if (__builtin_add_overflow(a, b, &r)) throw Error(strprintf("%s: size overflows (%zu + %zu)", what, a, b));
+    return r;
+}
+
+/*
+ * RAII FILE*; opening failure names the path and the OS reason. A file opened for reading must be a regular
+ * file: a directory has no size, and a FIFO or device would block or never end. The open itself does not
+ * block (O_NONBLOCK), so a FIFO is refused instead of waiting for a writer.
+ */
 class File {
 public:
-    File(const std::string& path, const char* mode) : path_(path), f_(fopen(path.c_str(), mode)) {
+    File(const std::string& path, const char* mode)
+        : path_(path), f_(mode[0] == 'r' ? open_regular(path, mode) : fopen(path.c_str(), mode)) {
         if (!f_) throw Error(strprintf("%s: cannot open (%s)", path.c_str(), strerror(errno)));
     }
     ~File() { if (f_) fclose(f_); }
@@ -79,6 +96,21 @@ public:
     }
 
 private:
+    static FILE* open_regular(const std::string& path, const char* mode) {
+        int fd = ::open(path.c_str(), (strchr(mode, '+') ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) return nullptr;
+        struct stat st;
+        if (fstat(fd, &st) != 0) st.st_mode = 0;
+        if (!S_ISREG(st.st_mode)) {
+            ::close(fd);
+            throw Error(strprintf("%s: cannot open (%s)", path.c_str(),
+                                  S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file"));
+        }
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        FILE* f = fdopen(fd, mode);
+        if (!f) ::close(fd);
+        return f;
+    }
     std::string path_;
     FILE* f_;
 };
@@ -143,6 +175,10 @@ template <typename Fn> int main_guard(Fn&& fn) {
         return 1;
     } catch (const std::bad_alloc&) {
         fprintf(stderr, "error: out of memory (try a smaller -b, -t or model)\n");
+        return 1;
+    } catch (const std::exception& e) {
+        // Not one of ours (std::length_error, std::filesystem_error, ...): still one line and exit 1.
+        fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
 }

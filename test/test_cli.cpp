@@ -1,5 +1,8 @@
 // Flag parsing (llmc/cli.h), LR schedules (llmc/schedulers.h) and the sampler (llmc/sampler.h).
 #include <cmath>
+#include <functional>
+#include <new>
+#include <stdexcept>
 #include <gtest/gtest.h>
 #include <string>
 #include <vector>
@@ -58,6 +61,47 @@ TEST(Cli, ErrorsNameTheFlag) {
     EXPECT_NE(usage_error({"-y", "1"}).find("-y:"), std::string::npos);
     EXPECT_NE(usage_error({"-n", "5"}).find("-n:"), std::string::npos);
     EXPECT_NE(usage_error({"-a", "2"}).find("-a:"), std::string::npos);
+}
+
+TEST(Cli, TotalBatchIsAtMostIntMaxMicroBatches) {
+    EXPECT_EQ(parse({"-b", "2", "-t", "8", "-d", "64"}).grad_accum, 4);
+    EXPECT_EQ(parse({"-b", "2", "-t", "8", "-d", "34359738352"}).grad_accum, 2147483647); // 16 * (2^31 - 1)
+    // 2^35 / 16 = 2^31 and 2^40 / 16 = 2^36 micro-batches do not fit an int.
+    for (const char* d : {"34359738368", "1099511627776"}) {
+        std::string e = usage_error({"-b", "2", "-t", "8", "-d", d});
+        EXPECT_EQ(e.rfind(std::string("-d: total batch ") + d + " tokens is", 0), 0u) << e;
+        EXPECT_NE(e.find("micro-batches"), std::string::npos) << e;
+    }
+}
+
+TEST(Cli, ProfileWindowEndsWithinIntRange) {
+    EXPECT_EQ(parse({"--profile-start", "2147483646", "--profile-steps", "1"}).profile_start, 2147483646);
+    EXPECT_NE(usage_error({"--profile-start", "2147483647"}).find("--profile-start: the window of 5 steps"),
+              std::string::npos);
+    EXPECT_NE(usage_error({"--profile-start", "2147483600", "--profile-steps", "48"}).find("--profile-start:"),
+              std::string::npos);
+}
+
+// main_guard: whatever escapes the program, the user sees one "error: " line and exit status 1 or 2.
+TEST(Cli, MainGuardTurnsEveryExceptionIntoOneLine) {
+    struct Case {
+        std::function<int()> fn;
+        int status;
+        std::string line;
+    };
+    std::vector<Case> cases{
+        {[]() -> int { throw UsageError("-x: bad"); }, 2, "error: -x: bad\n"},
+        {[]() -> int { throw Error("f.bin: bad"); }, 1, "error: f.bin: bad\n"},
+        {[]() -> int { throw std::bad_alloc(); }, 1, "error: out of memory (try a smaller -b, -t or model)\n"},
+        {[]() -> int { throw std::length_error("basic_string::_M_create"); }, 1, "error: basic_string::_M_create\n"},
+        {[]() -> int { return 0; }, 0, ""},
+    };
+    for (const Case& c : cases) {
+        testing::internal::CaptureStderr();
+        int status = main_guard(c.fn);
+        EXPECT_EQ(testing::internal::GetCapturedStderr(), c.line);
+        EXPECT_EQ(status, c.status) << c.line;
+    }
 }
 
 TEST(Cli, HelpListsEveryShortFlag) {

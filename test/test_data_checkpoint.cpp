@@ -1,7 +1,9 @@
 // Data loader (llmc/dataloader.h) and model/state files (llmc/checkpoint.h): batches, resume position,
 // and every error path on bad files.
+#include <climits>
 #include <cmath>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <random>
 #include <string>
 #include <vector>
@@ -105,7 +107,8 @@ TEST(DataLoader, ErrorsNameTheFile) {
     h[2] = 64;
     write_raw(d / "trunc.bin", h, tok.data(), 63 * 2);
     expect_error([&] { DataLoader(d / "trunc.bin", "train", 1, 8, 100); }, {"trunc.bin", "truncated"});
-    write_raw(d / "long.bin", h, tok.data(), 64 * 2 + 10);
+    auto longer = random_tokens(69, 100, 9); // the 64 tokens and 10 bytes more
+    write_raw(d / "long.bin", h, longer.data(), 64 * 2 + 10);
     expect_error([&] { DataLoader(d / "long.bin", "train", 1, 8, 100); }, {"long.bin", "after its 64 tokens"});
     Header bad = h;
     bad[0] = 12345;
@@ -128,6 +131,15 @@ TEST(DataLoader, ErrorsNameTheFile) {
     expect_error([&] { DataLoader(d / "range.bin", "train", 1, 8, 100); }, {"range.bin", "token 37 has id 100"});
     write_shard(d / "few.bin", tok);
     expect_error([&] { DataLoader(d / "few.bin", "train", 8, 8, 100); }, {"few.bin", "fewer than one batch"});
+}
+
+// Only regular files are read: a directory has no size (a FIFO, which would block the open until a writer came,
+// is tried by the program tests, under a timeout).
+TEST(DataLoader, RefusesWhatIsNotARegularFile) {
+    TempDir d;
+    ASSERT_EQ(mkdir((d / "dir_train.bin").c_str(), 0755), 0);
+    expect_error([&] { DataLoader(d.path + "/*.bin", "train", 1, 8, 100); }, {"dir_train.bin", "is a directory"});
+    expect_error([&] { File(d.path, "rb"); }, {d.path, "is a directory"});
 }
 
 namespace {
@@ -192,7 +204,7 @@ TEST(Checkpoint, StateRoundTripWithAndWithoutMaster) {
     s.m = random_floats(100, 1);
     s.v = random_floats(100, 2);
     save_state(d / "s.bin", s);
-    TrainState r = load_state(d / "s.bin", 100);
+    TrainState r = load_state(d / "s.bin", 100, s.step);
     EXPECT_EQ(r.step, s.step);
     EXPECT_EQ(r.rng_state, s.rng_state);
     EXPECT_EQ(r.data.shard, 3);
@@ -204,8 +216,31 @@ TEST(Checkpoint, StateRoundTripWithAndWithoutMaster) {
     EXPECT_TRUE(r.master.empty());
     s.master = random_floats(100, 3);
     save_state(d / "s2.bin", s);
-    EXPECT_EQ(load_state(d / "s2.bin", 100).master, s.master);
-    expect_error([&] { load_state(d / "s.bin", 99); }, {"s.bin", "100 parameters", "99"});
+    EXPECT_EQ(load_state(d / "s2.bin", 100, s.step).master, s.master);
+    expect_error([&] { load_state(d / "s.bin", 99, s.step); }, {"s.bin", "100 parameters", "99"});
+}
+
+// A state file's step must be the one its name says: a damaged step (0, negative, huge) is refused.
+TEST(Checkpoint, StateStepMustMatchItsName) {
+    TempDir d;
+    TrainState s;
+    s.m = s.v = std::vector<float>(10, 1.0f);
+    for (int64_t step : {(int64_t)0, (int64_t)-1, (int64_t)1 << 31, (int64_t)1 << 40, INT64_MIN}) {
+        s.step = step;
+        save_state(d / "state_00000004.bin", s);
+        expect_error([&] { load_state(d / "state_00000004.bin", 10, 4); },
+                     {"state_00000004.bin", strprintf("state is for step %lld, its file name says step 4", (long long)step)});
+    }
+}
+
+TEST(Checkpoint, FileNamesSpellEachStepOneWay) {
+    EXPECT_EQ(checkpoint_step_of("state_00000004.bin", "state_"), 4);
+    EXPECT_EQ(checkpoint_step_of("state_2147483647.bin", "state_"), 2147483647);
+    EXPECT_EQ(checkpoint_step_of("model_00000012.bin", "model_"), 12);
+    for (const char* bad : {"state_00000000.bin", "state_-0000001.bin", "state_+0000001.bin", "state_0000001.bin",
+                            "state_000000001.bin", "state_00000001.bix", "state_0000000x.bin", "model_00000001.bin",
+                            "state_.bin", "", "state_99999999999999999999.bin"})
+        EXPECT_EQ(checkpoint_step_of(bad, "state_"), -1) << bad;
 }
 
 TEST(Checkpoint, ErrorsNameTheFile) {
@@ -233,6 +268,10 @@ TEST(Checkpoint, ErrorsNameTheFile) {
     h[2] = 16, h[3] = 50, h[4] = 2, h[5] = 3, h[6] = 8, h[7] = 64; // C=8 not divisible by NH=3
     write_raw(d / "shape.bin", h, p.data(), 16);
     expect_error([&] { load_model(d / "shape.bin"); }, {"shape.bin", "invalid model shape"});
+    // Dimensions whose parameter count overflows 64 bits: refused for the shape, before any size is computed.
+    h[2] = 1, h[3] = 1, h[4] = 1800000000, h[5] = 1, h[6] = INT32_MAX, h[7] = 1;
+    write_raw(d / "wrap.bin", h, std::vector<char>(4096).data(), 4096);
+    expect_error([&] { load_model(d / "wrap.bin"); }, {"wrap.bin", "invalid model shape", "L=1800000000"});
 
     TrainState s;
     s.m = s.v = std::vector<float>(10, 1.0f);
@@ -244,8 +283,8 @@ TEST(Checkpoint, ErrorsNameTheFile) {
         File t(d / "st_trunc.bin", "wb");
         t.write(bytes.data(), bytes.size() - 1);
     }
-    expect_error([&] { load_state(d / "st_trunc.bin", 10); }, {"st_trunc.bin", "truncated training state"});
-    expect_error([&] { load_state(d / "m.bin", 10); }, {"m.bin", "bad magic"});
+    expect_error([&] { load_state(d / "st_trunc.bin", 10, 0); }, {"st_trunc.bin", "truncated training state"});
+    expect_error([&] { load_state(d / "m.bin", 10, 0); }, {"m.bin", "bad magic"});
 }
 
 TEST(Checkpoint, AtomicWriteLeavesOldFileOnFailureAndNoTempFile) {

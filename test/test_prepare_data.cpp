@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <sys/stat.h>
 #include <vector>
 
 #include "llmc/formats.h"
@@ -107,6 +108,43 @@ TEST(PrepareDataCli, MissingVocabularyNamesFileAndRemedy) {
     EXPECT_EQ(r.output.rfind("error: " + (dir / "encoder.json") + ": not found", 0), 0u) << r.output;
     EXPECT_NE(r.output.find("dev/data/tinyshakespeare.sh"), std::string::npos) << r.output;
     EXPECT_EQ(count_lines(r.output), 1) << r.output;
+}
+
+// Not a regular file as input: one line and exit 1 (a directory used to abort on an uncaught std::length_error,
+// a FIFO to block the open forever).
+TEST(PrepareDataCli, InputThatIsNotARegularFile) {
+    testutil::TempDir dir;
+    ASSERT_EQ(mkfifo((dir / "fifo").c_str(), 0644), 0);
+    for (const std::string& in : {dir.path, dir / "fifo"}) {
+        auto r = testutil::run("timeout 60 ./prepare_data --gpt2-dir " + gpt2_dir() + " " + in + " " + (dir / "o.bin"));
+        EXPECT_EQ(r.exit_code, 1) << r.output;
+        EXPECT_EQ(r.output.rfind("error: " + in + ": cannot open (", 0), 0u) << r.output;
+        EXPECT_EQ(count_lines(r.output), 1) << r.output;
+        EXPECT_FALSE(file_exists(dir / "o.bin"));
+    }
+}
+
+// An output that is one of the inputs is refused before anything is written: the input stays as it was.
+TEST(PrepareDataCli, OutputThatIsAnInput) {
+    testutil::TempDir dir;
+    std::string vocab = dir / "gpt2", in = dir / "tiny_shakespeare_val.bin";
+    ASSERT_EQ(testutil::run("mkdir " + vocab + " && cp " + gpt2_dir() + "/encoder.json " + gpt2_dir() + "/vocab.bpe " +
+                            vocab + " && echo 'To be, or not to be: that is the question.' > " + in)
+                  .exit_code,
+              0);
+    struct Case {
+        std::string args, output, input;
+    };
+    for (const Case& c : {Case{in + " " + in, in, in}, Case{in + " " + dir.path + "/./tiny_shakespeare_val.bin",
+                                                          dir.path + "/./tiny_shakespeare_val.bin", in},
+                          Case{in + " " + vocab + "/vocab.bpe", vocab + "/vocab.bpe", vocab + "/vocab.bpe"},
+                          Case{"--tinyshakespeare " + in + " " + dir.path, in, in}}) {
+        std::string before = testutil::slurp(c.input);
+        auto r = testutil::run("./prepare_data --gpt2-dir " + vocab + " " + c.args);
+        EXPECT_EQ(r.exit_code, 2) << r.output;
+        EXPECT_EQ(r.output, "error: " + c.output + ": is the input " + c.input + "; writing it would destroy it\n");
+        EXPECT_EQ(testutil::slurp(c.input), before) << c.input;
+    }
 }
 
 TEST(PrepareDataCli, InvalidUtf8Input) {

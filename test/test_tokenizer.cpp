@@ -2,10 +2,13 @@
 // dev/data/gen_tokenizer_vectors.py), the llm.c tokenizer file, and every error path.
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <gtest/gtest.h>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -191,6 +194,82 @@ TEST(TokenizerGPT2, VeryLongPieces) {
     EXPECT_EQ(gpt2().decode(ids), spaces);
 }
 
+// GPT-2's own merge loop (encoder.py's bpe()): find the lowest-ranked pair, merge all its occurrences left to
+// right, repeat. Quadratic, on GPT-2's spelling of the bytes; the reference for bpe() on long pieces.
+std::vector<std::string> reference_bpe(const std::string& bytes) {
+    static const std::map<std::pair<std::string, std::string>, int> ranks = [] {
+        std::map<std::pair<std::string, std::string>, int> r;
+        std::istringstream in(detail::read_text_file(gpt2_dir() + "/vocab.bpe"));
+        std::string line;
+        std::getline(in, line); // #version
+        for (int rank = 0; std::getline(in, line);)
+            if (!line.empty()) r[{line.substr(0, line.find(' ')), line.substr(line.find(' ') + 1)}] = rank++;
+        return r;
+    }();
+    std::vector<std::string> word;
+    for (unsigned char b : bytes) word.push_back(spelled(b));
+    while (word.size() > 1) {
+        int best = INT32_MAX;
+        std::pair<std::string, std::string> pair;
+        for (size_t i = 0; i + 1 < word.size(); i++) {
+            auto it = ranks.find({word[i], word[i + 1]});
+            if (it != ranks.end() && it->second < best) best = it->second, pair = it->first;
+        }
+        if (best == INT32_MAX) break;
+        std::vector<std::string> merged;
+        for (size_t i = 0; i < word.size(); i++) {
+            if (i + 1 < word.size() && word[i] == pair.first && word[i + 1] == pair.second) {
+                merged.push_back(pair.first + pair.second);
+                i++;
+            } else {
+                merged.push_back(word[i]);
+            }
+        }
+        word = merged;
+    }
+    return word;
+}
+
+std::string random_letters(size_t n, unsigned seed) {
+    std::mt19937 g(seed);
+    std::string s(n, 'a');
+    for (char& c : s) c = (char)('a' + g() % 26);
+    return s;
+}
+
+TEST(TokenizerGPT2, LongPiecesMergeAsGPT2Does) {
+    for (unsigned seed : {1u, 2u, 3u}) {
+        std::string word = random_letters(1500, seed);
+        word[0] = ' '; // one " ?\p{L}+" piece
+        std::vector<std::string> spelled_ids;
+        for (int id : gpt2().encode(word)) {
+            std::string sp;
+            for (unsigned char b : gpt2().token_bytes(id)) sp += spelled(b);
+            spelled_ids.push_back(sp);
+        }
+        EXPECT_EQ(spelled_ids, reference_bpe(word)) << "seed " << seed;
+    }
+}
+
+// BPE is O(n log n) in the piece length: a 10 MB word of random letters takes well under 3 s of CPU (the
+// sanitizer build, several times slower, checks a 1 MB word).
+TEST(TokenizerGPT2, TenMegabyteWordInUnderThreeSeconds) {
+#if defined(__SANITIZE_ADDRESS__)
+    const size_t n = 1 << 20;
+    const double limit_s = 2.0;
+#else
+    const size_t n = 10 << 20;
+    const double limit_s = 3.0;
+#endif
+    std::string word = random_letters(n, 4);
+    std::clock_t c0 = std::clock();
+    std::vector<int> ids = gpt2().encode(word);
+    double cpu = (double)(std::clock() - c0) / CLOCKS_PER_SEC;
+    printf("%zu-byte word: %zu tokens in %.2f s of CPU\n", n, ids.size(), cpu);
+    EXPECT_LT(cpu, limit_s);
+    EXPECT_TRUE(gpt2().decode(ids) == word);
+}
+
 TEST(TokenizerTinyShakespeare, MatchesTiktoken) {
     std::string text = detail::read_text_file(testutil::data_dir() + "/tinyshakespeare/input.txt");
     const auto& facts = vectors().facts;
@@ -279,6 +358,30 @@ TEST(TokenizerErrors, MalformedEncoderJson) {
     EXPECT_NE(msg.find("JSON object"), std::string::npos) << msg;
 }
 
+// Nesting is refused where it opens (a value 100,000 arrays deep used to overflow the stack), and messages
+// never echo the file's JSON: not a long value, not the parser's own excerpt of the text.
+TEST(TokenizerErrors, EncoderJsonIsFlatAndNeverQuoted) {
+    testutil::TempDir dir;
+    auto [enc, bpe] = write_toy_vocab(dir, {"a b"});
+    const std::string secret(5000, 'x');
+    struct Case {
+        std::string json, expected;
+    };
+    for (const Case& c : {Case{"{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}", "found a nested array"},
+                          Case{"{\"a\": {\"b\": 1}}", "found a nested object"},
+                          Case{"{\"a\": \"" + secret + "\"}", "has id of JSON type string"},
+                          Case{"{\"a\": 18446744073709551615}", "has id 18446744073709551615"},
+                          Case{"{\"a\": 1e400}", "malformed JSON (a number out of range)"},
+                          Case{"{\"a\": -1}", "has id -1"},
+                          Case{"{\"a\": 1, \"" + secret + "", "malformed JSON (syntax error at byte "}}) {
+        write_file(enc, c.json);
+        std::string msg = error_of([&, enc = enc, bpe = bpe] { GPT2Tokenizer::from_gpt2_files(enc, bpe); });
+        EXPECT_NE(msg.find(enc + ": "), std::string::npos) << msg;
+        EXPECT_NE(msg.find(c.expected), std::string::npos) << msg;
+        EXPECT_LT(msg.size(), enc.size() + 120) << msg;
+    }
+}
+
 TEST(TokenizerErrors, BadMergeLines) {
     testutil::TempDir dir;
     auto [enc, bpe] = write_toy_vocab(dir, {"a b", "c d"});
@@ -294,6 +397,19 @@ TEST(TokenizerErrors, BadMergeLines) {
     write_file(bpe, "#version: 0.2\na b\nb c\n");
     msg = error_of([&, enc = enc, bpe = bpe] { GPT2Tokenizer::from_gpt2_files(enc, bpe); });
     EXPECT_NE(msg.find(bpe + ":3: merge result \"bc\" is not in " + enc), std::string::npos) << msg;
+}
+
+// Merges come in the order BPE training made them: each from tokens that exist already, each making a new one.
+TEST(TokenizerErrors, MergesOutOfOrder) {
+    testutil::TempDir dir;
+    auto [enc, bpe] = write_toy_vocab(dir, {"a b", "ab c"});
+    write_file(bpe, "#version: 0.2\nab c\na b\n");
+    std::string msg = error_of([&, enc = enc, bpe = bpe] { GPT2Tokenizer::from_gpt2_files(enc, bpe); });
+    EXPECT_NE(msg.find(bpe + ":2: merge symbol \"ab\" is neither a single byte nor made by an earlier line"),
+              std::string::npos) << msg;
+    write_file(bpe, "#version: 0.2\na b\nab c\na b\n");
+    msg = error_of([&, enc = enc, bpe = bpe] { GPT2Tokenizer::from_gpt2_files(enc, bpe); });
+    EXPECT_NE(msg.find(bpe + ":4: merge result \"ab\" is made by line 2 already"), std::string::npos) << msg;
 }
 
 TEST(TokenizerErrors, BadLlmcTokenizerFiles) {
@@ -323,6 +439,11 @@ TEST(TokenizerErrors, BadLlmcTokenizerFiles) {
     write_file(path, bytes.substr(0, bytes.size() - 1)); // only the last token's final byte is missing
     msg = error_of([&] { GPT2Tokenizer::from_llmc_file(path); });
     EXPECT_NE(msg.find("token 50256 of 50257 is cut off"), std::string::npos) << msg;
+
+    // A header claiming far more tokens than the file holds is refused before anything is allocated for them.
+    write_file(path, patched(2, 100000000));
+    msg = error_of([&] { GPT2Tokenizer::from_llmc_file(path); });
+    EXPECT_NE(msg.find(path + ": truncated tokenizer file (header says 100000000 tokens"), std::string::npos) << msg;
 
     write_file(path, bytes.substr(0, 100));
     msg = error_of([&] { GPT2Tokenizer::from_llmc_file(path); });

@@ -1,11 +1,14 @@
 // train_gpt2 end to end, as a user runs it: flags and exit codes, overfitting one batch, gradient
 // accumulation, bit-exact resume, checkpoints as -e input. Uses a small-vocabulary model file so each
 // run takes well under a second.
+#include <climits>
 #include <cmath>
+#include <cstring>
 #include <gtest/gtest.h>
 #include <random>
 #include <regex>
 #include <string>
+#include <sys/stat.h>
 #include <vector>
 
 #include "llmc/checkpoint.h"
@@ -97,6 +100,37 @@ TEST(TrainCpuCli, MissingDataSaysHowToPrepareIt) {
         << r.output;
 }
 
+// Inputs are checked before the model is allocated: with a model far too big to allocate, a missing data
+// path is still what the user hears about.
+TEST(TrainCpuCli, InputsAreCheckedBeforeTheModelIsAllocated) {
+    auto r = run("./train_gpt2 -e d999 -i /nonexistent/llmc_data");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(r.output, "error: /nonexistent/llmc_data: no such file or directory\n");
+}
+
+TEST_F(TrainCpu, TotalBatchBeyondIntMicroBatchesOrOneEpoch) {
+    // 2^40 and 2^35 tokens are 2^36 and 2^31 micro-batches of 2*8: more than an int holds.
+    for (const char* d : {"1099511627776", "34359738368"}) {
+        for (const char* x : {"", "-x 1"}) {
+            auto r = run(train(std::string("-b 2 -t 8 -v 0 -d ") + d + " " + x));
+            EXPECT_EQ(r.exit_code, 2) << r.output;
+            EXPECT_EQ(r.output.rfind(std::string("error: -d: total batch ") + d, 0), 0u) << r.output;
+        }
+    }
+    // Without -x the run is one epoch: a step bigger than the epoch would train nothing.
+    auto r = run(train("-b 2 -t 8 -v 0 -d 32768"));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("error: -d: one step takes 2048 micro-batches, more than one epoch"), std::string::npos)
+        << r.output;
+}
+
+TEST_F(TrainCpu, DataThatIsAFifoIsRefused) {
+    ASSERT_EQ(mkfifo((dir / "fifo_train.bin").c_str(), 0644), 0);
+    auto r = run("timeout 60 ./train_gpt2 -i " + (dir / "fifo_train.bin") + " -e " + model_path() + " -b 4 -t 16 -x 1");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(r.output, "error: " + (dir / "fifo_train.bin") + ": cannot open (not a regular file)\n");
+}
+
 TEST_F(TrainCpu, RejectsOutOfRangeTokensAndTooLongSequences) {
     std::vector<uint16_t> bad(200, 3);
     bad[150] = 60;
@@ -175,6 +209,53 @@ TEST_F(TrainCpu, ResumeIsBitExact) {
     };
     EXPECT_NE(last_sample(straight.output).size(), 0u);
     EXPECT_EQ(last_sample(straight.output), last_sample(resumed.output));
+}
+
+// A run killed after its last checkpoint, resumed: main.log reads as if the run had never stopped.
+TEST_F(TrainCpu, LogAfterResumeReadsAsOneRun) {
+    std::string flags = " -x 8 -l 1e-3 -v 3 -m 2 -n 4 ";
+    ASSERT_EQ(run(train(flags + "-o " + (dir / "a"))).exit_code, 0);
+    // The interrupted run logged steps 5-8 but died before writing the step-8 checkpoint.
+    ASSERT_EQ(run("cp -r " + (dir / "a") + " " + (dir / "b") + " && rm " + (dir / "b/model_00000008.bin") + " " +
+                  (dir / "b/state_00000008.bin"))
+                  .exit_code,
+              0);
+    auto resumed = run(train(flags + "-y 1 -o " + (dir / "b")));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    std::string log = slurp(dir / "a/main.log");
+    EXPECT_NE(log.find("s:8 trl:"), std::string::npos) << log;
+    EXPECT_EQ(slurp(dir / "b/main.log"), log);
+}
+
+// A state file whose step is not the one in its name is refused, and the failed resume changes no file.
+TEST_F(TrainCpu, ResumeRefusesAStateForAnotherStep) {
+    ASSERT_EQ(run(train("-x 4 -v 0 -n 4 -o " + (dir / "c"))).exit_code, 0);
+    std::string state = dir / "c/state_00000004.bin";
+    const std::string good = slurp(state);
+    auto listing = [&] { return run("cd " + (dir / "c") + " && ls -l --time-style=+%s.%N && md5sum *").output; };
+    for (int64_t step : {(int64_t)0, (int64_t)-1, (int64_t)1 << 31, (int64_t)1 << 40, INT64_MIN}) {
+        std::string bad = good;
+        memcpy(&bad[ST_STEP * 4], &step, 8);
+        {
+            File f(state, "wb");
+            f.write(bad.data(), bad.size());
+        }
+        std::string before = listing();
+        auto r = run(train("-x 8 -v 0 -n 4 -y 1 -o " + (dir / "c")));
+        EXPECT_EQ(r.exit_code, 1) << r.output;
+        EXPECT_EQ(r.output, strprintf("error: %s: state is for step %lld, its file name says step 4\n", state.c_str(),
+                                      (long long)step));
+        EXPECT_EQ(listing(), before) << step;
+    }
+    // The same checkpoint past the run's last step: refused too.
+    {
+        File f(state, "wb");
+        f.write(good.data(), good.size());
+    }
+    auto r = run(train("-x 3 -v 0 -n 4 -y 1 -o " + (dir / "c")));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("-x: the checkpoint in " + (dir / "c") + " is at step 4, past this run's last step 3"),
+              std::string::npos) << r.output;
 }
 
 TEST_F(TrainCpu, CheckpointLoadsAsModel) {

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <sys/stat.h>
 #include <vector>
 
 #include "llmc/formats.h"
@@ -74,6 +75,24 @@ static Args parse_args(int argc, char** argv) {
     return a;
 }
 
+// True when both paths name the same existing file (links and different spellings included).
+static bool same_file(const std::string& a, const std::string& b) {
+    struct stat sa, sb;
+    return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// The files a run would write: refused up front when one of them is an input, which the write would replace.
+static void check_outputs_are_not_inputs(const Args& a) {
+    std::vector<std::string> outputs{a.output};
+    if (a.tinyshakespeare)
+        outputs = {a.output + "/tiny_shakespeare_val.bin", a.output + "/tiny_shakespeare_train.bin",
+                   a.output + "/gpt2_tokenizer.bin"};
+    for (const std::string& out : outputs)
+        for (const std::string& in : {a.input, a.gpt2_dir + "/encoder.json", a.gpt2_dir + "/vocab.bpe"})
+            if (same_file(out, in))
+                throw UsageError(strprintf("%s: is the input %s; writing it would destroy it", out.c_str(), in.c_str()));
+}
+
 static GPT2Tokenizer load_tokenizer(const std::string& dir) {
     std::string encoder = dir + "/encoder.json", merges = dir + "/vocab.bpe";
     for (const std::string& f : {encoder, merges})
@@ -100,6 +119,7 @@ int run(int argc, char** argv) {
         fputs(USAGE, stdout);
         return 0;
     }
+    check_outputs_are_not_inputs(a);
     GPT2Tokenizer tok = load_tokenizer(a.gpt2_dir);
     File in(a.input, "rb");
     std::string text(in.size(), '\0');

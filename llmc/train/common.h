@@ -3,7 +3,9 @@
  * file, val-data lookup, the tokenizer used to print samples, and the per-sub-block timing table.
  */
 #pragma once
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <sys/stat.h>
@@ -37,12 +39,35 @@ inline std::unique_ptr<GPT2Tokenizer> find_sample_tokenizer(const std::string& f
     return nullptr;
 }
 
-// Appends llm.c-style lines ("s:N trl:L", "s:N tel:L") to <dir>/main.log; a no-op without -o.
+/*
+ * Appends llm.c-style lines ("s:N trl:L", "s:N tel:L") to <dir>/main.log; a no-op without -o. A fresh run
+ * (resume_step < 0) starts the log over. A run resumed from the checkpoint at step R first cuts the log back to
+ * what had been logged when that checkpoint was written, the train lines up to step R and the val lines before
+ * it (the resumed run logs step R's val loss again), so that the log reads as one uninterrupted run however far
+ * the interrupted run got past its checkpoint.
+ */
 class TrainLog {
 public:
-    explicit TrainLog(const std::string& dir, bool append) {
+    TrainLog(const std::string& dir, int64_t resume_step) {
         if (dir.empty()) return;
-        file_ = std::make_unique<File>(dir + "/main.log", append ? "a" : "w");
+        const std::string path = dir + "/main.log";
+        if (resume_step >= 0 && file_exists(path)) {
+            std::string text = detail::read_text_file(path), kept;
+            for (size_t pos = 0; pos < text.size();) {
+                size_t eol = std::min(text.find('\n', pos), text.size());
+                std::string line = text.substr(pos, eol - pos);
+                pos = eol + 1;
+                long long step;
+                char kind[4];
+                bool ours = sscanf(line.c_str(), "s:%lld %3[a-z]:", &step, kind) == 2;
+                if (!ours || step < resume_step || (step == resume_step && strcmp(kind, "trl") == 0))
+                    kept += line + "\n";
+            }
+            AtomicFile f(path);
+            f.write(kept.data(), kept.size());
+            f.commit();
+        }
+        file_ = std::make_unique<File>(path, resume_step >= 0 ? "a" : "w");
     }
     void train(int step, float loss, float lr, float norm) {
         if (file_) line(strprintf("s:%d trl:%.6f lr:%.6e norm:%.6f\n", step, loss, lr, norm));

@@ -22,7 +22,7 @@ public:
         adam_.weight_decay = opt.weight_decay;
         if (!opt.profile_dir.empty())
             profile_ = prof::make_cpu_profile_session({opt.profile_dir, opt.profile_start, opt.profile_steps}, c,
-                                                      opt.B, opt.T, (int)(opt.total_batch / ((long)opt.B * opt.T)),
+                                                      opt.B, opt.T, opt.grad_accum,
                                                       &timings_);
     }
     const char* name() const override { return "CPU fp32"; }

@@ -54,29 +54,28 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     }
     if (!opt.output_dir.empty()) make_dirs(opt.output_dir);
 
-    // ---- model: random init (dN), a model file, or the latest checkpoint when resuming ----
+    // ---- every input is checked before the model is allocated: model shape, data, checkpoint ----
+    // The model: random init (dN), a model file, or the latest checkpoint when resuming.
     int64_t resume_step = opt.resume ? find_latest_checkpoint(opt.output_dir) : -1;
     if (opt.resume && resume_step < 0) printf("resume: no checkpoint in %s, starting fresh\n", opt.output_dir.c_str());
     std::string source = resume_step >= 0 ? checkpoint_model_path(opt.output_dir, resume_step) : opt.model;
     GPT2Config cfg;
-    std::vector<float> weights;
+    ModelFile mf; // the weights, when they come from a file
     int depth;
-    if (resume_step < 0 && parse_depth_descriptor(opt.model, &depth)) {
+    const bool random_init = resume_step < 0 && parse_depth_descriptor(opt.model, &depth);
+    if (random_init) {
         cfg = gpt2_config_for_depth(depth);
-        weights.resize(num_parameters(cfg));
-        init_gpt2_parameters(weights.data(), cfg, opt.seed);
+        validate_config(cfg, "-e " + opt.model);
     } else {
         if (resume_step < 0 && !file_exists(opt.model))
             throw UsageError(strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", opt.model.c_str()));
-        ModelFile mf = load_model(source);
+        mf = load_model(source);
         cfg = mf.config;
-        weights = std::move(mf.params);
     }
     if (opt.T > cfg.max_seq_len)
         throw UsageError(strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));
     size_t nparams = num_parameters(cfg);
 
-    // ---- data (checked before the model takes device memory: bad data fails fast) ----
     DataLoader train(opt.train_data, "train", opt.B, opt.T, cfg.vocab_size, opt.overfit);
     std::string val_spec = find_val_spec(opt, train.files()[0]);
     std::unique_ptr<DataLoader> val;
@@ -84,32 +83,55 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
         val = std::make_unique<DataLoader>(val_spec, "val", opt.B, opt.T, cfg.vocab_size);
     int val_batches = val ? (int)std::min<size_t>(opt.val_batches, val->batches_per_epoch()) : 0;
     std::unique_ptr<GPT2Tokenizer> tokenizer = opt.sample_every > 0 ? find_sample_tokenizer(train.files()[0]) : nullptr;
-    int grad_accum = (int)(opt.total_batch / ((long)opt.B * opt.T));
-    int max_steps = opt.max_steps >= 0 ? opt.max_steps : (int)(train.batches_per_epoch() / grad_accum);
+    const int grad_accum = opt.grad_accum;
+    int max_steps = opt.max_steps >= 0 ? opt.max_steps
+                                       : (int)std::min<size_t>(train.batches_per_epoch() / grad_accum, INT32_MAX);
+    if (max_steps == 0 && opt.max_steps < 0)
+        throw UsageError(strprintf("-d: one step takes %d micro-batches, more than one epoch of %s has (%zu); lower -d "
+                                   "or set -x", grad_accum, opt.train_data.c_str(), train.batches_per_epoch()));
     LRScheduler sched{opt.schedule, opt.lr, opt.warmup, opt.final_lr_frac, max_steps};
 
+    // The checkpoint's state must be the one its file names say, for this run: nothing is written otherwise.
+    TrainState st;
+    if (resume_step >= 0) {
+        st = load_state(checkpoint_state_path(opt.output_dir, resume_step), nparams, resume_step);
+        if (st.B != opt.B || st.T != opt.T)
+            throw UsageError(strprintf("-b/-t: checkpoint was written with B=%d T=%d; resume with the same shape",
+                                       st.B, st.T));
+        if (resume_step > max_steps)
+            throw UsageError(strprintf("-x: the checkpoint in %s is at step %lld, past this run's last step %d",
+                                       opt.output_dir.c_str(), (long long)resume_step, max_steps));
+        train.restore(st.data);
+    }
+
+    // ---- the model ----
+    std::vector<float> weights;
+    if (random_init) {
+        weights.resize(nparams);
+        init_gpt2_parameters(weights.data(), cfg, opt.seed);
+    } else if (!st.master.empty()) {
+        // A checkpoint from the GPU trainer carries fp32 master weights next to its bf16 model file: they, not
+        // the rounded copy, are what training continues from.
+        weights = std::move(st.master);
+    } else {
+        weights = std::move(mf.params);
+    }
+    mf = ModelFile();
     std::unique_ptr<TrainBackend> backend = make_backend(cfg, opt);
     TrainBackend& be = *backend;
     prof::ProfileSession* profile = be.profile_session();
     Rng sample_rng(opt.seed);
     int start_step = 0;
     if (resume_step >= 0) {
-        TrainState st = load_state(checkpoint_state_path(opt.output_dir, resume_step), nparams);
-        if (st.B != opt.B || st.T != opt.T)
-            throw UsageError(strprintf("-b/-t: checkpoint was written with B=%d T=%d; resume with the same shape",
-                                       st.B, st.T));
-        // A checkpoint from the GPU trainer carries fp32 master weights next to its bf16 model file: they, not
-        // the rounded copy, are what training continues from.
-        if (!st.master.empty()) weights = std::move(st.master);
         be.set_moments(st.m, st.v);
         sample_rng.state = st.rng_state;
-        train.restore(st.data);
-        start_step = (int)st.step;
+        st = TrainState();
+        start_step = (int)resume_step;
         printf("resumed from %s (step %d)\n", source.c_str(), start_step);
     }
     be.load_weights(weights);
     weights = std::vector<float>(); // the backend holds them now
-    TrainLog log(opt.output_dir, resume_step >= 0);
+    TrainLog log(opt.output_dir, resume_step);
 
     printf("+-----------------------+------------------------------------------+\n");
     printf("| trainer               | %-40s |\n", be.name());
@@ -146,12 +168,13 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
         }
         if (last) break;
 
-        auto t0 = Clock::now();
         float lr = sched.lr(step);
         if (profile) profile->begin_step(step);
+        // The step's own time: the profile session's readings at its edges (NVML power) stay outside it.
+        auto t0 = Clock::now();
         StepStats s = be.train_step(train, grad_accum, lr, step + 1);
-        if (profile) profile->end_step((long)grad_accum * opt.B * opt.T);
         double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (profile) profile->end_step((long)grad_accum * opt.B * opt.T);
         if (!std::isfinite(s.loss))
             throw Error(strprintf("loss is %f at step %d; stopping (checkpoints in -o are from before this step)",
                                   s.loss, step + 1));
