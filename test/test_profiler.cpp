@@ -200,24 +200,24 @@ TEST(ProfilerAttribution, KernelsCarryTheInnermostRange) {
 // ---------------------------------------------------------------------------------------------------------
 
 TEST(ProfilerReport, CategoriesFromKernelNames) {
-    EXPECT_EQ(category_name(kernel_category("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTT")), "gemm");
-    EXPECT_EQ(category_name(kernel_category("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64>(Params)")),
+    EXPECT_STREQ(category_name(kernel_category("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTT")), "gemm");
+    EXPECT_STREQ(category_name(kernel_category("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64>(Params)")),
               "gemm");
-    EXPECT_EQ(category_name(kernel_category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64")), "gemm");
-    EXPECT_EQ(category_name(kernel_category("void llmc::attention_detail::attention_backward_dq_kernel<64, 64>(int)")), "attention");
-    EXPECT_EQ(category_name(kernel_category("void llmc::layernorm_backward_final_kernel(__nv_bfloat16*)")), "norm");
-    EXPECT_EQ(category_name(kernel_category("void llmc::global_norm_partial_kernel(float*)")), "reduction");
-    EXPECT_EQ(category_name(kernel_category("void llmc::bias_backward_partial_kernel(float*)")), "reduction");
-    EXPECT_EQ(category_name(kernel_category("void llmc::accumulate_loss_kernel(float*, float const*, int, float)")), "reduction");
-    EXPECT_EQ(category_name(kernel_category("void llmc::encoder_backward_wte_kernel(__nv_bfloat16*)")), "reduction");
-    EXPECT_EQ(category_name(kernel_category("void cub::CUB_200700_900_NS::DeviceRadixSortOnesweepKernel<Policy>(int)")), "reduction");
-    EXPECT_EQ(category_name(kernel_category("void cub::CUB_200700_900_NS::DeviceScanKernel<Policy>(int)")), "reduction");
-    EXPECT_EQ(category_name(kernel_category("void llmc::fused_classifier_kernel(__nv_bfloat16*)")), "reduction");
-    EXPECT_EQ(category_name(kernel_category("void llmc::encoder_forward_kernel(__nv_bfloat16*)")), "elementwise");
-    EXPECT_EQ(category_name(kernel_category("void llmc::gelu_forward_kernel(__nv_bfloat16*)")), "elementwise");
-    EXPECT_EQ(category_name(kernel_category("void llmc::copy_float_to_bf16_kernel(__nv_bfloat16*)")), "elementwise");
-    EXPECT_EQ(category_name(kernel_category("void llmc::adamw_kernel(__nv_bfloat16*)")), "optimizer");
-    EXPECT_EQ(category_name(kernel_category("mystery")), "other");
+    EXPECT_STREQ(category_name(kernel_category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64")), "gemm");
+    EXPECT_STREQ(category_name(kernel_category("void llmc::attention_detail::attention_backward_dq_kernel<64, 64>(int)")), "attention");
+    EXPECT_STREQ(category_name(kernel_category("void llmc::layernorm_backward_final_kernel(__nv_bfloat16*)")), "norm");
+    EXPECT_STREQ(category_name(kernel_category("void llmc::global_norm_partial_kernel(float*)")), "reduction");
+    EXPECT_STREQ(category_name(kernel_category("void llmc::bias_backward_partial_kernel(float*)")), "reduction");
+    EXPECT_STREQ(category_name(kernel_category("void llmc::accumulate_loss_kernel(float*, float const*, int, float)")), "reduction");
+    EXPECT_STREQ(category_name(kernel_category("void llmc::encoder_backward_wte_kernel(__nv_bfloat16*)")), "reduction");
+    EXPECT_STREQ(category_name(kernel_category("void cub::CUB_200700_900_NS::DeviceRadixSortOnesweepKernel<Policy>(int)")), "reduction");
+    EXPECT_STREQ(category_name(kernel_category("void cub::CUB_200700_900_NS::DeviceScanKernel<Policy>(int)")), "reduction");
+    EXPECT_STREQ(category_name(kernel_category("void llmc::fused_classifier_kernel(__nv_bfloat16*)")), "reduction");
+    EXPECT_STREQ(category_name(kernel_category("void llmc::encoder_forward_kernel(__nv_bfloat16*)")), "elementwise");
+    EXPECT_STREQ(category_name(kernel_category("void llmc::gelu_forward_kernel(__nv_bfloat16*)")), "elementwise");
+    EXPECT_STREQ(category_name(kernel_category("void llmc::copy_float_to_bf16_kernel(__nv_bfloat16*)")), "elementwise");
+    EXPECT_STREQ(category_name(kernel_category("void llmc::adamw_kernel(__nv_bfloat16*)")), "optimizer");
+    EXPECT_STREQ(category_name(kernel_category("mystery")), "other");
     EXPECT_EQ(short_kernel_name("void llmc::k<true>(float*, void (*)(int))"), "k<true>");
     EXPECT_EQ(short_kernel_name("void cub::NS::detail::Kernel<cub::Policy, 4>(int)"), "Kernel<cub::Policy, 4>");
     EXPECT_EQ(short_kernel_name("nvjet_hsh_256x128"), "nvjet_hsh_256x128");
@@ -241,16 +241,16 @@ TEST(ProfilerReport, TablesSumToTheTotal) {
     EXPECT_EQ(r.total.calls, 14);
     for (size_t i = 1; i < r.kernels.size(); i++) EXPECT_GE(r.kernels[i - 1].total_us, r.kernels[i].total_us);
 
-    ASSERT_EQ(category_name(r.kernels[0].category), "optimizer");
+    ASSERT_STREQ(category_name(r.kernels[0].category), "optimizer");
     EXPECT_EQ(r.kernels[0].calls, 2);
     EXPECT_DOUBLE_EQ(r.kernels[0].avg_us, 5000);
     EXPECT_NEAR(r.kernels[0].pct, 100 * 10000.0 / 18420.0, 1e-9);
     const KernelRow* ln = find_kernel(r, "layernorm_forward_kernel", (int)SubBlock::ln2);
     ASSERT_NE(ln, nullptr);
-    EXPECT_EQ(category_name(ln->category), "norm");
+    EXPECT_STREQ(category_name(ln->category), "norm");
     const KernelRow* memset = find_kernel(r, "[memset]", -1);
     ASSERT_NE(memset, nullptr);
-    EXPECT_EQ(category_name(memset->category), "memset");
+    EXPECT_STREQ(category_name(memset->category), "memset");
     EXPECT_DOUBLE_EQ(memset->total_us, 200);
     EXPECT_NE(find_kernel(r, "[memcpy HtoD]", -1), nullptr);
     EXPECT_EQ(find_kernel(r, "copy_float_to_bf16", -1), nullptr);
