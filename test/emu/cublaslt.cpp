@@ -42,6 +42,18 @@ namespace {
 
 int g_live = 0; // descriptors, layouts and preferences alive
 
+// Every descriptor, layout and preference is made and freed through these, so g_live counts them all.
+template <typename T> cublasStatus_t created(T** out, T* obj) {
+    *out = obj;
+    g_live++;
+    return CUBLAS_STATUS_SUCCESS;
+}
+template <typename T> cublasStatus_t destroyed(T* obj) {
+    g_live -= obj != nullptr;
+    delete obj;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 constexpr float kGeluScale = 0.7978845608028654f, kGeluCube = 0.044715f;
 float gelu(float x) { return 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + kGeluCube * x * x * x))); }
 float dgelu(float x) {
@@ -104,15 +116,9 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute, cudaDataType_t scale) {
     if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    *d = new cublasLtMatmulDescOpaque_t;
-    g_live++;
-    return CUBLAS_STATUS_SUCCESS;
+    return created(d, new cublasLtMatmulDescOpaque_t);
 }
-cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
-    g_live -= d != nullptr;
-    delete d;
-    return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { return destroyed(d); }
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
                                               const void* buf, size_t size) {
     if (!d) return CUBLAS_STATUS_INVALID_VALUE;
@@ -154,26 +160,14 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t type, uint64_t rows, uint64_t cols,
                                           int64_t ld) {
     if (ld < (int64_t)rows || ld <= 0) return CUBLAS_STATUS_INVALID_VALUE; // column-major: ld >= rows
-    *l = new cublasLtMatrixLayoutOpaque_t{type, rows, cols, ld};
-    g_live++;
-    return CUBLAS_STATUS_SUCCESS;
+    return created(l, new cublasLtMatrixLayoutOpaque_t{type, rows, cols, ld});
 }
-cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
-    g_live -= l != nullptr;
-    delete l;
-    return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { return destroyed(l); }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
-    *p = new cublasLtMatmulPreferenceOpaque_t;
-    g_live++;
-    return CUBLAS_STATUS_SUCCESS;
+    return created(p, new cublasLtMatmulPreferenceOpaque_t);
 }
-cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
-    g_live -= p != nullptr;
-    delete p;
-    return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { return destroyed(p); }
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
                                                     cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
                                                     size_t size) {
