@@ -7,6 +7,8 @@
 
 #include "test/test_util.h"
 
+using testutil::has;
+
 namespace {
 
 struct Rewritten {
@@ -24,7 +26,6 @@ Rewritten rewrite(const std::string& source) {
     return {r.exit_code, r.exit_code == 0 ? testutil::slurp(dir / "out.cu") : "", r.output};
 }
 
-bool has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 int lines(const std::string& s) { return (int)std::count(s.begin(), s.end(), '\n'); }
 
 } // namespace

@@ -7,6 +7,9 @@
 
 #include "llmc/profiler/findings.h"
 #include "llmc/profiler/writers.h"
+#include "test/test_util.h"
+
+using testutil::has;
 
 using namespace llmc;
 using namespace llmc::prof;
@@ -54,7 +57,6 @@ const Finding* rule(const std::vector<Finding>& f, const std::string& name) {
         if (x.rule == name) return &x;
     return nullptr;
 }
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 } // namespace
 

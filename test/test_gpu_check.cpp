@@ -9,6 +9,7 @@
 
 #include "test/test_util.h"
 
+using testutil::has;
 using testutil::run;
 using testutil::RunResult;
 using testutil::TempDir;
@@ -32,7 +33,6 @@ std::string parse(const std::string& kind, const std::string& log, const std::st
     return r.output;
 }
 
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
 size_t count(const std::string& text, const std::string& what) {
     size_t n = 0;

@@ -6,8 +6,9 @@
 
 #include "test/test_util.h"
 
+using testutil::has;
+
 namespace {
-bool has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 bool built() {
     struct stat st;
     return stat("./profile_gpt2cu", &st) == 0;

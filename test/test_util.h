@@ -64,6 +64,9 @@ inline std::vector<std::map<std::string, std::string>> read_csv(const std::strin
     return out;
 }
 
+// Whether text contains part (program output, messages, file contents).
+inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 // A fresh directory under /tmp, removed when the object dies.
 struct TempDir {
     std::string path;
