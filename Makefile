@@ -1,6 +1,7 @@
 # GPT-2 trainer that profiles itself.
 #   make train_gpt2      CPU fp32 reference trainer (OpenMP)
 #   make prepare_data    GPT-2 tokenizer + shard writer
+#   make infer_gpt2      CPU fp32 text generation with a KV cache (prefill + decode, --profile)
 #   make train_gpt2cu    GPU trainer (needs nvcc; runs on sm_80 and newer)
 #   make profile_gpt2cu  runs a few GPU training steps traced with CUPTI and writes a profile directory
 #   make sample_profile  regenerates test/data/sample_profile (synthetic GPU profile for the plot tests)
@@ -52,7 +53,7 @@ override CXXFLAGS += -g -fno-omit-frame-pointer -fsanitize=address,undefined -fn
 endif
 
 .PHONY: all test clean tinyshakespeare dev_cuda sample_profile fuzz
-all: $(BIN)train_gpt2 $(BIN)prepare_data
+all: $(BIN)train_gpt2 $(BIN)prepare_data $(BIN)infer_gpt2
 ifneq ($(HAVE_NVCC),)
 all: train_gpt2cu profile_gpt2cu dev_cuda
 endif
@@ -78,6 +79,9 @@ LIBS := $(TRAIN_LIB) $(PROFILER_LIB)
 
 # ---- programs ----
 $(BIN)train_gpt2: $(BUILD)/train_gpt2.o $(BUILD)/llmc/train/cpu_backend.o $(LIBS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
+
+$(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(PROFILER_LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
 $(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o
@@ -162,7 +166,7 @@ emu_mutation:
 
 # Tests find the tinyshakespeare text and GPT-2 vocabulary files through LLMC_DATA (default ../shared/data).
 LLMC_DATA ?= ../shared/data
-TEST_PROGRAMS := $(addprefix $(BIN),train_gpt2 prepare_data) $(if $(HAVE_NVCC),train_gpt2cu profile_gpt2cu)
+TEST_PROGRAMS := $(addprefix $(BIN),train_gpt2 prepare_data infer_gpt2) $(if $(HAVE_NVCC),train_gpt2cu profile_gpt2cu)
 ifdef SAN
 # The tests run ./train_gpt2 and read test/ and scripts/ files from their working directory: build/san, with links.
 # Every process writes its sanitizer reports to build/san/reports; any report fails the run. The plot tests run
@@ -214,7 +218,7 @@ tinyshakespeare: prepare_data
 	bash dev/data/tinyshakespeare.sh
 
 clean:
-	rm -rf $(BUILD) train_gpt2 prepare_data train_gpt2cu profile_gpt2cu
+	rm -rf $(BUILD) train_gpt2 prepare_data infer_gpt2 train_gpt2cu profile_gpt2cu
 
 # Objects made through a chain of pattern rules (the kernel benchmarks') are kept, not deleted as intermediates.
 # (A bare .SECONDARY would also stop make from building a new test's object for an up-to-date binary.)

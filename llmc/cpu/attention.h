@@ -14,39 +14,49 @@
 
 namespace llmc::cpu {
 
+/*
+ * One query row of one head against n keys and values: a[0..n) gets the softmax weights, o[0..hs) the weighted
+ * sum of values. k and v point at the first key/value of this head and step by kv_stride elements per
+ * position. Shared by the training forward (keys inside the (B, T, 3C) qkv buffer) and the KV-cache decoder
+ * (keys in a (maxT, C) cache row), so a cached position computes exactly the bits full recomputation does.
+ */
+template <typename Real>
+void attention_row(Real* o, Real* a, const Real* q, const Real* k, const Real* v, size_t kv_stride, int n, int hs) {
+    const Real scale = (Real)(1.0 / std::sqrt((double)hs));
+    Real maxval = -std::numeric_limits<Real>::infinity();
+    for (int t2 = 0; t2 < n; t2++) {
+        const Real* kt = k + t2 * kv_stride;
+        Real dot = 0;
+        for (int i = 0; i < hs; i++) dot += q[i] * kt[i];
+        a[t2] = dot * scale;
+        maxval = std::max(maxval, a[t2]);
+    }
+    double sum = 0;
+    for (int t2 = 0; t2 < n; t2++) {
+        a[t2] = std::exp(a[t2] - maxval);
+        sum += a[t2];
+    }
+    const Real inv = (Real)(1.0 / sum);
+    for (int t2 = 0; t2 < n; t2++) a[t2] *= inv;
+    for (int i = 0; i < hs; i++) o[i] = 0;
+    for (int t2 = 0; t2 < n; t2++) {
+        const Real* vt = v + t2 * kv_stride;
+        for (int i = 0; i < hs; i++) o[i] += a[t2] * vt[i];
+    }
+}
+
 // out (B, T, C), att (B, NH, T, T) with zeros above the diagonal; inp (B, T, 3C).
 template <typename Real> void attention_forward(Real* out, Real* att, const Real* inp, int B, int T, int C, int NH) {
     const int C3 = 3 * C, hs = C / NH;
-    const Real scale = (Real)(1.0 / std::sqrt((double)hs));
 #pragma omp parallel for collapse(3)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++) {
-                const Real* q = inp + ((size_t)b * T + t) * C3 + h * hs;
+                const Real* row = inp + (size_t)b * T * C3 + h * hs; // position 0 of sequence b, head h
                 Real* a = att + (((size_t)b * NH + h) * T + t) * T;
-                Real maxval = -std::numeric_limits<Real>::infinity();
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const Real* k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    Real dot = 0;
-                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
-                    a[t2] = dot * scale;
-                    maxval = std::max(maxval, a[t2]);
-                }
-                double sum = 0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    a[t2] = std::exp(a[t2] - maxval);
-                    sum += a[t2];
-                }
-                const Real inv = (Real)(1.0 / sum);
-                for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+                attention_row(out + ((size_t)b * T + t) * C + h * hs, a, row + (size_t)t * C3, row + C, row + 2 * C,
+                              C3, t + 1, hs);
                 for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
-
-                Real* o = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) o[i] = 0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const Real* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
-                }
             }
 }
 

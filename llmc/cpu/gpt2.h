@@ -130,6 +130,27 @@ template <typename Real> struct GPT2CPU {
         return acts_.probs + ((size_t)b * T + t) * config.padded_vocab_size;
     }
 
+    // Layer l's slice of each per-layer parameter tensor (the KV-cache decoder, llmc/cpu/gpt2_decoder.h, runs
+    // the same layers).
+    struct LayerParams {
+        Real *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    };
+    LayerParams layer_params(const ParameterTensors<Real>& p, int l) const {
+        const size_t C = config.channels;
+        return {p.ln1w + l * C,
+                p.ln1b + l * C,
+                p.qkvw + l * 3 * C * C,
+                p.qkvb + l * 3 * C,
+                p.attprojw + l * C * C,
+                p.attprojb + l * C,
+                p.ln2w + l * C,
+                p.ln2b + l * C,
+                p.fcw + l * 4 * C * C,
+                p.fcb + l * 4 * C,
+                p.fcprojw + l * 4 * C * C,
+                p.fcprojb + l * C};
+    }
+
     void zero_grad() { std::fill(grads_memory.begin(), grads_memory.end(), Real(0)); }
 
     // Accumulates d(loss_scale * mean_loss)/dparam into grads. Needs a forward with targets since the last
@@ -226,9 +247,6 @@ private:
         Real *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *residual1, *ln2, *ln2_mean, *ln2_rstd, *fch,
             *fch_gelu, *fcproj, *residual2;
     };
-    struct LayerParams {
-        Real *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-    };
 
     std::vector<Real> acts_memory_, grad_acts_memory_;
     Activations acts_{}, grad_acts_{};
@@ -290,22 +308,6 @@ private:
                 at(t.atty, BT * C),         at(t.att, BT * NH * T), at(t.attproj, BT * C),  at(t.residual1, BT * C),
                 at(t.ln2, BT * C),          at(t.ln2_mean, BT),     at(t.ln2_rstd, BT),     at(t.fch, BT * 4 * C),
                 at(t.fch_gelu, BT * 4 * C), at(t.fcproj, BT * C),   at(t.residual2, BT * C)};
-    }
-
-    LayerParams layer_params(const ParameterTensors<Real>& p, int l) const {
-        const size_t C = config.channels;
-        return {p.ln1w + l * C,
-                p.ln1b + l * C,
-                p.qkvw + l * 3 * C * C,
-                p.qkvb + l * 3 * C,
-                p.attprojw + l * C * C,
-                p.attprojb + l * C,
-                p.ln2w + l * C,
-                p.ln2b + l * C,
-                p.fcw + l * 4 * C * C,
-                p.fcb + l * 4 * C,
-                p.fcprojw + l * 4 * C * C,
-                p.fcprojb + l * C};
     }
 
     template <typename F> void timed(SubBlock s, Phase p, F&& f) {

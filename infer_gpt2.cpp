@@ -1,0 +1,134 @@
+/*
+ * infer_gpt2: GPT-2 text generation on the CPU in fp32 with a KV cache (llmc/cpu/gpt2_decoder.h): the prompts
+ * of all B sequences go through the model together (prefill), then one token per sequence per step (decode).
+ * Flags and output: llmc/infer.h, doc/flags.md.
+ *
+ *   ./infer_gpt2 -e d4 -p "To be or not" -n 32 --temperature 0 --json
+ */
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <sys/resource.h>
+
+#include "llmc/checkpoint.h"
+#include "llmc/cpu/gpt2_decoder.h"
+#include "llmc/infer.h"
+
+namespace llmc {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Resident set high-water mark of this process.
+double peak_rss_mib() {
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0; // KiB on Linux
+}
+
+int run(int argc, char** argv) {
+    const InferOptions opt = parse_infer_options(argc, argv);
+    if (opt.help) {
+        printf("%s", infer_usage("infer_gpt2").c_str());
+        return 0;
+    }
+    // ---- model: dN (random, --seed) or a model file ----
+    GPT2Config cfg;
+    int depth;
+    ModelFile mf;
+    if (parse_depth_descriptor(opt.model, &depth)) {
+        cfg = gpt2_config_for_depth(depth);
+        validate_config(cfg, "-e " + opt.model);
+    } else {
+        if (!file_exists(opt.model))
+            throw UsageError(strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", opt.model.c_str()));
+        mf = load_model(opt.model);
+        cfg = mf.config;
+    }
+    // ---- tokenizer (when GPT-2's files are there and fit the model) and prompts ----
+    std::unique_ptr<GPT2Tokenizer> tok;
+    const std::string vocab = gpt2_vocab_dir();
+    if (file_exists(vocab + "/encoder.json") && file_exists(vocab + "/vocab.bpe")) {
+        tok = std::make_unique<GPT2Tokenizer>(GPT2Tokenizer::from_gpt2_files(vocab + "/encoder.json", vocab + "/vocab.bpe"));
+        if (tok->vocab_size() != cfg.vocab_size) tok.reset();
+    }
+    const int eot = tok ? tok->eot() : cfg.vocab_size - 1; // GPT-2 puts EOT last
+    const std::vector<std::vector<int>> prompts = build_prompts(opt, tok.get(), cfg.vocab_size, eot);
+    const int B = (int)prompts.size();
+    size_t longest = 0;
+    for (auto& p : prompts) longest = std::max(longest, p.size());
+    if (longest + opt.new_tokens > (size_t)cfg.max_seq_len)
+        throw Error(strprintf("-n: a prompt of %zu tokens and %d new tokens exceed the model's maximum sequence "
+                              "length %d", longest, opt.new_tokens, cfg.max_seq_len));
+
+    GPT2CPU<float> model(cfg);
+    if (mf.params.empty()) model.init_random(opt.seed);
+    else std::copy(mf.params.begin(), mf.params.end(), model.params_memory.begin());
+    mf = ModelFile();
+    const int max_len = (int)longest + opt.new_tokens;
+    GPT2DecoderCPU<float> dec(model, B, max_len);
+    std::vector<float> logits((size_t)B * cfg.padded_vocab_size);
+
+    // ---- prefill, then one decode step per new token while any sequence is running ----
+    using Clock = std::chrono::steady_clock;
+    Rng rng(opt.seed);
+    std::vector<SequenceResult> seqs(B);
+    std::vector<bool> running(B, true);
+    InferSummary sum;
+    auto choose = [&](int b) {
+        const int id = pick_token(logits.data() + (size_t)b * cfg.padded_vocab_size, cfg.vocab_size, opt.temperature,
+                                  opt.top_k, rng.next_f32());
+        seqs[b].ids.push_back(id);
+        if ((opt.stop_eot && id == eot) || (int)seqs[b].ids.size() == opt.new_tokens) running[b] = false;
+    };
+    const auto t0 = Clock::now();
+    dec.phase = Phase::fwd;
+    dec.append(prompts, logits.data());
+    sum.prefill_ms = ms_since(t0);
+    for (int b = 0; b < B; b++) choose(b);
+    sum.ttft_ms = ms_since(t0);
+    for (int b = 0; b < B; b++) {
+        seqs[b].prompt_ids = prompts[b];
+        seqs[b].ttft_ms = sum.ttft_ms;
+        sum.prefill_tokens += (long)prompts[b].size();
+    }
+    std::vector<std::vector<int>> step(B);
+    while (std::count(running.begin(), running.end(), true) > 0) {
+        const auto ts = Clock::now();
+        for (int b = 0; b < B; b++) step[b] = running[b] ? std::vector<int>{seqs[b].ids.back()} : std::vector<int>{};
+        dec.append(step, logits.data());
+        for (int b = 0; b < B; b++)
+            if (running[b]) choose(b), sum.decode_tokens++;
+        const double ms = ms_since(ts);
+        sum.step_ms.push_back(ms);
+        for (int b = 0; b < B; b++)
+            if (!step[b].empty()) seqs[b].decode_ms += ms;
+    }
+
+    // ---- output ----
+    sum.B = B, sum.prompt_len = (int)longest, sum.gen_len = opt.new_tokens, sum.params = model.num_parameters();
+    sum.peak_mem_mib = peak_rss_mib();
+    for (SequenceResult& s : seqs)
+        if (tok) s.text = tok->decode(s.ids);
+    for (const SequenceResult& s : seqs) {
+        if (opt.json) {
+            printf("%s\n", sequence_json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        } else if (tok) {
+            printf("%s\n", s.text.c_str());
+        } else {
+            for (int id : s.ids) printf("%d ", id);
+            printf("\n");
+        }
+    }
+    printf("%s\n", opt.json ? summary_json(sum).dump().c_str() : summary_line(sum).c_str());
+    return 0;
+}
+
+} // namespace
+} // namespace llmc
+
+int main(int argc, char** argv) {
+    return llmc::main_guard([&] { return llmc::run(argc, argv); });
+}

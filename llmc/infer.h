@@ -1,0 +1,256 @@
+/*
+ * Host side of the inference programs (infer_gpt2 on the CPU; doc/flags.md has the flags): the command line,
+ * the prompts, token choice from logits, latency statistics and the output lines. Where the model runs is
+ * the program's business; everything here is plain C++ and unit-tested without a model.
+ */
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "llmc/cli.h"
+#include "llmc/gpt2_config.h"
+#include "llmc/rand.h"
+#include "llmc/sampler.h"
+#include "llmc/tokenizer.h"
+#include "llmc/utils.h"
+
+namespace llmc {
+
+struct InferOptions {
+    std::string model = "d12";      // -e: dN or a model file
+    std::string prompt_text;        // -p
+    std::string prompt_file;        // --prompt-file: one prompt per line
+    std::vector<int> prompt_ids;    // --prompt-ids "1,2,3"
+    int prompt_len = 0;             // --prompt-len: synthetic prompts of this many random ids (0 = off)
+    int B = 0;                      // -b (0 = as many as there are prompts)
+    int new_tokens = 64;            // -n
+    float temperature = 1.0f;       // --temperature (0 = greedy)
+    int top_k = 0;                  // --top-k (0 = all)
+    unsigned long long seed = 1337; // --seed: random model, synthetic prompts, sampling
+    bool stop_eot = false;          // --stop-eot
+    bool json = false;              // --json
+    std::string profile_dir;        // --profile ("" = off)
+    bool help = false;              // -h
+};
+
+inline std::string infer_usage(const char* program) {
+    InferOptions d;
+    return strprintf(
+        "usage: %s [options]\n"
+        "  -e, --model dN|FILE        random model dN (seeded by --seed) or an llm.c model file [%s]\n"
+        "  -p, --prompt TEXT          one prompt as text (needs GPT-2's encoder.json and vocab.bpe in\n"
+        "                             $GPT2_VOCAB_DIR, else data/gpt2)\n"
+        "      --prompt-file FILE     one prompt per line\n"
+        "      --prompt-ids LIST      one prompt as token ids, \"1,2,3\"\n"
+        "      --prompt-len N         one synthetic prompt of N random token ids per sequence\n"
+        "                             (without a prompt flag: the prompt is <|endoftext|>)\n"
+        "  -b, --batch N              sequences run together; prompts are cycled to fill them [number of prompts]\n"
+        "  -n, --new-tokens N         tokens generated per sequence [%d]\n"
+        "      --temperature X        sampling temperature, 0 = greedy [%g]\n"
+        "      --top-k N              sample from the N most likely tokens, 0 = all [%d]\n"
+        "      --seed N               seed for the random model, synthetic prompts and sampling [%llu]\n"
+        "      --stop-eot             stop a sequence at <|endoftext|>\n"
+        "      --json                 one JSON object per sequence and a summary object, one per line\n"
+        "      --profile DIR          profile prefill and decode, write the profile to DIR [off]\n"
+        "  -h, --help                 this help\n",
+        program, d.model.c_str(), d.new_tokens, d.temperature, d.top_k, d.seed);
+}
+
+// "1,2,3" -> {1, 2, 3}; ids are checked against the model's vocabulary later, when it is known.
+inline std::vector<int> parse_id_list(const std::string& flag, const std::string& v) {
+    std::vector<int> ids;
+    size_t pos = 0;
+    while (pos <= v.size()) {
+        size_t comma = std::min(v.find(',', pos), v.size());
+        ids.push_back((int)detail::parse_long(flag, v.substr(pos, comma - pos), 0, 2147483647));
+        pos = comma + 1;
+    }
+    return ids;
+}
+
+// Throws UsageError (exit 2) on anything it does not understand.
+inline InferOptions parse_infer_options(int argc, char** argv) {
+    using detail::parse_float;
+    using detail::parse_long;
+    constexpr long IMAX = 2147483647;
+    InferOptions opt;
+    int prompt_flags = 0;
+    for (int i = 1; i < argc; i++) {
+        detail::Arg a = detail::split_arg(argv[i]);
+        const std::string& flag = a.flag;
+        if (flag == "-h" || flag == "--help") opt.help = true;
+        else if (flag == "--stop-eot") opt.stop_eot = true;
+        else if (flag == "--json") opt.json = true;
+        else {
+            static const char* table[][2] = {{"-e", "--model"},        {"-p", "--prompt"},   {"--prompt-file", ""},
+                                             {"--prompt-ids", ""},     {"--prompt-len", ""}, {"-b", "--batch"},
+                                             {"-n", "--new-tokens"},   {"--temperature", ""}, {"--top-k", ""},
+                                             {"--seed", ""},           {"--profile", ""}};
+            const char* key = nullptr;
+            for (auto& row : table)
+                if (flag == row[0] || (*row[1] && flag == row[1])) key = row[0];
+            if (!key) throw UsageError(strprintf("unknown flag '%s' (see --help)", flag.c_str()));
+            const std::string value = detail::take_value(a, argc, argv, i);
+            const std::string k = key;
+            if (k == "-e") opt.model = value;
+            else if (k == "-p") {
+                if (value.empty()) throw UsageError("-p: empty prompt");
+                opt.prompt_text = value, prompt_flags++;
+            }
+            else if (k == "--prompt-file") opt.prompt_file = value, prompt_flags++;
+            else if (k == "--prompt-ids") opt.prompt_ids = parse_id_list(flag, value), prompt_flags++;
+            else if (k == "--prompt-len") opt.prompt_len = (int)parse_long(flag, value, 1, IMAX), prompt_flags++;
+            else if (k == "-b") opt.B = (int)parse_long(flag, value, 1, 65536);
+            else if (k == "-n") opt.new_tokens = (int)parse_long(flag, value, 1, IMAX);
+            else if (k == "--temperature") opt.temperature = parse_float(flag, value, 0.0f, 100.0f);
+            else if (k == "--top-k") opt.top_k = (int)parse_long(flag, value, 0, IMAX);
+            else if (k == "--seed") opt.seed = (unsigned long long)parse_long(flag, value, 0, IMAX);
+            else if (k == "--profile") opt.profile_dir = value;
+        }
+    }
+    if (prompt_flags > 1)
+        throw UsageError("-p: give one of -p, --prompt-file, --prompt-ids and --prompt-len, not several");
+    return opt;
+}
+
+// GPT-2's vocabulary files: $GPT2_VOCAB_DIR, else data/gpt2 (as prepare_data finds them).
+inline std::string gpt2_vocab_dir() {
+    const char* env = getenv("GPT2_VOCAB_DIR");
+    return env && *env ? env : "data/gpt2";
+}
+
+/*
+ * The B prompts, as token ids: -p and --prompt-file are encoded with `tok` (null: an Error naming the missing
+ * vocabulary), --prompt-ids taken as given, --prompt-len drawn per sequence from Rng(seed ^ 1) (not the
+ * sampling stream), no prompt flag gives <|endoftext|> (`eot`). Fewer prompts than B are cycled; more are an
+ * error. Every prompt is non-empty and every id inside the vocabulary of size V.
+ */
+inline std::vector<std::vector<int>> build_prompts(const InferOptions& opt, const GPT2Tokenizer* tok, int V, int eot) {
+    std::vector<std::vector<int>> prompts;
+    auto need_tokenizer = [&](const std::string& what) {
+        if (!tok)
+            throw Error(strprintf("%s: encoding text needs GPT-2's encoder.json and vocab.bpe in %s (set GPT2_VOCAB_DIR)",
+                                  what.c_str(), gpt2_vocab_dir().c_str()));
+    };
+    if (!opt.prompt_text.empty()) {
+        need_tokenizer("-p");
+        prompts.push_back(tok->encode(opt.prompt_text));
+    } else if (!opt.prompt_file.empty()) {
+        std::string text = detail::read_text_file(opt.prompt_file);
+        need_tokenizer(opt.prompt_file);
+        for (size_t pos = 0; pos < text.size();) {
+            size_t eol = std::min(text.find('\n', pos), text.size());
+            std::string line = text.substr(pos, eol - pos);
+            pos = eol + 1;
+            if (!line.empty() && line.back() == '\r') line.pop_back();
+            if (!line.empty()) prompts.push_back(tok->encode(line));
+        }
+        if (prompts.empty()) throw Error(strprintf("%s: no prompt in the file (one per line)", opt.prompt_file.c_str()));
+    } else if (!opt.prompt_ids.empty()) {
+        prompts.push_back(opt.prompt_ids);
+    } else if (opt.prompt_len > 0) {
+        Rng rng(opt.seed ^ 1);
+        for (int b = 0; b < std::max(opt.B, 1); b++) {
+            prompts.emplace_back(opt.prompt_len);
+            for (int& id : prompts.back()) id = (int)(rng.next_u32() % (uint32_t)V);
+        }
+    } else {
+        prompts.push_back({eot});
+    }
+    const int B = opt.B > 0 ? opt.B : (int)prompts.size();
+    if ((int)prompts.size() > B)
+        throw UsageError(strprintf("-b: %d sequences cannot hold the %zu prompts given", B, prompts.size()));
+    for (size_t i = 0; i < prompts.size(); i++) {
+        if (prompts[i].empty()) throw Error(strprintf("prompt %zu: encodes to no tokens", i + 1));
+        for (int id : prompts[i])
+            if (id < 0 || id >= V)
+                throw UsageError(strprintf("--prompt-ids: token id %d is outside the model's vocabulary [0, %d)", id, V));
+    }
+    for (int b = (int)prompts.size(); b < B; b++) prompts.push_back(prompts[b % prompts.size()]);
+    return prompts;
+}
+
+// The next token from a row of logits over V tokens: the argmax at temperature 0 (the lowest id among equal
+// maxima), else a draw from softmax(logits / T) restricted to the top k (llmc/sampler.h) with `coin` in [0, 1).
+template <typename Real> int pick_token(const Real* logits, int V, float temperature, int top_k, float coin) {
+    if (temperature == 0.0f) return (int)(std::max_element(logits, logits + V) - logits);
+    const Real maxval = *std::max_element(logits, logits + V);
+    std::vector<double> probs(V);
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += probs[i] = std::exp((double)logits[i] - maxval);
+    for (double& p : probs) p /= sum;
+    return sample_token(probs.data(), V, SamplerConfig{temperature, top_k}, coin);
+}
+
+// The q-quantile (0..1) of xs by linear interpolation between order statistics; 0 for an empty list.
+inline double quantile(std::vector<double> xs, double q) {
+    if (xs.empty()) return 0;
+    std::sort(xs.begin(), xs.end());
+    const double at = q * (xs.size() - 1);
+    const size_t lo = (size_t)at, hi = std::min(lo + 1, xs.size() - 1);
+    return xs[lo] + (at - lo) * (xs[hi] - xs[lo]);
+}
+
+// What one sequence produced, and when.
+struct SequenceResult {
+    std::vector<int> prompt_ids, ids; // ids: generated tokens, EOT included when --stop-eot stopped there
+    std::string text;                 // the generated tokens decoded ("" without a tokenizer)
+    double ttft_ms = 0;               // from the start of prefill to this sequence's first token
+    double decode_ms = 0;             // the decode steps this sequence took part in
+};
+
+// A whole run: the per-step latencies of decode and the totals the summary reports.
+struct InferSummary {
+    double prefill_ms = 0, ttft_ms = 0;
+    std::vector<double> step_ms; // each decode step (one token for every active sequence)
+    long prefill_tokens = 0, decode_tokens = 0;
+    double peak_mem_mib = 0;
+    int B = 0, prompt_len = 0, gen_len = 0;
+    size_t params = 0;
+    double avg_power_w = NAN, j_per_token = NAN; // NaN: not measured (printed as null)
+};
+
+inline double decode_tok_s(const SequenceResult& s) {
+    return s.decode_ms > 0 ? (s.ids.size() - 1) / (s.decode_ms / 1e3) : 0;
+}
+
+inline nlohmann::json sequence_json(const SequenceResult& s) {
+    return {{"prompt_ids", s.prompt_ids}, {"ids", s.ids},         {"text", s.text},
+            {"ttft_ms", s.ttft_ms},       {"decode_tok_s", decode_tok_s(s)}};
+}
+
+inline nlohmann::json summary_json(const InferSummary& m) {
+    double decode_ms = 0;
+    for (double x : m.step_ms) decode_ms += x;
+    auto or_null = [](double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); };
+    return {{"summary",
+             {{"prefill_tok_s", m.prefill_ms > 0 ? m.prefill_tokens / (m.prefill_ms / 1e3) : 0.0},
+              {"ttft_ms", m.ttft_ms},
+              {"decode_tok_s", decode_ms > 0 ? m.decode_tokens / (decode_ms / 1e3) : 0.0},
+              {"latency_p50_ms", quantile(m.step_ms, 0.5)},
+              {"latency_p90_ms", quantile(m.step_ms, 0.9)},
+              {"peak_mem_mib", m.peak_mem_mib},
+              {"B", m.B},
+              {"prompt_len", m.prompt_len},
+              {"gen_len", m.gen_len},
+              {"params", m.params},
+              {"avg_power_w", or_null(m.avg_power_w)},
+              {"j_per_token", or_null(m.j_per_token)}}}};
+}
+
+// The human summary line: "summary: prefill ... tok/s, ttft ... ms, decode ... tok/s, ...".
+inline std::string summary_line(const InferSummary& m) {
+    const nlohmann::json s = summary_json(m)["summary"];
+    return strprintf("summary: B=%d prompt %d + %d new tokens, %zu params | prefill %.1f tok/s, ttft %.2f ms | decode "
+                     "%.1f tok/s, per-token latency p50 %.2f ms p90 %.2f ms | peak memory %.1f MiB",
+                     m.B, m.prompt_len, m.gen_len, m.params, s["prefill_tok_s"].get<double>(), m.ttft_ms,
+                     s["decode_tok_s"].get<double>(), s["latency_p50_ms"].get<double>(),
+                     s["latency_p90_ms"].get<double>(), m.peak_mem_mib);
+}
+
+} // namespace llmc

@@ -1,0 +1,292 @@
+// CPU inference: the KV-cache decoder (llmc/cpu/gpt2_decoder.h) against the training forward's full
+// recomputation, ragged batches against each sequence alone, the host plumbing of llmc/infer.h, and infer_gpt2
+// as a user runs it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "llmc/cpu/gpt2_decoder.h"
+#include "llmc/infer.h"
+#include "test/test_util.h"
+
+using namespace llmc;
+using namespace testutil;
+
+namespace {
+
+// A 2-layer body (C=64, NH=2) with a small vocabulary, random weights: the decoder's plumbing, not GPT-2's head.
+GPT2Config infer_config() {
+    GPT2Config c = gpt2_config_for_depth(2);
+    c.max_seq_len = 40;
+    c.vocab_size = 1000;
+    c.padded_vocab_size = 1024;
+    return c;
+}
+
+std::vector<int> random_ids(int n, int V, uint64_t seed) {
+    Rng rng(seed);
+    std::vector<int> ids(n);
+    for (int& id : ids) id = (int)(rng.next_u32() % (uint32_t)V);
+    return ids;
+}
+
+// softmax over the first V of a logits row, in double.
+std::vector<double> softmax(const float* logits, int V) {
+    double mx = *std::max_element(logits, logits + V), sum = 0;
+    std::vector<double> p(V);
+    for (int i = 0; i < V; i++) sum += p[i] = std::exp((double)logits[i] - mx);
+    for (double& x : p) x /= sum;
+    return p;
+}
+
+// Greedy continuation of `prompt` by n full forwards of the training model (no cache): the ground truth.
+std::vector<int> greedy_recompute(GPT2CPU<float>& model, std::vector<int> ids, int n) {
+    const int V = model.config.vocab_size;
+    const size_t start = ids.size();
+    for (int i = 0; i < n; i++) {
+        model.forward(ids.data(), nullptr, 1, (int)ids.size());
+        const float* p = model.probs(0, (int)ids.size() - 1);
+        ids.push_back((int)(std::max_element(p, p + V) - p));
+    }
+    return std::vector<int>(ids.begin() + start, ids.end());
+}
+
+} // namespace
+
+// Greedy tokens with the cache equal the tokens of full recomputation exactly, and at every generated
+// position the cached logits give the training forward's probabilities. Both paths run the same ops in the
+// same summation order (cpu::attention_row, row-independent matmuls), so the expected difference is rounding
+// only: 1e-6 absolute on probabilities (fp32 ops, values in [0, 1]).
+TEST(InferCPU, CachedGreedyEqualsRecompute) {
+    const GPT2Config c = infer_config();
+    GPT2CPU<float> model(c);
+    model.init_random(11);
+    const std::vector<int> prompt = random_ids(7, c.vocab_size, 12);
+    const int n = 20;
+    const std::vector<int> expected = greedy_recompute(model, prompt, n);
+
+    GPT2DecoderCPU<float> dec(model, 1, (int)prompt.size() + n);
+    std::vector<float> logits(c.padded_vocab_size);
+    std::vector<int> ids = prompt, got;
+    dec.append({prompt}, logits.data());
+    for (int i = 0; i < n; i++) {
+        const int next = pick_token(logits.data(), c.vocab_size, 0.0f, 0, 0.0f);
+        // The training forward over the same prefix: its last position's probabilities.
+        model.forward(ids.data(), nullptr, 1, (int)ids.size());
+        const std::vector<double> p = softmax(logits.data(), c.vocab_size);
+        const float* ref = model.probs(0, (int)ids.size() - 1);
+        double worst = 0;
+        for (int v = 0; v < c.vocab_size; v++) worst = std::max(worst, std::fabs(p[v] - ref[v]));
+        EXPECT_LT(worst, 1e-6) << "generated position " << i;
+        got.push_back(next);
+        ids.push_back(next);
+        if (i + 1 < n) dec.append({{next}}, logits.data());
+    }
+    EXPECT_EQ(got, expected);
+    EXPECT_EQ(dec.length(0), (int)prompt.size() + n - 1);
+}
+
+// Prompts of lengths 1, 5 and 9 prefilled together, then decoded together with one sequence idle for a step,
+// give each sequence the logits it gets alone (same ops per row: expected equal to rounding, 1e-5 relative to
+// the row's largest logit) and the same greedy tokens.
+TEST(InferCPU, RaggedBatchEqualsEachAlone) {
+    const GPT2Config c = infer_config();
+    const int Vp = c.padded_vocab_size, V = c.vocab_size, steps = 6;
+    GPT2CPU<float> model(c);
+    model.init_random(21);
+    const std::vector<std::vector<int>> prompts = {random_ids(1, V, 1), random_ids(5, V, 2), random_ids(9, V, 3)};
+    const int B = (int)prompts.size();
+
+    // Together: sequence 1 sits out decode step 2 and catches up at the end, so rows of different sequences
+    // sit at different positions in every call.
+    GPT2DecoderCPU<float> dec(model, B, 9 + steps + 1);
+    std::vector<float> logits((size_t)B * Vp);
+    std::vector<std::vector<float>> together(B); // every logits row each sequence produced, in order
+    std::vector<std::vector<int>> ids(B);
+    auto take = [&](int b) {
+        const float* row = logits.data() + (size_t)b * Vp;
+        together[b].insert(together[b].end(), row, row + Vp);
+        ids[b].push_back(pick_token(row, V, 0.0f, 0, 0.0f));
+    };
+    dec.append(prompts, logits.data());
+    for (int b = 0; b < B; b++) take(b);
+    for (int s = 0; s < steps; s++) {
+        std::vector<std::vector<int>> step(B);
+        for (int b = 0; b < B; b++)
+            if (!(b == 1 && s == 2)) step[b] = {ids[b].back()};
+        dec.append(step, logits.data());
+        for (int b = 0; b < B; b++)
+            if (!step[b].empty()) take(b);
+    }
+    std::vector<std::vector<int>> catch_up(B);
+    catch_up[1] = {ids[1].back()};
+    dec.append(catch_up, logits.data());
+    take(1);
+
+    for (int b = 0; b < B; b++) {
+        SCOPED_TRACE("sequence " + std::to_string(b));
+        GPT2DecoderCPU<float> alone(model, 1, 9 + steps + 1);
+        std::vector<float> row(Vp);
+        std::vector<int> alone_ids;
+        alone.append({prompts[b]}, row.data());
+        for (size_t k = 0;; k++) {
+            const float* t = together[b].data() + k * Vp;
+            const float scale = std::fabs(*std::max_element(row.begin(), row.begin() + V));
+            for (int v = 0; v < V; v++) ASSERT_NEAR(t[v], row[v], 1e-5f * scale) << "token " << k << " logit " << v;
+            alone_ids.push_back(pick_token(row.data(), V, 0.0f, 0, 0.0f));
+            if (alone_ids.size() == ids[b].size()) break;
+            alone.append({{alone_ids.back()}}, row.data());
+        }
+        EXPECT_EQ(alone_ids, ids[b]);
+    }
+}
+
+TEST(InferCPU, DecoderRefusesOverflowAndBadIds) {
+    const GPT2Config c = infer_config();
+    GPT2CPU<float> model(c);
+    model.init_random(3);
+    GPT2DecoderCPU<float> dec(model, 2, 4);
+    std::vector<float> logits(2 * c.padded_vocab_size);
+    EXPECT_THROW(dec.append({{1, 2, 3, 4, 5}, {}}, logits.data()), Error);
+    EXPECT_THROW(dec.append({{1}, {c.vocab_size}}, logits.data()), Error);
+    EXPECT_THROW(dec.append({{1}}, logits.data()), Error);
+    EXPECT_THROW(GPT2DecoderCPU<float>(model, 1, c.max_seq_len + 1), Error);
+    EXPECT_EQ(dec.cache_bytes(), 2 * sizeof(float) * c.num_layers * 2 * 4 * c.channels);
+}
+
+// Temperature 0 and top-k 1 both pick the largest logit, whatever the coin; a coin just below 1 at a high
+// temperature can reach a token that greedy never picks.
+TEST(InferCPU, PickToken) {
+    const std::vector<float> logits = {0.5f, 3.0f, -1.0f, 2.9f, 0.0f};
+    for (float coin : {0.0f, 0.3f, 0.999f}) {
+        EXPECT_EQ(pick_token(logits.data(), 5, 0.0f, 0, coin), 1);
+        EXPECT_EQ(pick_token(logits.data(), 5, 1.0f, 1, coin), 1);
+    }
+    EXPECT_EQ(pick_token(logits.data(), 5, 100.0f, 0, 0.9999f), 4);
+    EXPECT_EQ(pick_token(logits.data(), 5, 1.0f, 2, 0.999f), 3); // top 2 = {1, 3}
+}
+
+TEST(InferCPU, Quantile) {
+    EXPECT_DOUBLE_EQ(quantile({4, 1, 3, 2}, 0.5), 2.5);
+    EXPECT_DOUBLE_EQ(quantile({4, 1, 3, 2}, 0.0), 1);
+    EXPECT_DOUBLE_EQ(quantile({4, 1, 3, 2}, 1.0), 4);
+    EXPECT_DOUBLE_EQ(quantile({10, 20}, 0.9), 19);
+}
+
+// ---- infer_gpt2 as a user runs it ----
+
+namespace {
+std::string infer(const std::string& args) {
+    return "GPT2_VOCAB_DIR=" + data_dir() + "/gpt2 ./infer_gpt2 " + args;
+}
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+    std::vector<nlohmann::json> v;
+    size_t pos = 0;
+    while (pos < out.size()) {
+        size_t eol = std::min(out.find('\n', pos), out.size());
+        if (eol > pos) v.push_back(nlohmann::json::parse(out.substr(pos, eol - pos)));
+        pos = eol + 1;
+    }
+    return v;
+}
+} // namespace
+
+TEST(InferProgram, BadFlagsAndFiles) {
+    struct Case {
+        std::string args;
+        int code;
+        std::string message;
+    };
+    const std::vector<Case> cases = {
+        {"--nope", 2, "error: unknown flag '--nope' (see --help)"},
+        {"-n 0", 2, "error: -n:"},
+        {"--temperature -1", 2, "error: --temperature:"},
+        {"-p ''", 2, "error: -p: empty prompt"},
+        {"-p a --prompt-len 4", 2, "error: -p: give one of"},
+        {"--prompt-ids 1,x", 2, "error: --prompt-ids:"},
+        {"-e d1 --prompt-ids 1,50257", 2, "error: --prompt-ids: token id 50257"},
+        {"-e gpt5", 2, "error: -e:"},
+        {"-e d1 --prompt-file /nonexistent/prompts.txt", 1, "error: /nonexistent/prompts.txt"},
+        {"-e d1 --prompt-len 1000 -n 100", 1, "error: -n:"},
+        {"-e d1 --prompt-ids 1,2,3 -b 0", 2, "error: -b:"},
+    };
+    for (const Case& c : cases) {
+        auto r = run(infer(c.args));
+        EXPECT_EQ(r.exit_code, c.code) << c.args << ": " << r.output;
+        EXPECT_EQ(r.output.rfind(c.message, 0), 0u) << c.args << ": " << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << c.args << ": " << r.output;
+    }
+    auto h = run("./infer_gpt2 --help");
+    EXPECT_EQ(h.exit_code, 0);
+    EXPECT_TRUE(has(h.output, "--prompt-file"));
+}
+
+// The command: greedy ids for the encoded prompt, equal to full recomputation with the same random
+// model (d4, --seed default 1337), the text their decoding, and the summary's fields.
+TEST(InferProgram, GreedyJsonMatchesRecompute) {
+    auto r = run(infer("-e d4 -p 'To be or not' -n 32 --temperature 0 --json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto lines = json_lines(r.output);
+    ASSERT_EQ(lines.size(), 2u) << r.output;
+    const nlohmann::json& seq = lines[0];
+    const GPT2Tokenizer tok =
+        GPT2Tokenizer::from_gpt2_files(data_dir() + "/gpt2/encoder.json", data_dir() + "/gpt2/vocab.bpe");
+    const std::vector<int> prompt = tok.encode("To be or not"), ids = seq["ids"].get<std::vector<int>>();
+    EXPECT_EQ(seq["prompt_ids"].get<std::vector<int>>(), prompt);
+    ASSERT_EQ(ids.size(), 32u);
+    EXPECT_EQ(seq["text"].get<std::string>(), tok.decode(ids));
+    EXPECT_GT(seq["ttft_ms"].get<double>(), 0);
+    EXPECT_GT(seq["decode_tok_s"].get<double>(), 0);
+
+    GPT2CPU<float> model(gpt2_config_for_depth(4));
+    model.init_random(1337);
+    EXPECT_EQ(ids, greedy_recompute(model, prompt, 32));
+
+    const nlohmann::json& s = lines[1]["summary"];
+    for (const char* k : {"prefill_tok_s", "ttft_ms", "decode_tok_s", "latency_p50_ms", "latency_p90_ms", "peak_mem_mib"})
+        EXPECT_GT(s[k].get<double>(), 0) << k;
+    EXPECT_LE(s["latency_p50_ms"].get<double>(), s["latency_p90_ms"].get<double>());
+    EXPECT_EQ(s["B"], 1);
+    EXPECT_EQ(s["prompt_len"], (int)prompt.size());
+    EXPECT_EQ(s["gen_len"], 32);
+    EXPECT_EQ(s["params"], model.num_parameters());
+    EXPECT_TRUE(s["avg_power_w"].is_null());
+    EXPECT_TRUE(s["j_per_token"].is_null());
+}
+
+// Two prompts of different lengths in one batch (and cycled to fill -b 3) give what each gives alone.
+TEST(InferProgram, RaggedPromptFileEqualsEachAlone) {
+    TempDir dir;
+    const std::string file = dir / "prompts.txt";
+    FILE* f = fopen(file.c_str(), "w");
+    fputs("Hello\nThe quick brown fox jumps over the lazy dog\n", f);
+    fclose(f);
+    auto r = run(infer("-e d2 --prompt-file " + file + " -b 3 -n 6 --temperature 0 --json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto lines = json_lines(r.output);
+    ASSERT_EQ(lines.size(), 4u) << r.output;
+    const std::vector<std::string> prompts = {"Hello", "The quick brown fox jumps over the lazy dog", "Hello"};
+    for (int b = 0; b < 3; b++) {
+        auto alone = run(infer("-e d2 -p '" + prompts[b] + "' -n 6 --temperature 0 --json"));
+        ASSERT_EQ(alone.exit_code, 0) << alone.output;
+        EXPECT_EQ(json_lines(alone.output)[0]["ids"], lines[b]["ids"]) << prompts[b];
+    }
+    EXPECT_NE(lines[0]["prompt_ids"], lines[1]["prompt_ids"]);
+    EXPECT_EQ(lines[3]["summary"]["B"], 3);
+}
+
+// Sampling is seeded: the same seed gives the same tokens, synthetic prompts have the length asked for.
+TEST(InferProgram, SeededSamplingAndSyntheticPrompts) {
+    const std::string cmd = infer("-e d1 --prompt-len 5 -b 2 -n 8 --temperature 1 --top-k 40 --json");
+    auto a = run(cmd + " --seed 5"), b = run(cmd + " --seed 5"), c = run(cmd + " --seed 6");
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    const auto la = json_lines(a.output), lb = json_lines(b.output), lc = json_lines(c.output);
+    ASSERT_EQ(la.size(), 3u);
+    EXPECT_EQ(la[0]["ids"], lb[0]["ids"]);
+    EXPECT_NE(la[0]["ids"], lc[0]["ids"]);
+    EXPECT_EQ(la[0]["prompt_ids"].size(), 5u);
+    EXPECT_NE(la[0]["prompt_ids"], la[1]["prompt_ids"]);
+}
