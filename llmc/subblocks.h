@@ -11,7 +11,8 @@ enum class SubBlock {
     encoder, ln1, qkv, attention, attn_proj, residual1, ln2, fc, gelu, fc_proj, residual2, lnf, classifier,
     optimizer, grad_norm, COUNT
 };
-enum class Phase { fwd, bwd, opt, COUNT };
+// Training runs fwd, bwd and opt; inference (infer_gpt2) prefill (the prompts) and decode (one token per step).
+enum class Phase { fwd, bwd, opt, prefill, decode, COUNT };
 
 constexpr int NUM_SUBBLOCKS = (int)SubBlock::COUNT;
 constexpr int NUM_PHASES = (int)Phase::COUNT;
@@ -30,7 +31,7 @@ inline const char* subblock_name(SubBlock s) {
     return enum_table<SubBlock>(names)[(int)s];
 }
 inline const char* phase_name(Phase p) {
-    static constexpr const char* names[] = {"fwd", "bwd", "opt"};
+    static constexpr const char* names[] = {"fwd", "bwd", "opt", "prefill", "decode"};
     return enum_table<Phase>(names)[(int)p];
 }
 

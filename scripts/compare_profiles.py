@@ -13,7 +13,7 @@ import math
 import os
 import sys
 
-PHASES = ("fwd", "bwd", "opt")
+PHASES = ("fwd", "bwd", "opt", "prefill", "decode")  # training, then inference (infer_gpt2)
 
 
 def fail(msg, code=1):
@@ -61,11 +61,11 @@ def main():
     keys.sort(key=lambda k: PHASES.index(k[1]) if k[1] in PHASES else len(PHASES))
     print(f"A: {args.a}: {la}")
     print(f"B: {args.b}: {lb}")
-    print(f"{'subblock':<12} {'phase':<6} {'A ms':>12} {'B ms':>12} {'A/B':>10}")
+    print(f"{'subblock':<12} {'phase':<7} {'A ms':>12} {'B ms':>12} {'A/B':>10}")
 
     def row(name, phase, x, y):
         ratio = x / y if x is not None and y else math.nan
-        print(f"{name:<12} {phase:<6} {fmt(x):>12} {fmt(y):>12} {fmt(ratio):>10}")
+        print(f"{name:<12} {phase:<7} {fmt(x):>12} {fmt(y):>12} {fmt(ratio):>10}")
 
     for s, p in keys:
         row(s, p, a.get((s, p)), b.get((s, p)))

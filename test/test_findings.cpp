@@ -273,7 +273,7 @@ TEST(ProfilerFindings, RankedByTimeAtStake) {
 
 // Each rule on its own, from a report and its records: the engine is the list of rules and nothing more.
 TEST(ProfilerFindings, EachRuleRunsAlone) {
-    EXPECT_EQ(ranked_rules().size(), 6u);
+    EXPECT_EQ(ranked_rules().size(), 8u);
     ProfileRecords quiet = steps(2);
     add_kernel(quiet, 0, 10 * MS);
     add_kernel(quiet, 10 * MS, 20 * MS);

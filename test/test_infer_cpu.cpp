@@ -5,11 +5,13 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "llmc/cpu/gpt2_decoder.h"
 #include "llmc/infer.h"
+#include "llmc/profiler/findings.h"
 #include "test/test_util.h"
 
 using namespace llmc;
@@ -289,4 +291,146 @@ TEST(InferProgram, SeededSamplingAndSyntheticPrompts) {
     EXPECT_NE(la[0]["ids"], lc[0]["ids"]);
     EXPECT_EQ(la[0]["prompt_ids"].size(), 5u);
     EXPECT_NE(la[0]["prompt_ids"], la[1]["prompt_ids"]);
+}
+
+// ---- inference profiles ----
+
+// Decode's analytic bytes per step are the weights once plus the KV cache it attends: one more cached
+// position adds exactly K and V of every layer; B sequences in one step share the weight reads, so the
+// arithmetic intensity grows with B. Prefill of a prompt reads the weights once for all its tokens.
+TEST(InferProfile, DecodeCostsGrowWithContextAndBatch) {
+    const GPT2Config c = infer_config();
+    auto decode = [&](long B, double context) {
+        prof::InferenceShape s;
+        s.sequences = B, s.prompt_tokens = 1, s.decode_steps = 1, s.decode_tokens = B, s.decode_context = B * context;
+        const prof::CostTable t = prof::inference_costs(c, s);
+        prof::OpCost sum;
+        for (auto& row : t) sum += row[(int)Phase::decode];
+        return sum;
+    };
+    const double E = 4, L = c.num_layers, C = c.channels;
+    EXPECT_DOUBLE_EQ(decode(1, 11).bytes - decode(1, 10).bytes, E * 2 * L * C);
+    const double weights = (double)num_parameters(c) - (double)c.max_seq_len * C; // all but wpe
+    EXPECT_GT(decode(1, 10).bytes, E * weights);
+    // At B=1 the weights are nearly all of it (the row activations and 10 cached positions: 2% at C=64).
+    EXPECT_LT(decode(1, 10).bytes, E * weights * 1.05);
+    double last = 0;
+    for (long B : {1, 2, 4, 8}) {
+        const prof::OpCost d = decode(B, 10);
+        EXPECT_GT(d.flops() / d.bytes, last * 1.5) << "B=" << B;
+        last = d.flops() / d.bytes;
+    }
+}
+
+// Steps 1.. of an inference profile are decode steps: grouped in order, each group's context range and sums.
+TEST(InferProfile, DecodeBuckets) {
+    prof::Report r;
+    r.context.T = 10;
+    for (int i = 0; i <= 5; i++) {
+        prof::StepRow s;
+        s.step = i, s.tokens = i == 0 ? 20 : 2, s.wall_ms = i, s.decode_ms = i == 0 ? 0 : i - 0.5;
+        r.steps.push_back(s);
+    }
+    prof::fill_decode_buckets(r, 2);
+    ASSERT_EQ(r.decode_buckets.size(), 2u);
+    EXPECT_EQ(r.decode_buckets[0].first_pos, 11);
+    EXPECT_EQ(r.decode_buckets[0].last_pos, 13);
+    EXPECT_EQ(r.decode_buckets[0].steps, 3);
+    EXPECT_EQ(r.decode_buckets[0].tokens, 6);
+    EXPECT_DOUBLE_EQ(r.decode_buckets[0].wall_ms, 1 + 2 + 3);
+    EXPECT_DOUBLE_EQ(r.decode_buckets[0].time_ms, 0.5 + 1.5 + 2.5);
+    EXPECT_EQ(r.decode_buckets[1].first_pos, 14);
+    EXPECT_EQ(r.decode_buckets[1].last_pos, 15);
+    EXPECT_DOUBLE_EQ(r.decode_buckets[1].ms_per_step(), 4.5);
+}
+
+// The check: a profile of a batch-1 run whose summary separates prefill and decode and calls decode
+// memory-bound, with the phases in every table, the trace and the findings; stdout stays JSON lines.
+TEST(InferProgram, ProfileSeparatesPrefillAndDecode) {
+    TempDir dir;
+    const std::string prof_dir = dir / "profile";
+    auto r = run("{ " + infer("-e d2 --prompt-len 8 -n 6 --temperature 0 --json --profile " + prof_dir) + " 2>/dev/null; }");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(json_lines(r.output).size(), 2u) << r.output; // parses: nothing else on stdout
+
+    const std::string summary = slurp(prof_dir + "/summary.txt");
+    EXPECT_TRUE(has(summary, "== Inference: prefill and decode ==")) << summary;
+    const auto phases = read_csv(prof_dir + "/phases.csv");
+    ASSERT_EQ(phases.size(), 2u);
+    EXPECT_EQ(phases[0].at("phase"), "prefill");
+    EXPECT_EQ(phases[0].at("steps"), "1");
+    EXPECT_EQ(phases[0].at("tokens"), "8");
+    EXPECT_EQ(phases[1].at("phase"), "decode");
+    EXPECT_EQ(phases[1].at("steps"), "5");
+    EXPECT_EQ(phases[1].at("bound"), "memory");
+
+    std::set<std::string> sub_phases;
+    for (auto& row : read_csv(prof_dir + "/subblocks.csv")) sub_phases.insert(row.at("phase"));
+    EXPECT_EQ(sub_phases, (std::set<std::string>{"prefill", "decode"}));
+    const auto buckets = read_csv(prof_dir + "/decode_buckets.csv");
+    ASSERT_FALSE(buckets.empty());
+    EXPECT_EQ(buckets.front().at("first_pos"), "9");
+    EXPECT_EQ(buckets.back().at("last_pos"), "13");
+
+    const nlohmann::json pj = nlohmann::json::parse(slurp(prof_dir + "/profile.json"));
+    EXPECT_EQ(pj["context"]["program"], "infer_gpt2");
+    EXPECT_EQ(pj["inference"]["decode_steps"], 5);
+    EXPECT_EQ(pj["inference"]["decode_context"], 9 + 10 + 11 + 12 + 13);
+    bool weight_bound = false;
+    for (auto& f : pj["findings"]) weight_bound |= f["rule"] == "decode_weight_bound";
+    EXPECT_TRUE(weight_bound) << pj["findings"].dump();
+
+    const nlohmann::json trace = nlohmann::json::parse(slurp(prof_dir + "/trace.json"));
+    int prefill = 0, decode = 0;
+    for (auto& e : trace["traceEvents"]) {
+        if (e.value("name", "") == "prefill") prefill++;
+        if (e.value("name", "") == "decode") decode++;
+    }
+    EXPECT_EQ(prefill, 1);
+    EXPECT_EQ(decode, 5);
+}
+
+// The two inference rules from a hand-made report: a decode row that is memory-bound on weight reads, and
+// decode steps whose wall time is mostly idle; neither fires on a training report.
+TEST(InferProfile, DecodeFindings) {
+    prof::Report r;
+    r.has_model = true;
+    r.context.model = infer_config();
+    r.context.device_kind = prof::DeviceKind::GPU;
+    r.context.ceilings = {100, 50, 1000, "test"};
+    prof::InferenceShape& s = r.context.inference;
+    s.sequences = 1, s.prompt_tokens = 4, s.decode_steps = 10, s.decode_tokens = 10, s.decode_context = 100;
+    r.num_steps = 11;
+    r.costs = prof::inference_costs(r.context.model, s);
+    for (auto& row : r.costs)
+        for (prof::OpCost& cell : row) cell = cell * (1.0 / r.num_steps);
+    for (int i = 0; i <= 10; i++) {
+        prof::StepRow st;
+        st.step = i, st.tokens = 1, st.wall_ms = 10, st.idle_ms = i == 0 ? 0 : 6; // 60% idle per decode step
+        r.steps.push_back(st);
+        r.wall_s += 0.01;
+    }
+    prof::SubBlockRow d;
+    d.subblock = (int)SubBlock::qkv, d.phase = (int)Phase::decode, d.time_us = 40e3;
+    d.cost = r.costs[(int)SubBlock::qkv][(int)Phase::decode];
+    for (int b = 0; b < NUM_SUBBLOCKS; b++) d.cost += b == (int)SubBlock::qkv ? prof::OpCost{} : r.costs[b][(int)Phase::decode];
+    r.subblocks.push_back(d);
+    prof::fill_phase_table(r);
+    const prof::ProfileRecords rec;
+    const prof::FindingInput in(r, rec);
+    const auto weight = prof::decode_weight_rule(in), launch = prof::decode_launch_rule(in);
+    ASSERT_EQ(weight.size(), 1u);
+    EXPECT_EQ(weight[0].rule, "decode_weight_bound");
+    EXPECT_TRUE(has(weight[0].what, "memory-bound at B=1")) << weight[0].what;
+    EXPECT_TRUE(has(weight[0].next_step, "batch more sequences")) << weight[0].next_step;
+    ASSERT_EQ(launch.size(), 1u);
+    EXPECT_EQ(launch[0].rule, "decode_launch_bound");
+    EXPECT_TRUE(has(launch[0].what, "60%")) << launch[0].what;
+    EXPECT_TRUE(has(launch[0].next_step, "fewer, larger launches")) << launch[0].next_step;
+
+    prof::Report training = r;
+    training.phases.clear();
+    const prof::FindingInput tin(training, rec);
+    EXPECT_TRUE(prof::decode_weight_rule(tin).empty());
+    EXPECT_TRUE(prof::decode_launch_rule(tin).empty());
 }

@@ -35,7 +35,7 @@ ProfileRecords cpu_profile_records(const std::vector<SubBlockEvent>& events, con
     ProfileRecords rec;
     rec.steps = steps;
     for (const StepRecord& s : steps) rec.ranges.push_back({"step", s.start_ns, s.end_ns, 0, 0, {-1, -1, -1, s.step}});
-    static constexpr const char* phase_ranges[] = {"forward", "backward", "optimizer"};
+    static constexpr const char* phase_ranges[] = {"forward", "backward", "optimizer", "prefill", "decode"};
     const StepWindow window(steps);
     for (const SubBlockEvent& e : events) {
         auto start = (uint64_t)e.start_ns, end = (uint64_t)e.end_ns;
@@ -92,21 +92,42 @@ void CpuEventSource::end_step(long tokens) {
     timings_->events = nullptr;
 }
 
-std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, const GPT2Config& c, int B, int T,
-                                                         int grad_accum, SubBlockTimes* timings) {
+namespace {
+// The CPU, the build, the model and the measured ceilings; the caller adds the batch.
+ProfileContext cpu_context(const char* program, const GPT2Config& c) {
     ProfileContext ctx;
-    ctx.program = "train_gpt2";
+    ctx.program = program;
     ctx.device_kind = DeviceKind::CPU;
     ctx.device = strprintf("%s (%d threads)", cpu_model_name().c_str(), omp_get_max_threads());
     ctx.build = strprintf("C++ %s, fp32, OpenMP %d threads", __VERSION__, omp_get_max_threads());
     ctx.model = c;
     ctx.num_parameters = num_parameters(c);
-    ctx.B = B, ctx.T = T, ctx.grad_accum = grad_accum;
     ctx.ceilings = measure_cpu_ceilings();
+    return ctx;
+}
+
+std::unique_ptr<ProfileSession> cpu_session(const SessionOptions& opt, ProfileContext ctx, SubBlockTimes* timings) {
     printf("profile: %s into %s/; ceilings fp32 %.3f TFLOP/s, memory %.0f GB/s (%s)\n",
            ProfileSchedule(opt.first_step, opt.steps).window().c_str(), opt.dir.c_str(), ctx.ceilings.fp32_tflops,
            ctx.ceilings.dram_gbps, ctx.ceilings.source.c_str());
     return std::make_unique<ProfileSession>(opt, std::move(ctx), std::make_unique<CpuEventSource>(timings));
+}
+} // namespace
+
+std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, const GPT2Config& c, int B, int T,
+                                                         int grad_accum, SubBlockTimes* timings) {
+    ProfileContext ctx = cpu_context("train_gpt2", c);
+    ctx.B = B, ctx.T = T, ctx.grad_accum = grad_accum;
+    return cpu_session(opt, std::move(ctx), timings);
+}
+
+std::unique_ptr<ProfileSession> make_cpu_inference_session(const SessionOptions& opt, const GPT2Config& c,
+                                                           const InferenceShape& shape, int prompt_len,
+                                                           SubBlockTimes* timings) {
+    ProfileContext ctx = cpu_context("infer_gpt2", c);
+    ctx.B = (int)shape.sequences, ctx.T = prompt_len;
+    ctx.inference = shape;
+    return cpu_session(opt, std::move(ctx), timings);
 }
 
 } // namespace llmc::prof

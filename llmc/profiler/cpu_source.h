@@ -62,4 +62,14 @@ private:
 std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, const GPT2Config& c, int B, int T,
                                                          int grad_accum, SubBlockTimes* timings);
 
+/*
+ * infer_gpt2's session: the same source and ceilings; step 0 is the prefill, each later step one decode step
+ * (phases Phase::prefill and Phase::decode). `shape` must hold at least the sequences and the prompt tokens
+ * (InferenceShape::active); the run completes the decode counts through before_report. prompt_len: the
+ * longest prompt (the context's T).
+ */
+std::unique_ptr<ProfileSession> make_cpu_inference_session(const SessionOptions& opt, const GPT2Config& c,
+                                                           const InferenceShape& shape, int prompt_len,
+                                                           SubBlockTimes* timings);
+
 } // namespace llmc::prof

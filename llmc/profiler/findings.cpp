@@ -289,9 +289,65 @@ std::vector<Finding> records_rule(const FindingInput& in) {
              "profile fewer steps (--steps) or a smaller model (--layers)", 0}};
 }
 
+namespace {
+const PhaseRow* decode_row(const Report& r) {
+    for (const PhaseRow& p : r.phases)
+        if (p.phase == (int)Phase::decode && p.steps > 0) return &p;
+    return nullptr;
+}
+} // namespace
+
+// Decode memory-bound with the weights most of its bytes: every step rereads them for only B tokens.
+std::vector<Finding> decode_weight_rule(const FindingInput& in) {
+    const PhaseRow* d = decode_row(in.r);
+    const InferenceShape& s = in.r.context.inference;
+    if (!d || std::string(d->roof.bound) != "memory" || s.decode_steps <= 0) return {};
+    const GPT2Config& c = in.r.context.model;
+    // Every weight but the position embedding (one row per token) is read once per step.
+    const double weights = (double)num_parameters(c) - (double)c.max_seq_len * c.channels;
+    const double weight_bytes = s.elem_bytes * weights * s.decode_steps, share = weight_bytes / (d->cost.bytes * in.steps);
+    const double kv_bytes = s.elem_bytes * 2.0 * c.num_layers * c.channels * s.decode_context;
+    // Doubling B halves the weight bytes per token: half the weight share of the decode time is at stake.
+    const double at_stake = d->roof.time_s * 1e3 * share / 2;
+    if (share < 0.5 || at_stake < in.min_ms) return {};
+    return {{"decode_weight_bound",
+             strprintf("decode is memory-bound at B=%ld: %.0f%% of its bytes are the weights, reread every step",
+                       s.sequences, 100 * share),
+             strprintf("%.2f FLOP/B against a ridge of %.1f FLOP/B; %.1f MB of weights and %.1f MB of KV cache read "
+                       "per decode step; %.0f%% of the roofline",
+                       d->roof.intensity, in.r.context.ceilings.bf16_tflops * 1e3 / in.r.context.ceilings.dram_gbps,
+                       weight_bytes / s.decode_steps / 1e6, kv_bytes / s.decode_steps / 1e6, d->roof.pct_of_roofline),
+             "batch more sequences (-b): one step reads the weights once for all of them, so FLOPs per byte grow "
+             "with B until decode turns compute-bound",
+             at_stake}};
+}
+
+// Decode steps whose wall time is mostly outside the model's work: per-step overhead, not the model, sets the pace.
+std::vector<Finding> decode_launch_rule(const FindingInput& in) {
+    const PhaseRow* d = decode_row(in.r);
+    if (!d || d->wall_ms <= 0) return {};
+    double idle_ms = 0;
+    for (const StepRow& s : in.r.steps)
+        if (s.step > 0) idle_ms += s.idle_ms;
+    const double share = idle_ms / d->wall_ms, at_stake = idle_ms / in.steps;
+    if (share < 0.3 || at_stake < in.min_ms) return {};
+    const bool cpu = in.r.context.device_kind == DeviceKind::CPU;
+    return {{"decode_launch_bound",
+             strprintf("decode steps spend %.0f%% of their wall time outside the model's %s", 100 * share,
+                       cpu ? "sub-blocks" : "kernels"),
+             strprintf("%.3f ms idle of %.3f ms per decode step over %ld steps", idle_ms / d->steps, d->wall_ms / d->steps,
+                       d->steps),
+             cpu ? "move per-step host work (sampling over the vocabulary, bookkeeping) out of the loop or batch more "
+                   "sequences per step"
+                 : "fewer, larger launches: fuse the decode step's kernels or capture it in a CUDA graph, and batch "
+                   "more sequences per launch",
+             at_stake}};
+}
+
 const std::vector<Rule>& ranked_rules() {
     static const std::vector<Rule> rules = {roofline_rule,  launch_bound_rule, sync_stall_rule,
-                                            memcpy_rule,    occupancy_rule,    throttle_rule};
+                                            memcpy_rule,    occupancy_rule,    throttle_rule,
+                                            decode_weight_rule, decode_launch_rule};
     return rules;
 }
 

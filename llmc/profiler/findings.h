@@ -10,6 +10,8 @@
  *   occupancy     non-library kernels whose registers per thread cap their theoretical occupancy
  *   throttle      power or thermal throttling (NVML clocks event reasons) or SM clocks well below the maximum
  *   records       dropped CUPTI records (always first: every other number is low)
+ *   decode_weight_bound  inference: decode memory-bound with the weights most of its bytes (batch more)
+ *   decode_launch_bound  inference: decode steps mostly idle between the model's work (fewer, larger launches)
  * The time at stake is an estimate of what fixing the cause could save; thresholds keep noise out. The
  * thresholds and estimates are documented in doc/profiling.md ("Findings").
  */
@@ -61,6 +63,9 @@ std::vector<Finding> memcpy_rule(const FindingInput& in);
 std::vector<Finding> occupancy_rule(const FindingInput& in);
 std::vector<Finding> throttle_rule(const FindingInput& in);
 std::vector<Finding> records_rule(const FindingInput& in);
+// Inference profiles only (the report's decode phase row):
+std::vector<Finding> decode_weight_rule(const FindingInput& in);  // decode memory-bound on weight reads
+std::vector<Finding> decode_launch_rule(const FindingInput& in);  // decode steps mostly outside the model's work
 // The rules ranked by time at stake (records_rule apart: it goes first).
 const std::vector<Rule>& ranked_rules();
 

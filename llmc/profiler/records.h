@@ -141,6 +141,23 @@ inline const char* device_kind_name(DeviceKind k) {
     return enum_table<DeviceKind>(names)[(int)k];
 }
 
+/*
+ * What an inference run (infer_gpt2) processed, for the prefill and decode phases' costs and tables: step 0 of
+ * its profile is the prefill of every prompt, each later step one decode step (one token per running
+ * sequence). Empty (prompt_tokens == 0) for training.
+ */
+struct InferenceShape {
+    long sequences = 0;         // B
+    long prompt_tokens = 0;     // prefill rows, every sequence's prompt
+    double prompt_pairs = 0;    // causal (query, key) pairs of the prefill: sum over prompts of n(n+1)/2
+    long decode_steps = 0;      // decode calls; each reads every weight once
+    long decode_tokens = 0;     // decode rows, one per running sequence per step
+    double decode_context = 0;  // keys attended over all decode rows: the KV cache positions read
+    size_t kv_cache_bytes = 0;  // the KV cache as allocated
+    int elem_bytes = 4;         // bytes per weight, activation and cache element (4: fp32, 2: bf16)
+    bool active() const { return prompt_tokens > 0; }
+};
+
 // What was profiled: the model, the batch, the device and the build. Fills the report's header and profile.json.
 struct ProfileContext {
     std::string program;      // "profile_gpt2cu", "train_gpt2cu", "train_gpt2"
@@ -153,6 +170,7 @@ struct ProfileContext {
     Ceilings ceilings;
     SmLimits sm;              // the GPU's per-SM limits (occupancy)
     size_t peak_memory_bytes = 0;
+    InferenceShape inference; // inference runs only; B is then the sequences, T the longest prompt
 };
 
 struct ProfileRecords {

@@ -324,8 +324,8 @@ void fill_step_table(Report& r, const ProfileRecords& rec, const StepWindow& w, 
         int si = w.step_of(a.start);
         if (si < 0) continue;
         StepRow& sr = rows[si];
-        static_assert(NUM_PHASES == 3, "one StepRow column per phase");
-        double* by_phase[NUM_PHASES] = {&sr.fwd_ms, &sr.bwd_ms, &sr.opt_ms};
+        static_assert(NUM_PHASES == 5, "one StepRow column per phase");
+        double* by_phase[NUM_PHASES] = {&sr.fwd_ms, &sr.bwd_ms, &sr.opt_ms, &sr.prefill_ms, &sr.decode_ms};
         const int p = a.where.phase;
         *(p >= 0 && p < NUM_PHASES ? by_phase[p] : &sr.other_ms) += dur_us(a.start, a.end) / 1e3;
     }
@@ -411,7 +411,9 @@ void fill_throughput(Report& r) {
     if (r.wall_s > 0) r.tokens_per_s = r.tokens / r.wall_s;
     if (!r.has_model) return;
     size_t n = ctx.num_parameters ? ctx.num_parameters : num_parameters(ctx.model);
-    r.flops_per_token = gpt2_flops_per_token(n, ctx.model.num_layers, ctx.model.channels, ctx.T);
+    // Inference: the forward alone, as the analytic costs count it (about 2N + attention per token).
+    r.flops_per_token = ctx.inference.active() ? r.total.cost.flops() * r.num_steps / std::max(1L, r.tokens)
+                                               : gpt2_flops_per_token(n, ctx.model.num_layers, ctx.model.channels, ctx.T);
     r.model_tflops = r.tokens_per_s * r.flops_per_token / 1e12;
     if (ctx.ceilings.bf16_tflops > 0) r.mfu = 100 * r.model_tflops / ctx.ceilings.bf16_tflops;
 }
@@ -447,6 +449,40 @@ void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w) {
     }
 }
 
+void fill_phase_table(Report& r) {
+    const double steps_div = r.num_steps > 0 ? r.num_steps : NAN;
+    for (int p : {(int)Phase::prefill, (int)Phase::decode}) {
+        PhaseRow row;
+        row.phase = p;
+        for (const SubBlockRow& b : r.subblocks)
+            if (b.phase == p) row.time_us += b.time_us, row.cost += b.cost;
+        for (const StepRow& s : r.steps)
+            if ((p == (int)Phase::prefill) == (s.step == 0)) row.steps++, row.tokens += s.tokens, row.wall_ms += s.wall_ms;
+        row.roof = roofline_point(row.cost, row.time_us * 1e-6 / steps_div, r.context.ceilings);
+        r.phases.push_back(row);
+    }
+}
+
+void fill_decode_buckets(Report& r, int buckets) {
+    std::vector<const StepRow*> decode;
+    for (const StepRow& s : r.steps)
+        if (s.step > 0) decode.push_back(&s);
+    if (decode.empty() || buckets < 1) return;
+    const size_t n = decode.size(), per = (n + buckets - 1) / buckets;
+    // Decode step k (from 1) appends the token after the longest prompt's T + k - 1 positions: it attends T + k.
+    auto context = [&](const StepRow* s) { return r.context.T + s->step; };
+    for (size_t i = 0; i < n; i += per) {
+        DecodeBucket b;
+        b.first_pos = context(decode[i]);
+        for (size_t j = i; j < std::min(n, i + per); j++) {
+            b.last_pos = context(decode[j]);
+            b.steps++, b.tokens += decode[j]->tokens;
+            b.wall_ms += decode[j]->wall_ms, b.time_ms += decode[j]->decode_ms;
+        }
+        r.decode_buckets.push_back(b);
+    }
+}
+
 Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
     Report r;
     r.context = ctx;
@@ -456,10 +492,16 @@ Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
     r.cupti_overhead_ms = rec.cupti_overhead_ns / 1e6;
     const GPT2Config& m = ctx.model;
     r.has_model = m.num_layers > 0 && m.channels > 0 && m.num_heads > 0 && ctx.B > 0 && ctx.T > 0;
-    if (r.has_model) r.costs = analytic_costs(m, ctx.B, ctx.T, std::max(1, ctx.grad_accum));
-
     const StepWindow w(rec.steps);
     r.num_steps = (int)w.steps().size();
+    if (r.has_model && ctx.inference.active()) {
+        // The run's totals spread over its steps: the sub-block rows compare costs and times per step.
+        r.costs = inference_costs(m, ctx.inference);
+        for (auto& row : r.costs)
+            for (OpCost& cell : row) cell = cell * (1.0 / std::max(1, r.num_steps));
+    } else if (r.has_model) {
+        r.costs = analytic_costs(m, ctx.B, ctx.T, std::max(1, ctx.grad_accum));
+    }
     std::vector<Activity> acts;
     for (Activity& a : gpu_activities(rec))
         if (w.contains(a.start)) acts.push_back(std::move(a));
@@ -472,6 +514,10 @@ Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
     fill_api_tables(r, rec, w);
     fill_throughput(r);
     fill_power(r, rec, w);
+    if (ctx.inference.active()) {
+        fill_phase_table(r);
+        fill_decode_buckets(r);
+    }
     r.findings = find_limits(r, rec);
     return r;
 }

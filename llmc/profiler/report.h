@@ -110,6 +110,7 @@ struct StepRow {
     long tokens = 0;
     double wall_ms = 0, gpu_busy_ms = 0, idle_ms = 0;
     double fwd_ms = 0, bwd_ms = 0, opt_ms = 0, other_ms = 0; // GPU time by phase; other: outside the phases
+    double prefill_ms = 0, decode_ms = 0;                    // the same for inference's phases
     double tok_s = 0, energy_j = NAN, avg_power_w = NAN;
     double j_per_token = NAN, tokens_per_j = NAN, flops_per_w = NAN; // flops_per_w: model FLOP/s per W
     EnergySource energy_source = EnergySource::none;
@@ -151,6 +152,25 @@ struct Finding {
     double ms_per_step = 0; // estimated GPU or wall time at stake per step
 };
 
+// One phase of the window (inference: prefill, decode): its sub-block rows summed, and their roofline.
+struct PhaseRow {
+    int phase = -1;
+    long steps = 0, tokens = 0; // steps whose work is in this phase, and the tokens they processed
+    double time_us = 0;         // device time over the window
+    double wall_ms = 0;         // wall time of those steps
+    OpCost cost;                // analytic, per step of the window (as the sub-block rows)
+    RooflinePoint roof;
+};
+
+// Decode steps grouped by the context they attend to, so the cost growth with the KV cache shows.
+struct DecodeBucket {
+    int first_pos = 0, last_pos = 0; // context length (cached positions + 1) of the bucket's first and last step
+    long steps = 0, tokens = 0;
+    double wall_ms = 0, time_ms = 0; // wall time, and device time in the decode phase, of the bucket's steps
+    double ms_per_step() const { return steps ? wall_ms / steps : NAN; }
+    double tok_s() const { return wall_ms > 0 ? tokens / (wall_ms / 1e3) : NAN; }
+};
+
 // How many records of each kind were collected (the whole run, not only the window).
 struct RecordCounts {
     size_t kernels = 0, memcpys = 0, memsets = 0, api = 0, syncs = 0, ranges = 0, power = 0;
@@ -183,6 +203,8 @@ struct Report {
     PowerSummary power;
     uint64_t dropped_records = 0;
     double cupti_overhead_ms = 0;
+    std::vector<PhaseRow> phases;             // inference: prefill and decode (empty for training)
+    std::vector<DecodeBucket> decode_buckets; // inference: decode steps by context length
     std::vector<Finding> findings; // most time at stake first
     CounterReport counters;        // hardware counters of one extra step (profile_gpt2cu --counters)
 };
@@ -208,6 +230,10 @@ void fill_idle_tables(Report& r, const ProfileRecords& rec, const StepWindow& w,
 void fill_api_tables(Report& r, const ProfileRecords& rec, const StepWindow& w);  // after the step table
 void fill_throughput(Report& r);                                                 // after the step table
 void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w);      // after throughput
+// Inference only (context.inference active): the prefill and decode rows (after the sub-block and step tables)
+// and the decode steps in at most `buckets` groups of consecutive steps by context length.
+void fill_phase_table(Report& r);
+void fill_decode_buckets(Report& r, int buckets = 8);
 
 Report build_report(const ProfileRecords& rec, const ProfileContext& ctx);
 

@@ -180,6 +180,50 @@ inline CostTable analytic_costs(const GPT2Config& c, int B, int T, int grad_accu
     return m;
 }
 
+/*
+ * FLOPs and minimum bytes of a whole inference run (InferenceShape), in the prefill and decode cells, as the
+ * KV-cache decoders run it: every call reads each weight once for all its rows (E bytes per element), rows
+ * are tokens. Per row: GEMMs 2·K·N FLOPs, their input read and output written; LayerNorm and the
+ * elementwise ops as in training's forward (unfused: the residual adds are cells of their own). Attention:
+ * 4·C FLOPs per (query, key) pair (QKᵀ and PV over every head), plus the row's q read, K/V written into the
+ * cache and the output written; the cache read is all of K and V each decode row attends (decode_context
+ * positions: what makes decode's bytes grow with the context), and once per prompt position in prefill
+ * (a tiled kernel keeps a prompt's keys on chip). lnf and the classifier run on each sequence's last row
+ * only: B rows in prefill, every row in decode.
+ */
+inline CostTable inference_costs(const GPT2Config& c, const InferenceShape& s) {
+    using namespace roofline_detail;
+    const double L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    const double E = s.elem_bytes;
+    CostTable m{};
+    // rows: tokens; calls: how many times the weights are read; pairs: attended (query, key) pairs;
+    // kv_read: cache positions read; head_rows: rows through lnf and the classifier.
+    auto phase = [&](Phase p, double rows, double calls, double pairs, double kv_read, double head_rows) {
+        auto cell = [&](SubBlock b) -> OpCost& { return m[(int)b][(int)p]; };
+        auto matmul = [&](double K, double N) {
+            return OpCost{2 * rows * K * N, 0, E * (rows * K + rows * N) + E * calls * (K * N + N)};
+        };
+        auto layernorm = [&](double n) { return OpCost{0, LN_FWD * n * C, E * (2 * n * C) + E * calls * 2 * C + E * 2 * n}; };
+        const OpCost residual{0, rows * C, E * 3 * rows * C};
+        cell(SubBlock::encoder) = {0, rows * C, ID * rows + E * 3 * rows * C};
+        cell(SubBlock::ln1) = layernorm(rows) * L;
+        cell(SubBlock::qkv) = matmul(C, 3 * C) * L;
+        cell(SubBlock::attention) = OpCost{4 * C * pairs, ATT_FWD * NH * pairs, E * (4 * rows * C + 2 * C * kv_read)} * L;
+        cell(SubBlock::attn_proj) = matmul(C, C) * L;
+        cell(SubBlock::residual1) = residual * L;
+        cell(SubBlock::ln2) = layernorm(rows) * L;
+        cell(SubBlock::fc) = matmul(C, 4 * C) * L;
+        cell(SubBlock::gelu) = OpCost{0, GELU * 4 * rows * C, E * 8 * rows * C} * L;
+        cell(SubBlock::fc_proj) = matmul(4 * C, C) * L;
+        cell(SubBlock::residual2) = residual * L;
+        cell(SubBlock::lnf) = OpCost{0, LN_FWD * head_rows * C, E * 2 * head_rows * C + E * calls * 2 * C};
+        cell(SubBlock::classifier) = {2 * head_rows * C * Vp, 0, E * (head_rows * C + head_rows * Vp + calls * Vp * C)};
+    };
+    phase(Phase::prefill, s.prompt_tokens, 1, s.prompt_pairs, s.prompt_tokens, s.sequences);
+    phase(Phase::decode, s.decode_tokens, s.decode_steps, s.decode_context, s.decode_context, s.decode_tokens);
+    return m;
+}
+
 // Where a measured time sits against the ceilings. NaN where a quantity is unknown (no cost, time or ceiling).
 struct RooflinePoint {
     double time_s = NAN;             // measured time for the cost

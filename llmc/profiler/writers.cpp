@@ -122,7 +122,10 @@ std::string summary_header(const Report& r, const SummaryStyle& style) {
                    num(ce.dram_gbps > 0 ? ce.dram_gbps : NAN, "%.0f").c_str(),
                    num(ce.dram_gbps > 0 ? ce.bf16_tflops * 1e3 / ce.dram_gbps : NAN, "%.0f").c_str(),
                    ce.source.empty() ? "none" : ce.source.c_str());
-    if (!style.on_gpu)
+    if (c.inference.active())
+        s += strprintf("  roofline  the KV-cache decoder's analytic model, %d-byte elements; decode reads every weight "
+                       "per step\n", c.inference.elem_bytes);
+    else if (!style.on_gpu)
         s += "  roofline  the GPU step's analytic model: the same FLOPs, but bytes count its bf16 tensors, about half "
              "of what this fp32 code moves at the least\n";
     s += strprintf("  records   %zu kernels, %zu memcpys, %zu memsets, %zu API calls, %zu syncs, %zu ranges, %zu power "
@@ -142,8 +145,8 @@ std::string summary_throughput(const Report& r, const SummaryStyle& style) {
                    num(r.tokens_per_s, "%.0f").c_str(), r.num_steps, num(r.wall_s * 1e3 * per_step, "%.3f").c_str(),
                    style.dev, num(r.gpu_time_us / 1e3 * per_step, "%.3f").c_str());
     if (r.has_model)
-        s += strprintf("  model FLOPs %.4g per token (6N + 12LCT) -> %s TFLOP/s, MFU %s%% of bf16 %s TFLOP/s\n",
-                       r.flops_per_token, num(r.model_tflops, "%.1f").c_str(), num(r.mfu, "%.1f").c_str(),
+        s += strprintf("  model FLOPs %.4g per token (%s) -> %s TFLOP/s, MFU %s%% of bf16 %s TFLOP/s\n",
+                       r.flops_per_token, c.inference.active() ? "forward, analytic" : "6N + 12LCT", num(r.model_tflops, "%.1f").c_str(), num(r.mfu, "%.1f").c_str(),
                        num(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN, "%.1f").c_str());
     if (style.on_gpu) s += strprintf("  peak GPU memory %.2f GiB\n", c.peak_memory_bytes / 1073741824.0);
     return s;
@@ -183,6 +186,35 @@ std::string summary_subblocks(const Report& r, const SummaryStyle& style) {
     s += "  %roof = floor / time: achieved over the ceiling that bounds the sub-block. GEMM FLOPs against bf16,\n"
          "  elementwise FLOPs against fp32 (bf16 when unknown); bytes: minimum DRAM traffic (doc/profiling.md).\n";
     s += measured_vs_analytic(r.counters, r.costs, r.has_model);
+    return s;
+}
+
+// Inference: prefill against decode with their rooflines, the KV cache, and decode's cost by context length.
+std::string summary_inference(const Report& r, const SummaryStyle& style) {
+    const InferenceShape& in = r.context.inference;
+    std::string s = "\n== Inference: prefill and decode ==\n";
+    s += strprintf("  %ld sequences, %ld prompt tokens, %ld decode steps (%ld tokens); KV cache %.2f MiB\n", in.sequences,
+                   in.prompt_tokens, in.decode_steps, in.decode_tokens, in.kv_cache_bytes / 1048576.0);
+    TextTable pt({"phase", "steps", "tokens", "wall_ms", "tok/s", std::string(style.dev) + "_ms", "GFLOP", "MB", "FLOP/B",
+                  "%roof", "bound"},
+                 "lrrrrrrrrrl");
+    for (const PhaseRow& p : r.phases) {
+        const double steps = std::max(1, r.num_steps); // costs are per step of the window
+        pt.row({phase_label(p.phase), std::to_string(p.steps), std::to_string(p.tokens), num(p.wall_ms, "%.3f"),
+                num(p.wall_ms > 0 ? p.tokens / (p.wall_ms / 1e3) : NAN, "%.1f"), num(p.time_us / 1e3, "%.3f"),
+                num(p.cost.flops() * steps / 1e9, "%.2f"), num(p.cost.bytes * steps / 1e6, "%.1f"),
+                num(p.roof.intensity, "%.2f"), num(p.roof.pct_of_roofline, "%.0f"), p.roof.bound});
+    }
+    s += pt.str();
+    s += "  decode bytes per step: every weight plus the KV cache positions attended (doc/profiling.md, \"Inference\")\n";
+    if (!r.decode_buckets.empty()) {
+        s += "  decode by context length:\n";
+        TextTable bt({"context", "steps", "tokens", "ms/step", "tok/s"}, "lrrrr");
+        for (const DecodeBucket& b : r.decode_buckets)
+            bt.row({strprintf("%d-%d", b.first_pos, b.last_pos), std::to_string(b.steps), std::to_string(b.tokens),
+                    num(b.ms_per_step(), "%.3f"), num(b.tok_s(), "%.1f")});
+        s += bt.str();
+    }
     return s;
 }
 
@@ -284,7 +316,8 @@ std::string summary_findings(const Report& r) {
 std::string format_summary(const Report& r, int top_n) {
     const SummaryStyle st(r);
     std::string s = summary_header(r, st) + summary_throughput(r, st) + summary_top_kernels(r, st, top_n) +
-                    summary_subblocks(r, st) + summary_steps(r, st);
+                    summary_subblocks(r, st) + (r.phases.empty() ? "" : summary_inference(r, st)) +
+                    summary_steps(r, st);
     if (st.on_gpu) s += summary_gpu_idle_and_api(r);
     return s + summary_power(r) + summary_findings(r);
 }
@@ -330,6 +363,28 @@ std::string steps_csv(const Report& r) {
 }
 
 // CUDA API rows (kind "api"), then the synchronisation types (kind "sync"), shares of the CPU window.
+// Inference only: one row per phase, costs over the whole window.
+std::string phases_csv(const Report& r) {
+    std::string s = csv_line({"phase", "steps", "tokens", "wall_ms", "time_us", "flops", "bytes", "intensity", "bound",
+                              "pct_of_roofline"});
+    const double steps = std::max(1, r.num_steps);
+    for (const PhaseRow& p : r.phases)
+        s += csv_line({phase_label(p.phase), std::to_string(p.steps), std::to_string(p.tokens), num(p.wall_ms, "%.6f", ""),
+                       num(p.time_us, "%.3f", ""), num(p.cost.flops() * steps, "%.0f", ""),
+                       num(p.cost.bytes * steps, "%.0f", ""), num(p.roof.intensity, "%.4f", ""), p.roof.bound,
+                       num(p.roof.pct_of_roofline, "%.2f", "")});
+    return s;
+}
+
+std::string decode_buckets_csv(const Report& r) {
+    std::string s = csv_line({"first_pos", "last_pos", "steps", "tokens", "wall_ms", "time_ms", "ms_per_step", "tok_s"});
+    for (const DecodeBucket& b : r.decode_buckets)
+        s += csv_line({std::to_string(b.first_pos), std::to_string(b.last_pos), std::to_string(b.steps),
+                       std::to_string(b.tokens), num(b.wall_ms, "%.6f", ""), num(b.time_ms, "%.6f", ""),
+                       num(b.ms_per_step(), "%.6f", ""), num(b.tok_s(), "%.3f", "")});
+    return s;
+}
+
 std::string api_csv(const Report& r) {
     std::string s = csv_line({"api", "calls", "total_us", "avg_us", "pct_of_cpu_time", "kind"});
     for (const auto* rows : {&r.api, &r.syncs})
@@ -646,7 +701,8 @@ std::string profile_json(const Report& r) {
                       {"other_ms", x.other_ms}, {"tok_s", x.tok_s}, {"energy_j", finite_or_null(x.energy_j)},
                       {"avg_power_w", finite_or_null(x.avg_power_w)}, {"j_per_token", finite_or_null(x.j_per_token)},
                       {"tokens_per_j", finite_or_null(x.tokens_per_j)}, {"flops_per_w", finite_or_null(x.flops_per_w)},
-                      {"energy_source", energy_source_name(x.energy_source)}, {"idle_gaps", x.gaps}});
+                      {"energy_source", energy_source_name(x.energy_source)}, {"idle_gaps", x.gaps},
+                      {"prefill_ms", x.prefill_ms}, {"decode_ms", x.decode_ms}});
     json gaps = json::array();
     for (const IdleGap& g : r.largest_gaps)
         gaps.push_back({{"step", g.step}, {"offset_us", g.offset_us}, {"dur_us", g.dur_us}, {"api", g.api},
@@ -666,6 +722,21 @@ std::string profile_json(const Report& r) {
                   {"tokens_per_j", finite_or_null(p.tokens_per_j)}, {"flops_per_w", finite_or_null(p.flops_per_w)},
                   {"counter_steps", p.counter_steps}, {"integrated_steps", p.integrated_steps},
                   {"max_sm_clock_limit_mhz", p.max_sm_clock_limit_mhz}, {"reading", p.reading}, {"status", p.status}};
+    if (!r.phases.empty()) {
+        const InferenceShape& in = c.inference;
+        json& ij = j["inference"] = {{"sequences", in.sequences}, {"prompt_tokens", in.prompt_tokens},
+                                     {"decode_steps", in.decode_steps}, {"decode_tokens", in.decode_tokens},
+                                     {"decode_context", in.decode_context}, {"kv_cache_bytes", in.kv_cache_bytes},
+                                     {"elem_bytes", in.elem_bytes}};
+        json& pj = ij["phases"] = json::array();
+        for (const PhaseRow& p : r.phases)
+            pj.push_back({{"phase", phase_label(p.phase)}, {"steps", p.steps}, {"tokens", p.tokens},
+                          {"wall_ms", p.wall_ms}, {"time_us", p.time_us}, {"roofline", cost_json(p.cost, p.roof)}});
+        json& bj = ij["decode_buckets"] = json::array();
+        for (const DecodeBucket& b : r.decode_buckets)
+            bj.push_back({{"first_pos", b.first_pos}, {"last_pos", b.last_pos}, {"steps", b.steps}, {"tokens", b.tokens},
+                          {"wall_ms", b.wall_ms}, {"time_ms", b.time_ms}});
+    }
     json& fj = j["findings"] = json::array();
     for (const Finding& f : r.findings)
         fj.push_back({{"rule", f.rule}, {"what", f.what}, {"evidence", f.evidence}, {"next_step", f.next_step},
@@ -682,6 +753,10 @@ void write_profile_dir(const std::string& dir, const Report& r, const ProfileRec
     write_file(dir + "/steps.csv", steps_csv(r));
     write_file(dir + "/api.csv", api_csv(r));
     write_file(dir + "/roofline.csv", roofline_csv(r));
+    if (!r.phases.empty()) {
+        write_file(dir + "/phases.csv", phases_csv(r));
+        write_file(dir + "/decode_buckets.csv", decode_buckets_csv(r));
+    }
     write_file(dir + "/trace.json", trace_json(r, rec));
     write_file(dir + "/profile.json", profile_json(r));
 }

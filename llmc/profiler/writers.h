@@ -1,7 +1,7 @@
 /*
  * The writers: a Report (llmc/profiler/report.h) into the profile directory (doc/profiling.md, "Profile
  * directory"): summary.txt (the human report, format_summary), kernels.csv, subblocks.csv, steps.csv,
- * api.csv, roofline.csv, trace.json (Chrome trace event format, for Perfetto and chrome://tracing) and
+ * api.csv, roofline.csv, for inference profiles phases.csv and decode_buckets.csv, trace.json (Chrome trace event format, for Perfetto and chrome://tracing) and
  * profile.json (the whole report, machine-readable). Every file is written atomically. CSV headers begin
  * with the minimum columns doc/profiling.md lists, in its order; extra columns follow. Empty CSV cells and
  * JSON nulls mean "unknown" (no ceiling, no power samples, no steps). Compiled once (writers.cpp): the JSON
@@ -24,6 +24,8 @@ std::string subblocks_csv(const Report& r);
 std::string steps_csv(const Report& r);
 std::string api_csv(const Report& r);
 std::string roofline_csv(const Report& r);
+std::string phases_csv(const Report& r);         // inference profiles only
+std::string decode_buckets_csv(const Report& r); // inference profiles only
 std::string trace_json(const Report& r, const ProfileRecords& rec);
 std::string profile_json(const Report& r);
 

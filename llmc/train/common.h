@@ -97,7 +97,7 @@ inline void print_subblock_table(const SubBlockTimes& t, int steps, FILE* out = 
         for (double x : t.seconds[s]) row += x;
         if (row == 0) continue;
         fprintf(out, "%-12s", subblock_name((SubBlock)s));
-        for (int p = 0; p < NUM_PHASES; p++) {
+        for (int p : {(int)Phase::fwd, (int)Phase::bwd, (int)Phase::opt}) { // training's phases
             if (t.calls[s][p]) fprintf(out, " %10.3f", 1e3 * t.seconds[s][p] / steps);
             else fprintf(out, " %10s", "-");
         }
