@@ -376,6 +376,10 @@ TEST(InferProgram, ProfileSeparatesPrefillAndDecode) {
     EXPECT_EQ(pj["context"]["program"], "infer_gpt2");
     EXPECT_EQ(pj["inference"]["decode_steps"], 5);
     EXPECT_EQ(pj["inference"]["decode_context"], 9 + 10 + 11 + 12 + 13);
+    ASSERT_EQ(pj["steps"].size(), 6u);
+    EXPECT_GT(pj["steps"][0]["prefill_ms"].get<double>(), 0);
+    EXPECT_EQ(pj["steps"][0]["decode_ms"].get<double>(), 0);
+    EXPECT_GT(pj["steps"][5]["decode_ms"].get<double>(), 0);
     bool weight_bound = false;
     for (auto& f : pj["findings"]) weight_bound |= f["rule"] == "decode_weight_bound";
     EXPECT_TRUE(weight_bound) << pj["findings"].dump();

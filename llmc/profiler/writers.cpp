@@ -695,14 +695,15 @@ std::string profile_json(const Report& r) {
     j["total"] = {{"calls", r.total.calls}, {"time_us", r.total.time_us},
                   {"roofline", cost_json(r.total.cost, r.total.roof)}};
     json& st = j["steps"] = json::array();
-    for (const StepRow& x : r.steps)
+    for (const StepRow& x : r.steps) {
         st.push_back({{"step", x.step}, {"tokens", x.tokens}, {"wall_ms", x.wall_ms}, {"gpu_busy_ms", x.gpu_busy_ms},
                       {"idle_ms", x.idle_ms}, {"fwd_ms", x.fwd_ms}, {"bwd_ms", x.bwd_ms}, {"opt_ms", x.opt_ms},
                       {"other_ms", x.other_ms}, {"tok_s", x.tok_s}, {"energy_j", finite_or_null(x.energy_j)},
                       {"avg_power_w", finite_or_null(x.avg_power_w)}, {"j_per_token", finite_or_null(x.j_per_token)},
                       {"tokens_per_j", finite_or_null(x.tokens_per_j)}, {"flops_per_w", finite_or_null(x.flops_per_w)},
-                      {"energy_source", energy_source_name(x.energy_source)}, {"idle_gaps", x.gaps},
-                      {"prefill_ms", x.prefill_ms}, {"decode_ms", x.decode_ms}});
+                      {"energy_source", energy_source_name(x.energy_source)}, {"idle_gaps", x.gaps}});
+        if (!r.phases.empty()) st.back()["prefill_ms"] = x.prefill_ms, st.back()["decode_ms"] = x.decode_ms;
+    }
     json gaps = json::array();
     for (const IdleGap& g : r.largest_gaps)
         gaps.push_back({{"step", g.step}, {"offset_us", g.offset_us}, {"dur_us", g.dur_us}, {"api", g.api},
