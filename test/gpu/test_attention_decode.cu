@@ -50,20 +50,24 @@ void check_decode(const std::vector<int>& lens, int maxT, int NH, int HS) {
 } // namespace
 
 GPU_TEST(GpuAttentionDecode, PartialSplitLengths) {
+    REQUIRE_GPU();
     check_decode({1, 2, 63, 64, 65, 1000, 1024}, 1024, 2, 64);
 }
 
 GPU_TEST(GpuAttentionDecode, HeadSizes32And128) {
+    REQUIRE_GPU();
     check_decode({1, 65, 130}, 130, 3, 32);
     check_decode({64, 7}, 100, 1, 128);
 }
 
 // GPT-2's 12 heads of 64, ragged lengths in one batch.
 GPU_TEST(GpuAttentionDecode, GPT2ShapeBatch) {
+    REQUIRE_GPU();
     check_decode({300, 17, 129, 1}, gputest::kEmulated ? 300 : 1024, 12, 64);
 }
 
 GPU_TEST(GpuAttentionDecode, UnsupportedShapesThrow) {
+    REQUIRE_GPU();
     EXPECT_THROW(llmc::attention_decode(nullptr, nullptr, nullptr, 0, nullptr, nullptr, nullptr, 1, 8, 1, 48, 0),
                  llmc::Error);
     EXPECT_THROW(llmc::attention_decode(nullptr, nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 8, 1, 64, 0),
