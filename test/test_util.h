@@ -12,10 +12,22 @@
 
 namespace testutil {
 
-// Root of the shared test data (tinyshakespeare/input.txt, gpt2/{encoder.json,vocab.bpe}).
-inline std::string data_dir() {
+// GPT-2's vocabulary (encoder.json, vocab.bpe): the repository's copy, or $LLMC_DATA/gpt2 where LLMC_DATA is set.
+inline std::string vocab_dir() {
     const char* d = getenv("LLMC_DATA");
-    return d ? d : "../shared/data";
+    return d && *d ? std::string(d) + "/gpt2" : "dev/data/gpt2";
+}
+
+// The tinyshakespeare text the tokenizer and data tests read, and the prefix of its facts in
+// test/data/tokenizer_vectors.txt: the whole text from $LLMC_DATA/tinyshakespeare/input.txt where LLMC_DATA is set,
+// else the excerpt the repository ships (its first sections, enough for both splits).
+struct Corpus {
+    std::string path, facts;
+};
+inline Corpus shakespeare() {
+    const char* d = getenv("LLMC_DATA");
+    if (d && *d) return {std::string(d) + "/tinyshakespeare/input.txt", "shakespeare"};
+    return {"test/data/tinyshakespeare_excerpt.txt", "excerpt"};
 }
 
 // The whole file as bytes ("" when it cannot be read).
