@@ -45,7 +45,7 @@ public:
     GPUBackend(const GPT2Config& c, const TrainOptions& opt)
         : profile_(opt.profile_dir.empty() ? nullptr : make_profile_session(c, opt)),
           model_(c, opt.B, opt.T), B_(opt.B), T_(opt.T) {
-        adam_.weight_decay = opt.weight_decay;
+        adam_ = opt.adam;
         cudaDeviceProp p;
         CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
         name_ = strprintf("GPU bf16, %s", p.name);

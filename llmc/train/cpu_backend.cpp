@@ -19,7 +19,7 @@ class CPUBackend : public TrainBackend {
 public:
     CPUBackend(const GPT2Config& c, const TrainOptions& opt)
         : model_(c), B_(opt.B), T_(opt.T), m_(model_.num_parameters(), 0.0f), v_(m_.size(), 0.0f) {
-        adam_.weight_decay = opt.weight_decay;
+        adam_ = opt.adam;
         if (!opt.profile_dir.empty())
             profile_ = prof::make_cpu_profile_session({opt.profile_dir, opt.profile_start, opt.profile_steps}, c,
                                                       opt.B, opt.T, opt.grad_accum,

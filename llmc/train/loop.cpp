@@ -144,6 +144,9 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     printf("| val                   | %-40s |\n", val ? strprintf("%s, %d batches", val_spec.c_str(), val_batches).c_str() : "off");
     printf("| steps                 | %-40d |\n", max_steps);
     printf("| lr / schedule         | %-40s |\n", strprintf("%g / %s, warmup %d, final x%g", opt.lr, schedule_name(opt.schedule), opt.warmup, opt.final_lr_frac).c_str());
+    const AdamWConfig& adam = opt.adam;
+    printf("| AdamW b1 b2 eps / wd  | %-40s |\n", strprintf("%g %g %g / %g", adam.beta1, adam.beta2, adam.eps, adam.weight_decay).c_str());
+    printf("| grad clip             | %-40s |\n", adam.grad_clip > 0 ? strprintf("global norm %g", adam.grad_clip).c_str() : "off");
     printf("+-----------------------+------------------------------------------+\n");
     be.print_memory();
 
