@@ -267,6 +267,7 @@ int main(int argc, char** argv) {
         if (parse_depth_descriptor(opt.model, &depth)) {
             cfg = gpt2_config_for_depth(depth);
             if (opt.layers > 0) cfg.num_layers = opt.layers;
+            validate_config(cfg, "-e " + opt.model); // before num_parameters(): d99999 would overflow it
             weights.resize(num_parameters(cfg));
             init_gpt2_parameters(weights.data(), cfg, 1337);
         } else {
