@@ -41,6 +41,18 @@ bool is_png(const std::string& path) {
     return f.gcount() == 8 && std::string(sig, 8) == "\x89PNG\r\n\x1a\n";
 }
 
+// A CPU profile written by train_gpt2 (steps 1-2 of 3) for the scripts to read, and a directory for their output.
+class PlotCpuProfile : public testing::Test {
+protected:
+    void SetUp() override {
+        REQUIRE_MATPLOTLIB();
+        testutil::run_cpu_profile(cpu, 3, 1, 2); // B=4 T=16, grad_accum 2: 128 tokens per step
+        ASSERT_EQ(cpu.result.exit_code, 0) << cpu.result.output;
+    }
+    testutil::CpuProfileRun cpu;
+    TempDir out;
+};
+
 } // namespace
 
 TEST(PlotProfile, SampleProfileGivesFourPngs) {
@@ -52,11 +64,7 @@ TEST(PlotProfile, SampleProfileGivesFourPngs) {
         EXPECT_TRUE(is_png(out / name)) << name;
 }
 
-TEST(PlotProfile, CpuProfileWithoutPowerGivesAPlaceholder) {
-    REQUIRE_MATPLOTLIB();
-    testutil::CpuProfileRun cpu;
-    testutil::run_cpu_profile(cpu, 3, 1, 2);
-    ASSERT_EQ(cpu.result.exit_code, 0) << cpu.result.output;
+TEST_F(PlotCpuProfile, WithoutPowerGivesAPlaceholder) {
     auto r = run("python3 scripts/plot_profile.py " + cpu.profile_dir()); // into the profile directory
     ASSERT_EQ(r.exit_code, 0) << r.output;
     for (const char* name : {"roofline.png", "subblocks.png", "kernels.png", "power.png"})
@@ -77,12 +85,7 @@ TEST(PlotProfile, ClearErrors) {
     EXPECT_NE(cmp.output.find("no profile directory '/nonexistent/a'"), std::string::npos) << cmp.output;
 }
 
-TEST(PlotProfile, CompareCpuWithSample) {
-    REQUIRE_MATPLOTLIB();
-    testutil::CpuProfileRun cpu;
-    testutil::run_cpu_profile(cpu, 3, 1, 2);
-    ASSERT_EQ(cpu.result.exit_code, 0) << cpu.result.output;
-    TempDir out;
+TEST_F(PlotCpuProfile, CompareWithSample) {
     auto r = run("python3 scripts/compare_profiles.py " + cpu.profile_dir() + " " + SAMPLE + " -o " + (out / "c.png"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("A ms"), std::string::npos) << r.output;
@@ -107,12 +110,7 @@ TEST(PlotProfile, CompareSampleWithItselfGivesOnes) {
 
 // A CPU profile of a toy model against the GPT-2 sample: a warning names what differs, and --per-token turns
 // each row into microseconds per token (time per step / (B * T * grad_accum)), checked against the CSV.
-TEST(PlotProfile, CompareWarnsOnDifferentShapesAndComparesPerToken) {
-    REQUIRE_MATPLOTLIB();
-    testutil::CpuProfileRun cpu;
-    testutil::run_cpu_profile(cpu, 3, 1, 2); // B=4 T=16, grad_accum 2: 128 tokens per step
-    ASSERT_EQ(cpu.result.exit_code, 0) << cpu.result.output;
-    TempDir out;
+TEST_F(PlotCpuProfile, CompareWarnsOnDifferentShapesAndComparesPerToken) {
     const std::string cmd = "python3 scripts/compare_profiles.py " + cpu.profile_dir() + " " + SAMPLE + " -o " +
                             (out / "c.png");
     auto r = run(cmd);
@@ -132,7 +130,7 @@ TEST(PlotProfile, CompareWarnsOnDifferentShapesAndComparesPerToken) {
     ASSERT_GT(qkv_us, 0);
     size_t at = t.output.find("\nqkv          fwd");
     ASSERT_NE(at, std::string::npos) << t.output;
-    double shown = std::stod(t.output.substr(at + 18, 13));
+    double shown = std::stod(t.output.substr(at + std::string("\nqkv          fwd").size())); // column A
     EXPECT_NEAR(shown, qkv_us / 2 / 128, 1e-3 * qkv_us / 2 / 128) << t.output; // 2 steps, 4 significant digits
 }
 
@@ -152,12 +150,7 @@ TEST(PlotProfile, CompareLegendsNameTheDirectories) {
 
 // Roofline labels: on the sample (sub-blocks crowded near the ridge, some on one spot) and on a CPU profile,
 // no label overlaps another, and every sub-block with a point is named once.
-TEST(PlotProfile, RooflineLabelsDoNotOverlap) {
-    REQUIRE_MATPLOTLIB();
-    testutil::CpuProfileRun cpu;
-    testutil::run_cpu_profile(cpu, 3, 1, 2);
-    ASSERT_EQ(cpu.result.exit_code, 0) << cpu.result.output;
-    TempDir out;
+TEST_F(PlotCpuProfile, RooflineLabelsDoNotOverlap) {
     std::ofstream(out / "check.py") << R"(import csv, sys
 sys.path.insert(0, "scripts")
 import matplotlib
