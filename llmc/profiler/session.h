@@ -63,8 +63,8 @@ public:
     ProfileSession(const ProfileSession&) = delete;
     ProfileSession& operator=(const ProfileSession&) = delete;
 
-    // Brackets a step's work; step is the run's 0-based step index (step lines, records and the profile
-    // number it step + 1).
+    // Brackets a step's work. step: the run's 0-based step index; the step lines, the records and the
+    // profile call it step + 1.
     void begin_step(int step);
     void end_step(long tokens);
     // After the step has been timed and printed. Returns true when this call wrote the profile.
