@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     auto range = [&](const char* name, uint64_t start, int depth, Attribution w) {
         rec.ranges.push_back({name, start, std::max(cpu, start + 1), 1, depth, w});
     };
-    for (int step = 0; step < steps; step++) {
+    for (int step = 1; step <= steps; step++) { // numbered as a run's step lines number them
         const uint64_t step_start = cpu;
         uint64_t t = cpu;
         launch(SubBlock::encoder, Phase::fwd, -1, step);

@@ -41,7 +41,8 @@ struct TrainOptions {
     float temperature = 1.0f;                         // --temperature
     int top_k = 0;                                    // --top-k
     std::string profile_dir;                          // --profile ("" = off)
-    int profile_start = 5;                            // --profile-start: first profiled step, from 0
+    int profile_start = 6;                            // --profile-start: first profiled step, numbered as the
+                                                      // step lines number them (from 1)
     int profile_steps = 5;                            // --profile-steps
     bool help = false;                                // -h
 };
@@ -83,7 +84,7 @@ inline std::string usage(const char* program, const TrainOptions& d) {
                      d.val_every, d.val_batches, d.sample_every, d.gen_tokens, d.checkpoint_every, d.seed,
                      d.temperature, d.top_k) +
            strprintf("      --profile DIR          profile a window of steps (GPU: CUPTI), write the profile to DIR [off]\n"
-                     "      --profile-start N      first profiled step, counted from 0 [%d]\n"
+                     "      --profile-start N      first profiled step, as the step lines number them (from 1) [%d]\n"
                      "      --profile-steps N      profiled steps [%d]\n"
                      "  -h, --help                 this help\n",
                      d.profile_start, d.profile_steps);
@@ -182,7 +183,7 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
         else if (k == "--temperature") opt.temperature = parse_float(flag, value, 1e-3f, 100.0f);
         else if (k == "--top-k") opt.top_k = (int)parse_long(flag, value, 0, IMAX);
         else if (k == "--profile") opt.profile_dir = value;
-        else if (k == "--profile-start") opt.profile_start = (int)parse_long(flag, value, 0, IMAX);
+        else if (k == "--profile-start") opt.profile_start = (int)parse_long(flag, value, 1, IMAX);
         else if (k == "--profile-steps") opt.profile_steps = (int)parse_long(flag, value, 1, IMAX);
     }
     const long BT = (long)opt.B * opt.T; // both <= 2^31 - 1: no overflow
@@ -194,7 +195,7 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
         throw UsageError(strprintf("-d: total batch %ld tokens is %ld micro-batches of B*T = %ld, more than %ld",
                                    opt.total_batch, opt.total_batch / BT, BT, IMAX));
     opt.grad_accum = (int)(opt.total_batch / BT);
-    if ((long)opt.profile_start + opt.profile_steps > IMAX)
+    if ((long)opt.profile_start - 1 + opt.profile_steps > IMAX)
         throw UsageError(strprintf("--profile-start: the window of %d steps from step %d ends past step %ld",
                                    opt.profile_steps, opt.profile_start, IMAX));
     if (opt.resume && opt.output_dir.empty()) throw UsageError("-y: resuming needs an output directory (-o)");

@@ -97,10 +97,18 @@ TEST(Cli, TotalBatchIsAtMostIntMaxMicroBatches) {
 }
 
 TEST(Cli, ProfileWindowEndsWithinIntRange) {
-    EXPECT_EQ(parse({"--profile-start", "2147483646", "--profile-steps", "1"}).profile_start, 2147483646);
+    EXPECT_EQ(parse({"--profile-start", "2147483647", "--profile-steps", "1"}).profile_start, 2147483647);
     EXPECT_NE(usage_error({"--profile-start", "2147483647"}).find("--profile-start: the window of 5 steps"),
               std::string::npos);
-    EXPECT_NE(usage_error({"--profile-start", "2147483600", "--profile-steps", "48"}).find("--profile-start:"),
+    EXPECT_NE(usage_error({"--profile-start", "2147483600", "--profile-steps", "49"}).find("--profile-start:"),
+              std::string::npos);
+}
+
+// --profile-start numbers steps as the step lines do, from 1: step 0 does not exist.
+TEST(Cli, ProfileStartCountsFromOne) {
+    EXPECT_EQ(parse({}).profile_start, 6);
+    EXPECT_EQ(parse({"--profile-start", "1"}).profile_start, 1);
+    EXPECT_NE(usage_error({"--profile-start", "0"}).find("--profile-start: expected an integer in [1, "),
               std::string::npos);
 }
 

@@ -18,10 +18,20 @@ using testutil::slurp;
 
 TEST(CpuProfile, WritesTheProfileDirectory) {
     CpuProfileRun r;
-    testutil::run_cpu_profile(r, 5, 1, 3);
+    testutil::run_cpu_profile(r, 5, 2, 3);
     ASSERT_EQ(r.result.exit_code, 0) << r.result.output;
-    EXPECT_NE(r.result.output.find("profile: steps 2-4 written to"), std::string::npos) << r.result.output;
+    const std::string& out = r.result.output;
+    EXPECT_NE(out.find("profile: steps 2-4 written to"), std::string::npos) << out;
     const std::string d = r.profile_dir();
+    // The training log keeps to training: the summary's tables stay in summary.txt, and the run ends with its
+    // path and the findings, after the last step line.
+    EXPECT_EQ(out.find("== Sub-blocks"), std::string::npos) << out;
+    size_t outcome = out.find("profile: " + d + "/summary.txt: ");
+    ASSERT_NE(outcome, std::string::npos) << out;
+    EXPECT_GT(outcome, out.find("step    5/5 |")) << out;
+    EXPECT_TRUE(out.find("profile: top ", outcome) != std::string::npos ||
+                out.find("profile: no finding", outcome) != std::string::npos)
+        << out;
     for (const char* f : {"summary.txt", "kernels.csv", "subblocks.csv", "steps.csv", "api.csv", "roofline.csv",
                           "trace.json", "profile.json"})
         EXPECT_TRUE(file_exists(d + "/" + f)) << f;
@@ -54,13 +64,23 @@ TEST(CpuProfile, WritesTheProfileDirectory) {
     ASSERT_EQ(steps.size(), 3u);
     double wall_us = 0;
     for (size_t i = 0; i < steps.size(); i++) {
-        EXPECT_EQ(steps[i]["step"], std::to_string(i));
+        EXPECT_EQ(steps[i]["step"], std::to_string(2 + i)); // numbered as the step lines and --profile-start
         EXPECT_EQ(steps[i]["tokens"], "128");
         EXPECT_EQ(steps[i]["energy_j"], ""); // no power samples on the CPU
         wall_us += std::stod(steps[i]["wall_ms"]) * 1e3;
     }
     EXPECT_GT(subblock_us, 0);
     EXPECT_LE(subblock_us, wall_us);
+    // Each row's spread over the 3 steps brackets its mean (1 us of rounding in the CSV).
+    for (auto& [cell, row] : cells) {
+        double lo = std::stod(row["step_min_us"]), med = std::stod(row["step_median_us"]);
+        double hi = std::stod(row["step_max_us"]), mean = std::stod(row["time_per_step_us"]);
+        EXPECT_LE(lo, med) << cell.first;
+        EXPECT_LE(med, hi) << cell.first;
+        EXPECT_GE(mean, lo - 1e-3) << cell.first;
+        EXPECT_LE(mean, hi + 1e-3) << cell.first;
+        EXPECT_NEAR(mean, std::stod(row["time_us"]) / 3, 1e-3) << cell.first;
+    }
 
     auto j = nlohmann::json::parse(slurp(d + "/profile.json"));
     EXPECT_EQ(j["context"]["program"], "train_gpt2");
@@ -81,17 +101,22 @@ TEST(CpuProfile, WritesTheProfileDirectory) {
     EXPECT_TRUE(nlohmann::json::accept(trace));
 }
 
-TEST(CpuProfile, WindowPastTheRunWritesNothing) {
+// A window that starts after the last step is a usage error found before the first step, not a note at the end.
+TEST(CpuProfile, WindowPastTheRunIsRefusedAtStartUp) {
     CpuProfileRun r;
-    testutil::run_cpu_profile(r, 2, 5, 2);
-    ASSERT_EQ(r.result.exit_code, 0) << r.result.output;
-    EXPECT_NE(r.result.output.find("the run ended before step 6"), std::string::npos) << r.result.output;
-    EXPECT_FALSE(file_exists(r.profile_dir() + "/summary.txt"));
+    testutil::run_cpu_profile(r, 2, 3, 2);
+    EXPECT_EQ(r.result.exit_code, 2) << r.result.output;
+    EXPECT_EQ(r.result.output, "error: --profile-start: step 3 is past the run's last step 2 (-x)\n");
+    EXPECT_FALSE(file_exists(r.profile_dir()));
+    CpuProfileRun last; // the last step itself is a window of one step
+    testutil::run_cpu_profile(last, 2, 2, 4);
+    ASSERT_EQ(last.result.exit_code, 0) << last.result.output;
+    EXPECT_NE(last.result.output.find("profile: step 2 written to"), std::string::npos) << last.result.output;
 }
 
 TEST(CpuProfile, RunEndingInsideTheWindowWritesWhatRan) {
     CpuProfileRun r;
-    testutil::run_cpu_profile(r, 3, 1, 5);
+    testutil::run_cpu_profile(r, 3, 2, 5);
     ASSERT_EQ(r.result.exit_code, 0) << r.result.output;
     EXPECT_NE(r.result.output.find("profile: steps 2-3 written to"), std::string::npos) << r.result.output;
     EXPECT_EQ(read_csv(r.profile_dir() + "/steps.csv").size(), 2u);
@@ -142,6 +167,7 @@ TEST(ProfileSchedule, RecordsTheWindowAndArmsOneStepAhead) {
     EXPECT_EQ(drive_schedule(2, 3, 0, 8, true), "arm@1 rec2 rec3 rec4 write:steps 3-5");
     EXPECT_EQ(drive_schedule(2, 3, 0, 8, false), "rec2 rec3 rec4 write:steps 3-5");
     EXPECT_EQ(drive_schedule(0, 2, 0, 8, true), "arm@start rec0 rec1 write:steps 1-2");
+    EXPECT_EQ(drive_schedule(0, 1, 0, 8, true), "arm@start rec0 write:step 1");
 }
 
 TEST(ProfileSchedule, RunEndingInsideOrBeforeTheWindow) {

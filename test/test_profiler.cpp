@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -673,4 +674,107 @@ TEST(ProfilerWriters, SummaryAndProfileJson) {
     for (const json& b : j["subblocks"])
         if (b["subblock"] == "(none)") unmodelled_null = b["roofline"]["floor_s"].is_null();
     EXPECT_TRUE(unmodelled_null) << "unknown values are null";
+}
+
+namespace {
+// The k-th smallest value (0-based) by counting, independent of step_spread's sort.
+double kth_smallest(const std::vector<double>& v, size_t k) {
+    for (double x : v) {
+        size_t below = 0, equal = 0;
+        for (double y : v) below += y < x, equal += y == x;
+        if (below <= k && k < below + equal) return x;
+    }
+    return NAN;
+}
+} // namespace
+
+// A sub-block's spread across the profiled steps, from random kernel durations: each step's time is the sum of
+// its kernels there (0 in a step without one), the median of an even count the mean of the middle two; kernels
+// outside every step are not counted. Checked against a median found by counting, on 1 to 8 steps.
+TEST(ProfilerReport, SubBlockSpreadAcrossSteps) {
+    std::mt19937 g(std::random_device{}());
+    std::uniform_int_distribution<int> dur_us(1, 4000);
+    auto expect_spread = [](const StepSpread& sp, const std::vector<double>& ms, const char* what) {
+        const size_t n = ms.size();
+        double median = n % 2 ? kth_smallest(ms, n / 2) : 0.5 * (kth_smallest(ms, n / 2 - 1) + kth_smallest(ms, n / 2));
+        EXPECT_NEAR(sp.median_ms, median, 1e-9) << what << " over " << n;
+        EXPECT_NEAR(sp.min_ms, kth_smallest(ms, 0), 1e-9) << what;
+        EXPECT_NEAR(sp.max_ms, kth_smallest(ms, n - 1), 1e-9) << what;
+    };
+    for (int nsteps = 1; nsteps <= 8; nsteps++) {
+        ProfileRecords rec;
+        std::vector<double> qkv_ms(nsteps), attn_ms(nsteps, 0.0), total_ms(nsteps);
+        for (int s = 0; s < nsteps; s++) {
+            uint64_t t = (uint64_t)s * 10 * MS, a = dur_us(g) * US, b = dur_us(g) * US;
+            rec.steps.push_back(step(s + 1, t, t + 10 * MS, 100));
+            rec.kernels.push_back(kernel("gemm_a", t + 10 * US, t + 10 * US + a, at(SubBlock::qkv, Phase::fwd)));
+            rec.kernels.push_back(kernel("gemm_b", t + 5 * MS, t + 5 * MS + b, at(SubBlock::qkv, Phase::fwd)));
+            qkv_ms[s] = (a + b) / 1e6;
+            if (s % 2 == 0) { // attention runs in every other step only
+                uint64_t c = dur_us(g) * US;
+                rec.kernels.push_back(kernel("attention_fwd", t + 4 * MS, t + 4 * MS + c,
+                                             at(SubBlock::attention, Phase::fwd)));
+                attn_ms[s] = c / 1e6;
+            }
+            total_ms[s] = qkv_ms[s] + attn_ms[s];
+        }
+        uint64_t after = (uint64_t)nsteps * 10 * MS + MS; // outside every step: left out
+        rec.kernels.push_back(kernel("gemm_a", after, after + 9 * MS, at(SubBlock::qkv, Phase::fwd)));
+        Report r = build_report(rec, ProfileContext{});
+        std::map<int, const SubBlockRow*> rows;
+        for (const SubBlockRow& row : r.subblocks) rows[row.subblock] = &row;
+        ASSERT_TRUE(rows.count((int)SubBlock::qkv) && rows.count((int)SubBlock::attention));
+        expect_spread(rows[(int)SubBlock::qkv]->per_step, qkv_ms, "qkv");
+        expect_spread(rows[(int)SubBlock::attention]->per_step, attn_ms, "attention");
+        expect_spread(r.total.per_step, total_ms, "total");
+
+        // The CSV carries the spread in microseconds, the summary as "median [min, max]" in ms.
+        testutil::TempDir tmp;
+        std::ofstream(tmp / "subblocks.csv") << subblocks_csv(r);
+        auto csv = testutil::read_csv(tmp / "subblocks.csv");
+        const StepSpread& q = rows[(int)SubBlock::qkv]->per_step;
+        for (auto& row : csv)
+            if (row["subblock"] == "qkv") {
+                EXPECT_NEAR(std::stod(row["step_median_us"]), q.median_ms * 1e3, 1e-3);
+                EXPECT_NEAR(std::stod(row["step_min_us"]), q.min_ms * 1e3, 1e-3);
+                EXPECT_NEAR(std::stod(row["step_max_us"]), q.max_ms * 1e3, 1e-3);
+            }
+        std::string summary = format_summary(r);
+        EXPECT_NE(summary.find("median [min, max]"), std::string::npos);
+        EXPECT_NE(summary.find(strprintf("%.3f [%.3f, %.3f]", q.median_ms, q.min_ms, q.max_ms)), std::string::npos)
+            << summary;
+        json j = json::parse(profile_json(r));
+        EXPECT_NEAR(j["total"]["per_step_ms"]["median"].get<double>(), r.total.per_step.median_ms, 1e-12);
+    }
+    // Without steps there is no spread.
+    ProfileRecords none;
+    none.kernels.push_back(kernel("gemm_a", 0, MS, at(SubBlock::qkv, Phase::fwd)));
+    Report r = build_report(none, ProfileContext{});
+    EXPECT_TRUE(std::isnan(r.total.per_step.median_ms));
+    std::string summary = format_summary(r);
+    size_t row = summary.find("\n  qkv ");
+    ASSERT_NE(row, std::string::npos) << summary;
+    EXPECT_EQ(summary.substr(row + 1, summary.find('\n', row + 1) - row - 1).find('['), std::string::npos) << summary;
+}
+
+// The lines a run ends with: where the summary is, the throughput, and the first findings, one line each.
+TEST(ProfilerWriters, OutcomeNamesTheSummaryAndTheTopFindings) {
+    Report r = build_report(two_steps(), gpt2_124m_context());
+    r.findings.clear();
+    for (int i = 0; i < 5; i++)
+        r.findings.push_back({"rule" + std::to_string(i), "limit " + std::to_string(i), "evidence " + std::to_string(i),
+                              "next " + std::to_string(i), 5.0 - i});
+    std::string o = format_outcome(r, "out/prof");
+    EXPECT_EQ(o.rfind("profile: out/prof/summary.txt: 1638400 tokens/s over 2 steps, MFU ", 0), 0u) << o;
+    EXPECT_NE(o.find("profile: top 3 of 5 findings"), std::string::npos) << o;
+    EXPECT_NE(o.find("  1. [rule0] limit 0 (~5.000 ms per step at stake)\n"), std::string::npos) << o;
+    EXPECT_NE(o.find("  3. [rule2] limit 2"), std::string::npos) << o;
+    EXPECT_EQ(o.find("rule3"), std::string::npos) << o;
+    EXPECT_EQ(o.find("evidence 0"), std::string::npos) << o; // the evidence stays in the summary
+    EXPECT_EQ(std::count(o.begin(), o.end(), '\n'), 5) << o;
+    r.findings.clear();
+    r.mfu = NAN;
+    o = format_outcome(r, "p");
+    EXPECT_EQ(o, "profile: p/summary.txt: 1638400 tokens/s over 2 steps\nprofile: no finding: no rule found time at "
+                 "stake\n");
 }

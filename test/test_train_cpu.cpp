@@ -223,6 +223,30 @@ TEST_F(TrainCpu, ValLossFallsAndLogIsWritten) {
         EXPECT_NE(r.output.find(std::string("\n") + s), std::string::npos) << s;
 }
 
+// Each step line ends with the time since training started and the time left at that pace; a val loss names
+// the step it follows, numbered as the step lines are (step 0: before training).
+TEST_F(TrainCpu, StepLinesShowElapsedAndEtaAndValLinesTheirStep) {
+    auto r = run(train("-x 6 -v 3 -m 2"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::regex step_re(R"(^step +(\d+)/6 \| loss .* \| ([0-9.]+) s elapsed, ETA ([0-9.]+) s$)");
+    std::vector<double> elapsed, eta;
+    std::vector<int> val_steps;
+    size_t pos = 0;
+    while (pos < r.output.size()) {
+        size_t eol = r.output.find('\n', pos);
+        std::string line = r.output.substr(pos, eol - pos);
+        pos = eol == std::string::npos ? r.output.size() : eol + 1;
+        std::smatch m;
+        if (std::regex_match(line, m, step_re)) elapsed.push_back(std::stod(m[2])), eta.push_back(std::stod(m[3]));
+        else if (std::regex_match(line, m, std::regex(R"(^step +(\d+)/6 \| val loss [0-9.]+$)")))
+            val_steps.push_back(std::stoi(m[1]));
+    }
+    ASSERT_EQ(elapsed.size(), 6u) << r.output;
+    for (size_t i = 1; i < elapsed.size(); i++) EXPECT_GE(elapsed[i], elapsed[i - 1]) << r.output;
+    EXPECT_EQ(eta.back(), 0.0) << r.output; // nothing left after the last step
+    EXPECT_EQ(val_steps, (std::vector<int>{0, 3, 6})) << r.output;
+}
+
 TEST_F(TrainCpu, GradientAccumulationMatchesTheBigBatch) {
     auto big = run(train("-x 3 -v 0 -b 4 -d 64"));
     auto acc = run(train("-x 3 -v 0 -b 2 -d 64"));

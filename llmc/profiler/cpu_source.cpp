@@ -81,14 +81,14 @@ Ceilings measure_cpu_ceilings() {
     return c;
 }
 
-void CpuEventSource::begin_step(int index) {
-    index_ = index;
+void CpuEventSource::begin_step(int step) {
+    step_ = step;
     timings_->events = &events_;
     step_start_ = steady_ns();
 }
 
 void CpuEventSource::end_step(long tokens) {
-    steps_.push_back({index_, (uint64_t)step_start_, (uint64_t)steady_ns(), tokens});
+    steps_.push_back({step_, (uint64_t)step_start_, (uint64_t)steady_ns(), tokens});
     timings_->events = nullptr;
 }
 

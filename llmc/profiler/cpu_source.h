@@ -44,7 +44,7 @@ public:
     explicit CpuEventSource(SubBlockTimes* timings) : timings_(timings) {}
     bool start() override { return true; }
     bool slow_start() const override { return false; }
-    void begin_step(int index) override;
+    void begin_step(int step) override;
     void end_step(long tokens) override;
     void stop() override { timings_->events = nullptr; }
     ProfileRecords take() override { return cpu_profile_records(events_, steps_); }
@@ -54,7 +54,7 @@ private:
     SubBlockTimes* timings_;
     std::vector<SubBlockEvent> events_;
     std::vector<StepRecord> steps_;
-    int index_ = 0;
+    int step_ = 0;
     int64_t step_start_ = 0;
 };
 

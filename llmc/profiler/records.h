@@ -23,10 +23,11 @@ struct Attribution {
     int subblock = -1; // (int)SubBlock
     int phase = -1;    // (int)Phase
     int layer = -1;
-    int step = -1;     // index of the profiled step (0-based within the profile window)
+    int step = -1;     // the profiled step: its number in the run, from 1 as the step lines print it
 };
 
 // External correlation id layout: step (24 bits) | layer (16) | phase (8) | subblock (8); 0xFF/0xFFFF = none.
+// Step numbers past 2^24 - 2 wrap here; the report places activities in steps by time, not by this field.
 inline uint64_t pack_range_id(const Attribution& a) {
     auto field = [](int v, uint64_t none) { return v < 0 ? none : (uint64_t)v; };
     return field(a.step, 0xFFFFFF) << 32 | field(a.layer, 0xFFFF) << 16 | field(a.phase, 0xFF) << 8 |
@@ -91,7 +92,8 @@ struct RangeRecord {
     Attribution where;
 };
 
-// One training step of the profiled window: its wall interval on the CPU and the tokens it trained.
+// One training step of the profiled window: its number in the run (as the step lines print it), its wall
+// interval on the CPU and the tokens it trained.
 struct StepRecord {
     int step = 0;
     uint64_t start_ns = 0, end_ns = 0;

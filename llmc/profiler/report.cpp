@@ -311,6 +311,33 @@ void fill_activity_tables(Report& r, const std::vector<Activity>& acts) {
     fill_subblock_rows(r, std::move(by_cell));
 }
 
+StepSpread step_spread(std::vector<double> v) {
+    if (v.empty()) return {};
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
+}
+
+void fill_subblock_spread(Report& r, const StepWindow& w, const std::vector<Activity>& acts) {
+    const size_t steps = w.steps().size();
+    std::map<std::pair<int, int>, std::vector<double>> ms; // (sub-block, phase) -> ms in each step
+    std::vector<double> total(steps, 0.0);
+    for (const Activity& a : acts) {
+        int si = w.step_of(a.start);
+        if (si < 0) continue;
+        std::vector<double>& cell = ms[{a.where.subblock, a.where.phase}];
+        cell.resize(steps, 0.0);
+        cell[si] += dur_us(a.start, a.end) / 1e3;
+        total[si] += dur_us(a.start, a.end) / 1e3;
+    }
+    for (SubBlockRow& row : r.subblocks) {
+        std::vector<double>& cell = ms[{row.subblock, row.phase}];
+        cell.resize(steps, 0.0); // a modelled row with no activity: 0 in every step
+        row.per_step = step_spread(cell);
+    }
+    r.total.per_step = step_spread(total);
+}
+
 void fill_step_table(Report& r, const ProfileRecords& rec, const StepWindow& w, const std::vector<Activity>& acts,
                      const std::vector<std::vector<Interval>>& busy, const std::vector<StepGap>& gaps) {
     std::vector<PowerSample> power = rec.power;
@@ -467,6 +494,7 @@ Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
     const std::vector<StepGap> gaps = idle_gaps(w, busy);
 
     fill_activity_tables(r, acts);
+    fill_subblock_spread(r, w, acts);
     fill_step_table(r, rec, w, acts, busy, gaps);
     fill_idle_tables(r, rec, w, gaps);
     fill_api_tables(r, rec, w);

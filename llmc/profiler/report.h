@@ -97,12 +97,21 @@ struct KernelRow {
     double total_us = 0, avg_us = 0, pct = 0; // pct of all GPU activity time in the window
 };
 
+// The spread of a time across the profiled steps: a mean hides a slow first step or a noisy neighbour.
+struct StepSpread {
+    double median_ms = NAN, min_ms = NAN, max_ms = NAN; // NaN without steps
+};
+// Median, minimum and maximum of per-step values (any order; the median of an even count is the mean of the
+// middle two).
+StepSpread step_spread(std::vector<double> per_step_ms);
+
 struct SubBlockRow {
     int subblock = -1, phase = -1;
     long calls = 0;
     double time_us = 0, pct = 0; // over the window
     OpCost cost;                 // analytic, per step (zero for "(none)")
-    RooflinePoint roof;          // cost against the time per step
+    RooflinePoint roof;          // cost against the time per step (the mean)
+    StepSpread per_step;         // its time in each profiled step, a step without it counting 0
 };
 
 struct StepRow {
@@ -202,6 +211,7 @@ std::vector<StepGap> idle_gaps(const StepWindow& w, const std::vector<std::vecto
 // The report's tables, each from the records (and the tables before it where it says so). build_report runs
 // them in this order; each is usable alone in tests.
 void fill_activity_tables(Report& r, const std::vector<Activity>& acts); // kernels, sub-blocks, GPU time
+void fill_subblock_spread(Report& r, const StepWindow& w, const std::vector<Activity>& acts); // after activity
 void fill_step_table(Report& r, const ProfileRecords& rec, const StepWindow& w, const std::vector<Activity>& acts,
                      const std::vector<std::vector<Interval>>& busy, const std::vector<StepGap>& gaps);
 void fill_idle_tables(Report& r, const ProfileRecords& rec, const StepWindow& w, std::vector<StepGap> gaps);

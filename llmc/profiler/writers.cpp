@@ -84,6 +84,10 @@ std::string trace_us(uint64_t ns) {
 
 nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
 
+nlohmann::json spread_json(const StepSpread& s) {
+    return {{"median", finite_or_null(s.median_ms)}, {"min", finite_or_null(s.min_ms)}, {"max", finite_or_null(s.max_ms)}};
+}
+
 
 
 } // namespace
@@ -167,12 +171,16 @@ std::string summary_top_kernels(const Report& r, const SummaryStyle& style, int 
 std::string summary_subblocks(const Report& r, const SummaryStyle& style) {
     std::string s;
     s += "\n== Sub-blocks and roofline (analytic FLOPs and bytes, time per step) ==\n";
-    TextTable st({"subblock", "phase", "calls", "ms/step", style.pct_col, "GFLOP", "MB", "FLOP/B", "floor_ms", "TFLOP/s",
-                  "GB/s", "%roof", "bound"},
-                 "llrrrrrrrrrrl");
+    TextTable st({"subblock", "phase", "calls", "ms/step", "median [min, max]", style.pct_col, "GFLOP", "MB", "FLOP/B",
+                  "floor_ms", "TFLOP/s", "GB/s", "%roof", "bound"},
+                 "llrrrrrrrrrrrl");
     auto sub_row = [&](const SubBlockRow& b, const std::string& name, const std::string& phase) {
         bool modelled = b.cost.flops() > 0 || b.cost.bytes > 0;
-        st.row({name, phase, std::to_string(b.calls), num(b.roof.time_s * 1e3, "%.3f"), num(b.pct, "%.1f"),
+        const StepSpread& sp = b.per_step;
+        std::string spread = std::isfinite(sp.median_ms) ? strprintf("%.3f [%.3f, %.3f]", sp.median_ms, sp.min_ms,
+                                                                     sp.max_ms)
+                                                         : "-";
+        st.row({name, phase, std::to_string(b.calls), num(b.roof.time_s * 1e3, "%.3f"), spread, num(b.pct, "%.1f"),
                 modelled ? num(b.cost.flops() / 1e9, "%.1f") : "-", modelled ? num(b.cost.bytes / 1e6, "%.1f") : "-",
                 num(b.roof.intensity, "%.1f"), num(b.roof.floor_s * 1e3, "%.3f"), num(b.roof.tflops, "%.1f"),
                 num(b.roof.gbps, "%.0f"), num(b.roof.pct_of_roofline, "%.0f"), b.roof.bound});
@@ -180,7 +188,8 @@ std::string summary_subblocks(const Report& r, const SummaryStyle& style) {
     for (const SubBlockRow& b : r.subblocks) sub_row(b, subblock_label(b.subblock), phase_label(b.phase));
     sub_row(r.total, "total", "");
     s += st.str();
-    s += "  %roof = floor / time: achieved over the ceiling that bounds the sub-block. GEMM FLOPs against bf16,\n"
+    s += "  ms/step: the mean over the profiled steps; median [min, max]: the sub-block's time in each step.\n"
+         "  %roof = floor / time: achieved over the ceiling that bounds the sub-block. GEMM FLOPs against bf16,\n"
          "  elementwise FLOPs against fp32 (bf16 when unknown); bytes: minimum DRAM traffic (doc/profiling.md).\n";
     s += measured_vs_analytic(r.counters, r.costs, r.has_model);
     return s;
@@ -289,6 +298,23 @@ std::string format_summary(const Report& r, int top_n) {
     return s + summary_power(r) + summary_findings(r);
 }
 
+std::string format_outcome(const Report& r, const std::string& dir, int max_findings) {
+    std::string s = strprintf("profile: %s/summary.txt: %s tokens/s over %d step%s", dir.c_str(),
+                              num(r.tokens_per_s, "%.0f").c_str(), r.num_steps, r.num_steps == 1 ? "" : "s");
+    if (std::isfinite(r.mfu)) s += strprintf(", MFU %.1f%%", r.mfu);
+    s += "\n";
+    if (r.findings.empty()) return s + "profile: no finding: no rule found time at stake\n";
+    const int shown = std::min<int>(max_findings, (int)r.findings.size());
+    s += strprintf("profile: top %d of %zu findings (evidence and next steps in the summary):\n", shown,
+                   r.findings.size());
+    for (int i = 0; i < shown; i++) {
+        const Finding& f = r.findings[i];
+        s += strprintf("  %d. [%s] %s (~%.3f ms per step at stake)\n", i + 1, f.rule.c_str(), f.what.c_str(),
+                       f.ms_per_step);
+    }
+    return s;
+}
+
 std::string kernels_csv(const Report& r) {
     std::string s = csv_line({"kernel", "subblock", "phase", "category", "calls", "total_us", "avg_us", "pct"});
     for (const KernelRow& k : r.kernels)
@@ -298,10 +324,12 @@ std::string kernels_csv(const Report& r) {
     return s;
 }
 
-// time_us and pct over the window; flops, bytes, rates and the floor per step.
+// time_us and pct over the window; flops, bytes, rates and the floor per step (the mean); the median, minimum
+// and maximum of the sub-block's time in each profiled step.
 std::string subblocks_csv(const Report& r) {
     std::string s = csv_line({"subblock", "phase", "calls", "time_us", "pct", "flops", "bytes", "tflops", "gbps",
-                              "intensity", "bound", "time_per_step_us", "floor_us", "pct_of_roofline"});
+                              "intensity", "bound", "time_per_step_us", "floor_us", "pct_of_roofline",
+                              "step_median_us", "step_min_us", "step_max_us"});
     for (const SubBlockRow& b : r.subblocks) {
         bool modelled = b.cost.flops() > 0 || b.cost.bytes > 0;
         s += csv_line({subblock_label(b.subblock), phase_label(b.phase), std::to_string(b.calls),
@@ -310,7 +338,8 @@ std::string subblocks_csv(const Report& r) {
                        num(b.roof.tflops, "%.4f", ""),
                        num(b.roof.gbps, "%.2f", ""), num(b.roof.intensity, "%.3f", ""), b.roof.bound,
                        num(b.roof.time_s * 1e6, "%.3f", ""), num(b.roof.floor_s * 1e6, "%.3f", ""),
-                       num(b.roof.pct_of_roofline, "%.2f", "")});
+                       num(b.roof.pct_of_roofline, "%.2f", ""), num(b.per_step.median_ms * 1e3, "%.3f", ""),
+                       num(b.per_step.min_ms * 1e3, "%.3f", ""), num(b.per_step.max_ms * 1e3, "%.3f", "")});
     }
     return s;
 }
@@ -636,8 +665,9 @@ std::string profile_json(const Report& r) {
     json& sb = j["subblocks"] = json::array();
     for (const SubBlockRow& x : r.subblocks)
         sb.push_back({{"subblock", subblock_label(x.subblock)}, {"phase", phase_label(x.phase)}, {"calls", x.calls},
-                      {"time_us", x.time_us}, {"pct", x.pct}, {"roofline", cost_json(x.cost, x.roof)}});
-    j["total"] = {{"calls", r.total.calls}, {"time_us", r.total.time_us},
+                      {"time_us", x.time_us}, {"pct", x.pct}, {"per_step_ms", spread_json(x.per_step)},
+                      {"roofline", cost_json(x.cost, x.roof)}});
+    j["total"] = {{"calls", r.total.calls}, {"time_us", r.total.time_us}, {"per_step_ms", spread_json(r.total.per_step)},
                   {"roofline", cost_json(r.total.cost, r.total.roof)}};
     json& st = j["steps"] = json::array();
     for (const StepRow& x : r.steps)
@@ -673,10 +703,9 @@ std::string profile_json(const Report& r) {
     return j.dump(1) + "\n";
 }
 
-// Writes every file of the profile directory `dir` (created if missing).
-void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec) {
+void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec, int top_n) {
     make_dirs(dir);
-    write_file(dir + "/summary.txt", format_summary(r));
+    write_file(dir + "/summary.txt", format_summary(r, top_n));
     write_file(dir + "/kernels.csv", kernels_csv(r));
     write_file(dir + "/subblocks.csv", subblocks_csv(r));
     write_file(dir + "/steps.csv", steps_csv(r));
