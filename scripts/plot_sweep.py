@@ -40,12 +40,12 @@ def model_label(model):
 
 
 def series(rows, label, x, y):
-    """{label: sorted [(x, y)]} over the rows where y is known."""
+    """{label: [(x, y)] sorted by x} over the rows where y is known, labels in the order of the rows (the grid's)."""
     out = {}
     for r in rows:
         if not math.isnan(num(r[y])):
             out.setdefault(label(r), []).append((num(r[x]), num(r[y])))
-    return {k: sorted(v) for k, v in sorted(out.items())}
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def train_label(r):

@@ -269,7 +269,7 @@ def infer_results(output, params):
     r["tok_s"] = s.get("decode_tok_s")
     r["ms_per_step"] = s["B"] * 1e3 / s["decode_tok_s"] if s.get("decode_tok_s") and s.get("B") else None
     r["peak_mem_mib"] = s.get("peak_mem_mib")
-    params = s.get("params") or params
+    params = params or s.get("params")
     # A generated token costs a forward pass, 2 FLOPs per parameter: FLOP/s per W is FLOPs per joule.
     if params and s.get("j_per_token"):
         r["flops_per_w"] = 2 * params / s["j_per_token"]
@@ -355,7 +355,7 @@ def main(argv):
     new_file = not os.path.exists(csv_path)
     start = time.monotonic()
     with open(csv_path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         if new_file:
             w.writeheader()
         for i, cfg in enumerate(todo, 1):
