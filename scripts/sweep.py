@@ -23,6 +23,7 @@ import signal
 import struct
 import sys
 import time
+import zlib
 
 import plot_sweep
 
@@ -104,9 +105,9 @@ def parse_args(argv):
 def model_params(model):
     """Parameter count from dN (the trainers' GPT-2 shapes) or a model file's header; None when unreadable."""
     m = re.fullmatch(r"d(\d+)", model)
-    if m:
+    if m:  # llmc/gpt2_config.h, gpt2_config_for_depth: GPT-2's own widths at 12/24/36/48 layers, else 64 per layer
         L = int(m.group(1))
-        maxT, C, Vp = 1024, 64 * L, 50304
+        maxT, C, Vp = 1024, {12: 768, 24: 1024, 36: 1280, 48: 1600}.get(L, 64 * L), 50304
     else:
         try:
             with open(model, "rb") as f:
@@ -134,7 +135,10 @@ def configurations(a):
 
 
 def run_name(cfg):
-    model = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.splitext(os.path.basename(cfg["model"]))[0])
+    model = cfg["model"]
+    if not re.fullmatch(r"d\d+", model):  # a file: its name, and which file, since two may share a name
+        base = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.splitext(os.path.basename(model))[0])
+        model = f"{base}-{zlib.crc32(os.path.abspath(model).encode()):08x}"
     shape = f"T{cfg['T']}" if cfg["mode"] == "train" else f"P{cfg['prompt_len']}_G{cfg['gen_len']}"
     return f"{cfg['mode']}_{cfg['device']}_{model}_B{cfg['B']}_{shape}"
 
@@ -160,15 +164,21 @@ def run_limited(argv, log_path, timeout):
         pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=[
             (os.POSIX_SPAWN_DUP2, log.fileno(), 1), (os.POSIX_SPAWN_DUP2, log.fileno(), 2)], setsid=True)
     deadline = time.monotonic() + timeout
-    while True:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024.0
-        if time.monotonic() > deadline:
-            os.killpg(pid, signal.SIGKILL)
-            _, _, usage = os.wait4(pid, 0)
-            return None, usage.ru_maxrss / 1024.0
-        time.sleep(0.05)
+    try:
+        while True:
+            done, status, usage = os.wait4(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024.0
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    except BaseException:  # Ctrl-C: the run is in its own session and would go on without us
+        os.killpg(pid, signal.SIGKILL)
+        os.wait4(pid, 0)
+        raise
+    os.killpg(pid, signal.SIGKILL)
+    _, _, usage = os.wait4(pid, 0)
+    return None, usage.ru_maxrss / 1024.0
 
 
 def status_of(code, output):
@@ -344,6 +354,8 @@ def progress(row):
 
 
 def main(argv):
+    # A sweep stopped with SIGTERM stops its running configuration too (run_limited), as with Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     a = parse_args(argv)
     os.makedirs(a.output, exist_ok=True)
     csv_path = os.path.join(a.output, "sweep.csv")
@@ -371,4 +383,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except KeyboardInterrupt:
+        fail("interrupted; the rows written so far are kept, and the same command resumes after them", 130)

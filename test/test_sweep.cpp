@@ -228,6 +228,18 @@ TEST_F(Sweep, InferenceRowsFromTheJsonSummaryWithOomAndTimeout) {
         EXPECT_TRUE(is_png(out() + "/" + png)) << png;
 }
 
+// The sweep counts parameters itself (a configuration that fails before the program prints its table still has
+// them): the same count as the trainers' for every kind of dN.
+TEST(SweepParams, DepthDescriptorsCountAsTheTrainersDo) {
+    for (int depth : {1, 3, 12, 24, 36, 48}) {
+        auto r = run("python3 -c 'import sys; sys.path.insert(0, \"scripts\"); import sweep; "
+                     "print(sweep.model_params(\"d" + std::to_string(depth) + "\"))'");
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_EQ(r.output, std::to_string(llmc::num_parameters(llmc::gpt2_config_for_depth(depth))) + "\n")
+            << "d" << depth;
+    }
+}
+
 TEST_F(Sweep, ClearErrors) {
     auto one_line = [](const RunResult& r, int code, const std::string& part) {
         EXPECT_EQ(r.exit_code, code) << r.output;
