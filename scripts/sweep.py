@@ -37,6 +37,9 @@ COLUMNS = [
 KEY = ("mode", "device", "model", "B", "T", "prompt_len", "gen_len")
 PROGRAMS = {("train", "cpu"): "./train_gpt2", ("train", "gpu"): "./train_gpt2cu",
             ("infer", "cpu"): "./infer_gpt2", ("infer", "gpu"): "./infer_gpt2cu"}
+# Each mode's own flags and their defaults.
+MODE_FLAGS = {"train": {"seq": [64], "steps": 5, "warmup": 1, "input": "data/tinyshakespeare", "val_batches": 4},
+              "infer": {"prompt_len": [64], "gen_len": [64]}}
 # What the GPU programs say when a request does not fit: the trainer's refusal before it allocates
 # ("-b 64: needs 90000 MiB of GPU memory, ..."), and CUDA's own allocation failure.
 OOM = re.compile(r"MiB of GPU memory|out of memory|cudaErrorMemoryAllocation")
@@ -73,13 +76,13 @@ def parse_args(argv):
     p.add_argument("--models", required=True, type=lambda s: [m for m in s.split(",") if m],
                    help="comma-separated dN or model files")
     p.add_argument("--batch", type=int_list("--batch"), default=[4], help="micro-batch sizes (default 4)")
-    p.add_argument("--seq", type=int_list("--seq"), default=[64], help="train: sequence lengths (default 64)")
-    p.add_argument("--steps", type=int, default=5, help="train: timed steps per configuration (default 5)")
-    p.add_argument("--warmup", type=int, default=1, help="train: untimed steps before them (default 1)")
-    p.add_argument("--prompt-len", type=int_list("--prompt-len"), default=[64], help="infer: prompt lengths")
-    p.add_argument("--gen-len", type=int_list("--gen-len"), default=[64], help="infer: new tokens per sequence")
-    p.add_argument("-i", "--input", default="data/tinyshakespeare", help="train: data, as the trainers' -i")
-    p.add_argument("--val-batches", type=int, default=4, help="train: batches per val loss (default 4)")
+    p.add_argument("--seq", type=int_list("--seq"), help="train: sequence lengths (default 64)")
+    p.add_argument("--steps", type=int, help="train: timed steps per configuration (default 5)")
+    p.add_argument("--warmup", type=int, help="train: untimed steps before them (default 1)")
+    p.add_argument("--prompt-len", type=int_list("--prompt-len"), help="infer: prompt lengths (default 64)")
+    p.add_argument("--gen-len", type=int_list("--gen-len"), help="infer: new tokens per sequence (default 64)")
+    p.add_argument("-i", "--input", help="train: data, as the trainers' -i (default data/tinyshakespeare)")
+    p.add_argument("--val-batches", type=int, help="train: batches per val loss (default 4)")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--timeout", type=float, default=600, help="seconds per configuration (default 600)")
     p.add_argument("--profile", action="store_true", help="profile each configuration (phases, power)")
@@ -87,6 +90,14 @@ def parse_args(argv):
     p.add_argument("-o", "--output", required=True, help="directory for sweep.csv, the runs and the plots")
     p.add_argument("--no-plots", action="store_true", help="write the CSV only")
     a = p.parse_args(argv)
+    # The other mode's flags are accepted, so that one command line serves both modes, and said to be unused.
+    for mode, defaults in MODE_FLAGS.items():
+        for name, default in defaults.items():
+            if getattr(a, name) is None:
+                setattr(a, name, default)
+            elif mode != a.mode:
+                print(f"sweep.py: note: --{name.replace('_', '-')} is a --mode {mode} flag, unused here",
+                      file=sys.stderr)
     if a.steps < 1 or a.warmup < 0:
         fail("--steps must be >= 1 and --warmup >= 0", 2)
     if a.timeout <= 0:
@@ -226,9 +237,6 @@ def train_results(a, cfg, output, run_dir):
     mem = [s["mem"] for s in timed if "mem" in s]
     if mem:
         r["peak_mem_mib"] = max(mem) * 1024
-    m = re.search(r"of ([0-9.]+) MiB free", output)
-    if m:
-        r["mem_limit_mib"] = float(m.group(1))
     losses = {}
     try:
         with open(os.path.join(run_dir, "main.log")) as f:
@@ -311,6 +319,10 @@ def run_config(a, cfg, out_dir):
     if a.device == "cpu":
         row["peak_mem_mib"] = maxrss_mib
         row["mem_limit_mib"] = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 1048576
+    else:  # the free device memory the GPU trainer planned against, in its memory line or its refusal
+        m = re.search(r"of ([0-9.]+) MiB free\)|MiB of GPU memory, ([0-9.]+) MiB are free", output)
+        if m:
+            row["mem_limit_mib"] = float(m.group(1) or m.group(2))
     if row["status"] == "ok":
         if cfg["mode"] == "train":
             row.update({k: v for k, v in train_results(a, cfg, output, run_dir).items() if v is not None})

@@ -202,8 +202,12 @@ TEST_F(Sweep, InferenceRowsFromTheJsonSummaryWithOomAndTimeout) {
         EXPECT_EQ(row["gen_len"], "4");
         EXPECT_EQ(row["T"], "");
         int B = std::stoi(row["B"]);
-        if (B == 4) {
+        if (B == 4) { // the refusal names the free device memory: the row's limit
             EXPECT_EQ(row["status"], "oom") << what;
+            std::smatch free;
+            std::string log = slurp(out() + "/" + row["log"]);
+            ASSERT_TRUE(std::regex_search(log, free, std::regex(R"(MiB of GPU memory, ([0-9]+) MiB are free)"))) << log;
+            EXPECT_EQ(row["mem_limit_mib"], free[1].str()) << what;
             continue;
         }
         if (B == 8) {
