@@ -16,6 +16,8 @@ import math
 import os
 import sys
 
+from plot_profile import num  # a CSV cell as a float, NaN when empty
+
 
 # The columns the plots read (scripts/sweep.py writes them).
 NEEDED = ("mode", "device", "model", "B", "T", "prompt_len", "gen_len", "status", "tok_s", "peak_mem_mib",
@@ -25,14 +27,6 @@ NEEDED = ("mode", "device", "model", "B", "T", "prompt_len", "gen_len", "status"
 def fail(msg, code=1):
     print(f"plot_sweep.py: error: {msg}", file=sys.stderr)
     sys.exit(code)
-
-
-def num(s):
-    """A CSV cell as a float; NaN for empty (unknown) cells."""
-    try:
-        return float(s)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def model_label(model):
