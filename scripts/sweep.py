@@ -208,15 +208,15 @@ def status_of(code, output):
 
 def step_fields(line):
     """The step line's fields by name, whatever else it carries: 'step 3/8 | loss 4.1 | ... | 12.5 ms | 810 tok/s
-    | MFU 40.1% | mem 3.20 GiB' gives {'loss': 4.1, ..., 'ms': 12.5, 'tok/s': 810, 'MFU': 40.1, 'mem': 3.2}: a field is a name, a number
-    and a unit, or a number and a unit (the unit names it); fields of any other shape are left out."""
+    | MFU 40.1% | mem 3.20 GiB' gives {'loss': 4.1, ..., 'ms': 12.5, 'tok/s': 810, 'MFU': 40.1, 'mem': 3.2}. A field
+    starts with a name and a number, or a number and a unit (the unit names it); what follows in the field is
+    passed over, and fields of any other shape are left out."""
     fields = {}
     for part in line.split("|"):
-        m = re.fullmatch(r"\s*(?:([A-Za-z]+) )?([-+0-9.eE]+|nan|inf) ?(ms|tok/s|%|GiB)?\s*", part)
+        m = re.match(r"\s*(?:([A-Za-z]+) )?([-+]?[0-9.]+(?:e[-+]?[0-9]+)?|nan|inf) ?(ms|tok/s|%|GiB)?(?![\w/])", part)
         if m and (m.group(1) or m.group(3)):
-            name = m.group(1) or m.group(3)
             try:
-                fields[name] = float(m.group(2))
+                fields[m.group(1) or m.group(3)] = float(m.group(2))
             except ValueError:
                 pass
     return fields

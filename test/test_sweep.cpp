@@ -4,6 +4,7 @@
 // The sweeps plot, so they need matplotlib (LLMC_SKIP_PLOT_TESTS=1 skips them, as test_plots.cpp's).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -77,7 +78,7 @@ struct TrainLog {
 };
 TrainLog read_train_log(const std::string& text) {
     TrainLog t;
-    std::regex step(R"(step +\d+/\d+ \| loss ([0-9.]+) \|.*?\| ([0-9.]+) ms \|)"), val(R"(val loss ([0-9.]+))");
+    std::regex step(R"(step +\d+/\d+ \| loss ([0-9.]+) \|.*?\| ([0-9.]+) ms\b)"), val(R"(val loss ([0-9.]+))");
     for (auto it = std::sregex_iterator(text.begin(), text.end(), step); it != std::sregex_iterator(); ++it)
         t.loss.push_back(std::stod((*it)[1])), t.ms.push_back(std::stod((*it)[2]));
     for (auto it = std::sregex_iterator(text.begin(), text.end(), val); it != std::sregex_iterator(); ++it)
@@ -242,6 +243,29 @@ TEST(SweepParams, DepthDescriptorsCountAsTheTrainersDo) {
         EXPECT_EQ(r.output, std::to_string(llmc::num_parameters(llmc::gpt2_config_for_depth(depth))) + "\n")
             << "d" << depth;
     }
+}
+
+// Step lines are read field by field: fields added to the line (elapsed time, ETA, ...) leave the others as they
+// were, wherever they stand.
+TEST(SweepParse, StepLineFieldsWhateverElseTheLineCarries) {
+    std::mt19937 g(std::random_device{}());
+    std::uniform_real_distribution<double> u(0.5, 5000);
+    double loss = u(g) / 1000, ms = u(g), tok = std::round(u(g)), mfu = u(g) / 100, mem = u(g) / 1000;
+    char line[512];
+    snprintf(line, sizeof(line),
+             "step    3/8 | loss %.6f | norm 1.0 | lr 3.00e-04 | %.2f ms (elapsed 37 s, ETA 1m02s) | %.0f tok/s | "
+             "elapsed 12 s | MFU %.1f%% | ETA 3m20s | mem %.2f GiB",
+             loss, ms, tok, mfu, mem);
+    auto r = run(std::string("python3 -c 'import sys, json; sys.path.insert(0, \"scripts\"); import sweep; "
+                             "print(json.dumps(sweep.step_fields(sys.argv[1])))' '") + line + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto f = nlohmann::json::parse(r.output);
+    EXPECT_NEAR(f["loss"].get<double>(), loss, 1e-6) << line;
+    EXPECT_NEAR(f["ms"].get<double>(), ms, 0.005) << line;
+    EXPECT_EQ(f["tok/s"].get<double>(), tok) << line;
+    EXPECT_NEAR(f["MFU"].get<double>(), mfu, 0.05) << line;
+    EXPECT_NEAR(f["mem"].get<double>(), mem, 0.005) << line;
+    EXPECT_FALSE(f.contains("ETA")) << line; // not a number
 }
 
 TEST_F(Sweep, ClearErrors) {
