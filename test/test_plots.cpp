@@ -2,13 +2,13 @@
 // (test/data/sample_profile, from dev/sample_profile.cpp) and on a CPU profile written here. They need
 // python3 with matplotlib; LLMC_SKIP_PLOT_TESTS=1 skips them where neither can be installed.
 #include <cstdlib>
-#include <fstream>
 #include <gtest/gtest.h>
 #include <string>
 #include <unistd.h>
 
 #include "test/cpu_profile_fixture.h"
 
+using testutil::is_png;
 using testutil::run;
 using testutil::TempDir;
 
@@ -16,29 +16,10 @@ namespace {
 
 const char* SAMPLE = "test/data/sample_profile";
 
-// Skips (LLMC_SKIP_PLOT_TESTS=1) or fails, naming what to install, without python3 and matplotlib.
-#define REQUIRE_MATPLOTLIB()                                                                                   \
-    do {                                                                                                       \
-        const char* skip = getenv("LLMC_SKIP_PLOT_TESTS");                                                     \
-        if (skip && std::string(skip) == "1") GTEST_SKIP() << "LLMC_SKIP_PLOT_TESTS=1";                        \
-        ASSERT_EQ(run("python3 --version").exit_code, 0) << "python3 not found: install python3 and matplotlib " \
-                                                             "(or set LLMC_SKIP_PLOT_TESTS=1)";               \
-        ASSERT_EQ(run("python3 -c 'import matplotlib'").exit_code, 0)                                          \
-            << "matplotlib not found: python3 -m pip install matplotlib (or set LLMC_SKIP_PLOT_TESTS=1)";      \
-    } while (0)
-
 // `rel` (from the repository root, the tests' working directory) as an absolute path.
 std::string abs_path(const std::string& rel) {
     char buf[4096];
     return std::string(getcwd(buf, sizeof(buf)) ? buf : ".") + "/" + rel;
-}
-
-// A non-empty file that starts with the PNG signature.
-bool is_png(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    char sig[8] = {};
-    f.read(sig, 8);
-    return f.gcount() == 8 && std::string(sig, 8) == "\x89PNG\r\n\x1a\n";
 }
 
 // A CPU profile written by train_gpt2 (steps 1-2 of 3) for the scripts to read, and a directory for their output.

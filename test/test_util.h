@@ -108,4 +108,24 @@ inline RunResult run(const std::string& cmd) {
     return r;
 }
 
+// A non-empty file that starts with the PNG signature.
+inline bool is_png(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    char sig[8] = {};
+    f.read(sig, 8);
+    return f.gcount() == 8 && std::string(sig, 8) == "\x89PNG\r\n\x1a\n";
+}
+
 } // namespace testutil
+
+// For the tests that run the scripts/ plotters: skips (LLMC_SKIP_PLOT_TESTS=1) or fails, naming what to install,
+// without python3 and matplotlib.
+#define REQUIRE_MATPLOTLIB()                                                                                   \
+    do {                                                                                                       \
+        const char* skip = getenv("LLMC_SKIP_PLOT_TESTS");                                                     \
+        if (skip && std::string(skip) == "1") GTEST_SKIP() << "LLMC_SKIP_PLOT_TESTS=1";                        \
+        ASSERT_EQ(testutil::run("python3 --version").exit_code, 0)                                             \
+            << "python3 not found: install python3 and matplotlib (or set LLMC_SKIP_PLOT_TESTS=1)";             \
+        ASSERT_EQ(testutil::run("python3 -c 'import matplotlib'").exit_code, 0)                                \
+            << "matplotlib not found: python3 -m pip install matplotlib (or set LLMC_SKIP_PLOT_TESTS=1)";      \
+    } while (0)
