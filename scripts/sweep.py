@@ -161,7 +161,7 @@ def command(a, cfg, run_dir):
         # Val loss at the first and the last step only; no samples: they are not part of a step's time.
         return [a.program, "-i", a.input, "-e", cfg["model"], "-b", cfg["B"], "-t", cfg["T"], "-x", str(steps),
                 "-v", str(steps), "-m", str(a.val_batches), "-s", "0", "--seed", str(a.seed), "-o", run_dir] + (
-                    prof and prof + ["--profile-start", str(a.warmup), "--profile-steps", str(a.steps)])
+                    prof and prof + ["--profile-start", str(a.warmup + 1), "--profile-steps", str(a.steps)])
     return [a.program, "-e", cfg["model"], "-b", cfg["B"], "--prompt-len", cfg["prompt_len"], "-n", cfg["gen_len"],
             "--seed", str(a.seed), "--json"] + prof
 
@@ -229,7 +229,8 @@ def mean(xs):
 def train_results(a, cfg, output, run_dir):
     """ms per step and tok/s over the timed steps (after --warmup), MFU and device memory where the trainer prints
     them, losses from main.log, device memory limit from the GPU trainer's memory line."""
-    steps = [step_fields(l) for l in output.splitlines() if re.match(r"step +\d+/\d+ ", l)]
+    # Training step lines only: a val-loss line starts with "step N/M" too.
+    steps = [step_fields(l) for l in output.splitlines() if re.match(r"step +\d+/\d+ \| loss ", l)]
     timed = [s for s in steps[a.warmup:] if "ms" in s]
     ms = mean([s["ms"] for s in timed])
     r = {"ms_per_step": ms, "tok_s": int(cfg["B"]) * int(cfg["T"]) * 1e3 / ms if ms else None,
