@@ -100,7 +100,8 @@ def check_temporal(hta, prof, one_stream):
     tol = ROW_ROUNDING_US * len(prof.kernels) + 1e-9 * prof.total_us
     errors = []
     if one_stream and not close(compute + other, prof.total_us, tol):
-        errors.append(f"temporal breakdown: busy {compute + other:.3f} us in HTA, kernels.csv total {prof.total_us:.3f} us")
+        errors.append(f"temporal breakdown: busy {compute + other:.3f} us in HTA, kernels.csv total "
+                      f"{prof.total_us:.3f} us")
     if one_stream and not close(compute, prof.compute_us, tol):
         errors.append(f"temporal breakdown: compute {compute:.3f} us in HTA, {prof.compute_us:.3f} us of "
                       "non-memory rows in kernels.csv")
@@ -157,7 +158,8 @@ def main():
         import pandas
         from hta.trace_analysis import TraceAnalysis
     except ImportError as e:
-        fail(f"Holistic Trace Analysis not importable ({e}): python3 -m pip install HolisticTraceAnalysis psutil 'pandas<3'", 2)
+        fail(f"Holistic Trace Analysis not importable ({e}): "
+             "python3 -m pip install HolisticTraceAnalysis==0.5.0 psutil 'pandas<3'", 2)
     if int(pandas.__version__.split(".")[0]) >= 3:
         fail(f"HTA 0.5.0 fails under pandas {pandas.__version__}: python3 -m pip install 'pandas<3'", 2)
     logging.disable(logging.WARNING)  # HTA warns about every ns-resolution trace and single-rank run

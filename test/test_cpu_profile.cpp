@@ -90,8 +90,10 @@ TEST(CpuProfile, WritesTheProfileDirectory) {
     std::map<int, Span> range_of; // correlation -> phase range
     for (const auto& e : tj["traceEvents"])
         if (e["ph"] == "X" && e["cat"] == "user_annotation" && e["args"].contains("correlation"))
-            range_of[e["args"]["correlation"].get<int>()] = {e["name"], e["ts"], e["ts"].get<double>() + e["dur"].get<double>()};
-    const std::map<std::string, std::string> range_name = {{"fwd", "forward"}, {"bwd", "backward"}, {"opt", "optimizer"}};
+            range_of[e["args"]["correlation"].get<int>()] = {e["name"], e["ts"],
+                                                             e["ts"].get<double>() + e["dur"].get<double>()};
+    const std::map<std::string, std::string> range_name = {
+        {"fwd", "forward"}, {"bwd", "backward"}, {"opt", "optimizer"}};
     size_t ops = 0;
     for (const auto& e : tj["traceEvents"]) {
         if (e["ph"] != "X" || e["cat"] != "kernel") continue;

@@ -464,7 +464,8 @@ TraceTracks trace_tracks(const ProfileRecords& rec) {
         t.seen(x.start_ns);
         nlohmann::json args = where_args(x.where);
         if (x.correlation) args["correlation"] = x.correlation;
-        t.slices.push_back({0, t.range_tid[x.thread], x.start_ns, x.end_ns, 0, false, x.name, "user_annotation", args});
+        t.slices.push_back(
+            {0, t.range_tid[x.thread], x.start_ns, x.end_ns, 0, false, x.name, "user_annotation", args});
     }
     for (const ApiRecord& x : rec.api) {
         t.seen(x.start_ns);
@@ -589,17 +590,20 @@ void power_events(TraceEvents& ev, const std::vector<PowerSample>& power, int pi
 /*
  * The top-level fields Kineto writes before its events. HTA maps trace files to ranks by matching
  * `"rank": N` with a space after the colon, so distributedInfo is written by hand in that form: one process,
- * rank 0 of 1, no collective backend. deviceProperties: each GPU's id, name and the per-SM limits we know.
+ * rank 0 of 1, no collective backend. deviceProperties: each GPU's id, name and, where known, per-SM limits.
  */
 std::vector<std::string> trace_header(const ProfileContext& c, const std::set<uint32_t>& devices) {
     std::vector<std::string> h = {"\"schemaVersion\":1", "\"displayTimeUnit\":\"ns\"",
                                   "\"distributedInfo\": {\"backend\": \"none\", \"rank\": 0, \"world_size\": 1}"};
     if (c.device_kind == DeviceKind::GPU) {
         nlohmann::json props = nlohmann::json::array();
-        for (uint32_t d : devices)
-            props.push_back({{"id", d}, {"name", c.device}, {"regsPerMultiprocessor", c.sm.regs},
-                             {"maxThreadsPerMultiProcessor", c.sm.threads},
-                             {"sharedMemPerMultiprocessor", c.sm.smem}});
+        for (uint32_t d : devices) {
+            nlohmann::json p = {{"id", d}, {"name", c.device}};
+            if (c.sm.known())
+                p.update({{"regsPerMultiprocessor", c.sm.regs}, {"maxThreadsPerMultiProcessor", c.sm.threads},
+                          {"sharedMemPerMultiprocessor", c.sm.smem}});
+            props.push_back(p);
+        }
         h.push_back("\"deviceProperties\":" + props.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
     return h;
