@@ -613,7 +613,7 @@ TEST(ProfilerWriters, TraceJsonIsAValidNestedTrace) {
         if (ph == "C") counters++;
     }
     EXPECT_EQ(min_ts, 0) << "timestamps are relative to the earliest record";
-    EXPECT_EQ(kernels, 9);
+    EXPECT_EQ(kernels, 8) << "the 4 kernels of each step; not the set-up kernel before the window";
     EXPECT_GT(counters, 0) << "power counter track";
     // Names and categories as Kineto writes them: HTA numbers steps by "ProfilerStep#N", finds device work by
     // category and tells copies from compute by the "Memcpy"/"Memset" prefixes; kernels keep their full name.

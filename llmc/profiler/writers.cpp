@@ -446,7 +446,9 @@ Slice activity_slice(const Activity& a) {
 /*
  * Steps are "ProfilerStep#N" and Ranges "user_annotation" slices, CUDA calls "cuda_runtime", as Kineto names
  * them: HTA numbers iterations by the ProfilerStep slices. Launch arrows go from CUDA calls to GPU work; the
- * CPU trainer's ops have no launching call, so no arrow: their correlation is their phase range's.
+ * CPU trainer's ops have no launching call, so no arrow: their correlation is their phase range's. Device
+ * work is the tables' (the window's, report.h), so a trace analyser's totals match kernels.csv; CPU ranges
+ * and calls outside it stay, to show the set-up around the steps.
  */
 TraceTracks trace_tracks(const ProfileRecords& rec) {
     TraceTracks t;
@@ -472,7 +474,9 @@ TraceTracks trace_tracks(const ProfileRecords& rec) {
         t.slices.push_back({0, t.range_tid[x.thread] + 1, x.start_ns, x.end_ns, x.correlation, false, x.name,
                             "cuda_runtime", {{"correlation", x.correlation}}});
     }
+    const StepWindow window(rec.steps);
     for (const Activity& a : gpu_activities(rec)) {
+        if (!window.contains(a.start)) continue; // set-up work: not in the tables, so not in the trace either
         t.seen(a.start);
         t.streams.insert({a.device, a.stream});
         t.slices.push_back(activity_slice(a));
