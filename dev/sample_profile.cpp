@@ -1,9 +1,10 @@
 /*
  * Writes test/data/sample_profile/: a profile directory from synthetic records that resemble two
  * train_gpt2cu steps of GPT-2 124M (B=4, T=1024) on an H100, with power samples. It exercises the plot
- * and compare scripts (test/test_plots.cpp) on a machine without a GPU, through the project's own
- * aggregation and writers. Kernel times are the analytic floor (llmc/profiler/roofline.h) over a plausible
- * efficiency; launches run ahead of the GPU; each step ends in a loss read and a stream sync.
+ * and compare scripts (test/test_plots.cpp) and Holistic Trace Analysis (test/test_hta.cpp) on a machine
+ * without a GPU, through the project's own aggregation and writers. Kernel times are the analytic floor
+ * (llmc/profiler/roofline.h) over a plausible efficiency; launches run ahead of the GPU; each step ends in a
+ * loss read and a stream sync.
  *
  *   make sample_profile   (writes test/data/sample_profile)
  */
@@ -13,7 +14,6 @@
 #include <vector>
 
 #include "llmc/profiler/report.h"
-#include "llmc/profiler/writers.h"
 #include "llmc/profiler/writers.h"
 
 using namespace llmc;

@@ -4,7 +4,7 @@
 #
 #   Debian packages: the compiler and make, GoogleTest, PCRE2, nlohmann/json, Boost.Context, curl (for
 #     `make tinyshakespeare`), clang and its runtime (the fuzz targets), python3.
-#   Python packages from PyPI: matplotlib (the plot scripts) and HolisticTraceAnalysis (the trace test); where
+#   Python packages from PyPI: matplotlib (the plot scripts) and HolisticTraceAnalysis (the trace tests); where
 #     they go is said below. The Makefile puts .venv/bin first on PATH when there is one.
 #   Not installed: the CUDA toolkit. Without nvcc the GPU programs and the emulated GPU tests are not built.
 #
@@ -45,14 +45,12 @@ done
 # Python packages: into the python3 on PATH when it takes pip installs (pyenv, conda, a virtual environment);
 # Debian's own python3 does not, so they go into .venv (a virtual environment of their own: Debian's
 # python3-matplotlib is built for the system numpy, which the PyPI packages would replace).
-PY_PKGS=(matplotlib HolisticTraceAnalysis)
-PY_MODULES=(matplotlib hta)
+# HolisticTraceAnalysis 0.5.0 uses psutil without declaring it and fails under pandas 3 (it stores row indices in a
+# column pandas narrowed to int8); `import hta` alone succeeds without psutil, so the check imports what HTA uses.
+PY_PKGS=(matplotlib HolisticTraceAnalysis==0.5.0 psutil 'pandas<3')
+PY_CHECK='import matplotlib, psutil, pandas, hta.trace_analysis; assert int(pandas.__version__.split(".")[0]) < 3'
 missing_modules() {
-    local i out=()
-    for i in "${!PY_MODULES[@]}"; do
-        "$1" -c "import ${PY_MODULES[$i]}" 2>/dev/null || out+=("${PY_PKGS[$i]}")
-    done
-    echo "${out[*]}"
+    "$1" -c "$PY_CHECK" 2>/dev/null || echo "${PY_PKGS[*]}"
 }
 if [ -x .venv/bin/python3 ]; then py=.venv/bin/python3; else py=python3; fi
 py_need=$(missing_modules "$py")

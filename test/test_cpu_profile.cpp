@@ -98,7 +98,37 @@ TEST(CpuProfile, WritesTheProfileDirectory) {
     std::string trace = slurp(d + "/trace.json");
     EXPECT_NE(trace.find("\"cpu:matmul qkv\""), std::string::npos);
     EXPECT_NE(trace.find("\"CPU 0: "), std::string::npos);
-    EXPECT_TRUE(nlohmann::json::accept(trace));
+    ASSERT_TRUE(nlohmann::json::accept(trace));
+    // No CUDA track on the CPU. Each op (a "kernel" slice, as trace analysers expect device work) carries the
+    // correlation id of the phase range that ran it, and lies inside that range.
+    EXPECT_EQ(trace.find("CUDA API"), std::string::npos);
+    const nlohmann::json tj = nlohmann::json::parse(trace);
+    struct Span {
+        std::string name;
+        double ts, end;
+    };
+    std::map<int, Span> range_of; // correlation -> phase range
+    for (const auto& e : tj["traceEvents"])
+        if (e["ph"] == "X" && e["cat"] == "user_annotation" && e["args"].contains("correlation"))
+            range_of[e["args"]["correlation"].get<int>()] = {e["name"], e["ts"],
+                                                             e["ts"].get<double>() + e["dur"].get<double>()};
+    const std::map<std::string, std::string> range_name = {
+        {"fwd", "forward"}, {"bwd", "backward"}, {"opt", "optimizer"}};
+    size_t ops = 0;
+    for (const auto& e : tj["traceEvents"]) {
+        if (e["ph"] != "X" || e["cat"] != "kernel") continue;
+        ops++;
+        const auto& a = e["args"];
+        ASSERT_TRUE(range_of.count(a["correlation"].get<int>())) << e.dump();
+        const Span& r = range_of[a["correlation"].get<int>()];
+        EXPECT_EQ(r.name, range_name.at(a["phase"].get<std::string>())) << e.dump();
+        EXPECT_GE(e["ts"].get<double>(), r.ts) << e.dump();
+        EXPECT_LE(e["ts"].get<double>() + e["dur"].get<double>(), r.end + 1e-3) << e.dump();
+        EXPECT_EQ(a["stream"], e["tid"]);
+    }
+    size_t calls = 0;
+    for (const auto& row : read_csv(d + "/kernels.csv")) calls += std::stoul(row.at("calls"));
+    EXPECT_EQ(ops, calls) << "one slice per op execution";
 }
 
 // A window that starts after the last step is a usage error found before the first step, not a note at the end.

@@ -41,18 +41,20 @@ ProfileRecords cpu_profile_records(const std::vector<SubBlockEvent>& events, con
         auto start = (uint64_t)e.start_ns, end = (uint64_t)e.end_ns;
         int si = window.step_of(start);
         Attribution where{(int)e.subblock, (int)e.phase, e.layer, si < 0 ? -1 : window.steps()[si].step};
-        KernelRecord k;
-        k.name = cpu_op_name(e.subblock);
-        k.start_ns = start, k.end_ns = end;
-        k.where = where;
-        rec.kernels.push_back(k);
-        // Consecutive executions of one phase make one range ("forward" of a micro-batch, ...).
+        // Consecutive executions of one phase make one range ("forward" of a micro-batch, ...), whose
+        // correlation id the executions carry.
         RangeRecord* last = rec.ranges.size() > steps.size() ? &rec.ranges.back() : nullptr;
         if (last && last->where.phase == (int)e.phase && last->where.step == where.step)
             last->end_ns = std::max(last->end_ns, end);
         else
             rec.ranges.push_back({enum_table<Phase>(phase_ranges)[(int)e.phase], start, end, 0, 1,
-                                  {-1, (int)e.phase, -1, where.step}});
+                                  {-1, (int)e.phase, -1, where.step}, (uint32_t)rec.ranges.size() + 1});
+        KernelRecord k;
+        k.name = cpu_op_name(e.subblock);
+        k.start_ns = start, k.end_ns = end;
+        k.correlation = rec.ranges.back().correlation;
+        k.where = where;
+        rec.kernels.push_back(k);
     }
     return rec;
 }

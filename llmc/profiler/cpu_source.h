@@ -3,7 +3,7 @@
  * profiler's format and the two line up row by row (scripts/compare_profiles.py). Every timed sub-block
  * execution (llmc/profiler/cpu_timers.h) becomes an activity record on a "CPU" device track, named after its
  * op ("cpu:matmul qkv") and attributed to its sub-block, phase, layer and step; each profiled step becomes a
- * StepRecord and each run of one phase inside a step a range. The GPU-only parts (CUDA API,
+ * StepRecord and each run of one phase inside a step a range, whose correlation id its executions carry. The GPU-only parts (CUDA API,
  * synchronisation, power, device memory) stay empty. Ceilings are a quick calibration: the reference
  * matmul's fp32 FLOP/s and memcpy's bytes/s.
  */

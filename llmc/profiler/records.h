@@ -90,6 +90,9 @@ struct RangeRecord {
     uint32_t thread = 0;
     int depth = 0; // nesting depth on its thread, 0 = outermost
     Attribution where;
+    // The CPU trainer's phase ranges: the correlation id its sub-block executions carry, as a CUDA call's
+    // links it to its kernels (trace analysers find device work through the CPU event it came from). 0: none.
+    uint32_t correlation = 0;
 };
 
 // One training step of the profiled window: its number in the run (as the step lines print it), its wall

@@ -413,11 +413,12 @@ std::string roofline_csv(const Report& r) {
 
 namespace {
 
-// A trace slice on one track (pid, tid); correlation: the flow endpoint (API call or GPU activity), 0 for none.
+// A trace slice on one track (pid, tid); flow: the correlation id of the launch arrow it starts (a CUDA call)
+// or ends (the GPU work it launched), 0 for none.
 struct Slice {
     int pid;
     uint64_t tid, start, end;
-    uint32_t correlation;
+    uint32_t flow;
     bool gpu;
     std::string name, cat;
     nlohmann::json args;
@@ -430,61 +431,81 @@ nlohmann::json where_args(const Attribution& w) {
                           {"layer", w.layer}, {"step", w.step}};
 }
 
-// The tracks: steps (tid 0), then per CPU thread (in order of id) a track of its Ranges and one of its CUDA
-// calls, then one per (device, stream). t0: the earliest timestamp.
+// The tracks: steps (tid 0), then per CPU thread (in order of id) a track of its Ranges and, where it made
+// CUDA calls, one of those, then one per (device, stream). t0: the earliest timestamp.
 struct TraceTracks {
     std::vector<Slice> slices;
     std::map<uint32_t, uint64_t> range_tid;          // CPU thread -> its Ranges' tid; its CUDA calls' is +1
+    std::set<uint32_t> api_threads;                  // CPU threads with CUDA calls
     std::set<std::pair<uint32_t, uint32_t>> streams; // (device, stream)
     uint64_t t0 = UINT64_MAX;
     void seen(uint64_t t) { t0 = std::min(t0, t); }
 };
 
+/*
+ * Device work in the form PyTorch's profiler (Kineto) writes it, which trace analysers such as Holistic Trace
+ * Analysis read: cat "kernel", "gpu_memcpy" or "gpu_memset"; the kernel's full name, copies named "Memcpy
+ * <kind>" and sets "Memset" (HTA tells memory work from compute by those prefixes); args "device", "stream"
+ * and "correlation" (the CUDA call that launched it, or the CPU trainer's phase range).
+ */
 Slice activity_slice(const Activity& a) {
     nlohmann::json args = where_args(a.where);
-    std::string name = category_name(a.category), cat = name;
+    std::string name, cat;
     if (const KernelRecord* k = a.kernel) {
-        name = short_kernel_name(k->name), cat = "kernel";
-        args["kernel"] = k->name;
+        name = k->name, cat = "kernel";
         args["grid"] = {k->grid[0], k->grid[1], k->grid[2]};
         args["block"] = {k->block[0], k->block[1], k->block[2]};
         args["registers"] = k->registers_per_thread;
         args["static_smem"] = k->static_smem;
         args["dynamic_smem"] = k->dynamic_smem;
     } else if (const MemcpyRecord* m = a.copy) {
-        name = std::string("memcpy ") + copy_kind_name(m->kind);
+        name = std::string("Memcpy ") + copy_kind_name(m->kind), cat = "gpu_memcpy";
         args["bytes"] = m->bytes;
         if (a.end > a.start) args["GB/s"] = (double)m->bytes / (a.end - a.start);
     } else {
+        name = "Memset", cat = "gpu_memset";
         args["bytes"] = a.set->bytes;
     }
+    args["device"] = a.device;
+    args["stream"] = a.stream;
     args["correlation"] = a.correlation;
     return {gpu_pid(a.device), a.stream, a.start, a.end, a.correlation, true, name, cat, args};
 }
 
+/*
+ * Steps are "ProfilerStep#N" and Ranges "user_annotation" slices, CUDA calls "cuda_runtime", as Kineto names
+ * them: HTA numbers iterations by the ProfilerStep slices. Launch arrows go from CUDA calls to GPU work; the
+ * CPU trainer's ops have no launching call, so no arrow: their correlation is their phase range's. Device
+ * work is the tables' (the window's, report.h), so a trace analyser's totals match kernels.csv; CPU ranges
+ * and calls outside it stay, to show the set-up around the steps.
+ */
 TraceTracks trace_tracks(const ProfileRecords& rec) {
     TraceTracks t;
     std::set<uint32_t> threads;
     for (const RangeRecord& x : rec.ranges) threads.insert(x.thread);
-    for (const ApiRecord& x : rec.api) threads.insert(x.thread);
+    for (const ApiRecord& x : rec.api) threads.insert(x.thread), t.api_threads.insert(x.thread);
     uint64_t next_tid = 1;
     for (uint32_t th : threads) t.range_tid[th] = next_tid, next_tid += 2;
     for (const StepRecord& x : rec.steps) {
         t.seen(x.start_ns);
-        t.slices.push_back({0, 0, x.start_ns, x.end_ns, 0, false, strprintf("step %d", x.step), "step",
-                            {{"step", x.step}, {"tokens", x.tokens}}});
+        t.slices.push_back({0, 0, x.start_ns, x.end_ns, 0, false, strprintf("ProfilerStep#%d", x.step),
+                            "user_annotation", {{"step", x.step}, {"tokens", x.tokens}}});
     }
     for (const RangeRecord& x : rec.ranges) {
         t.seen(x.start_ns);
+        nlohmann::json args = where_args(x.where);
+        if (x.correlation) args["correlation"] = x.correlation;
         t.slices.push_back(
-            {0, t.range_tid[x.thread], x.start_ns, x.end_ns, 0, false, x.name, "range", where_args(x.where)});
+            {0, t.range_tid[x.thread], x.start_ns, x.end_ns, 0, false, x.name, "user_annotation", args});
     }
     for (const ApiRecord& x : rec.api) {
         t.seen(x.start_ns);
         t.slices.push_back({0, t.range_tid[x.thread] + 1, x.start_ns, x.end_ns, x.correlation, false, x.name,
-                            "cuda_api", {{"correlation", x.correlation}}});
+                            "cuda_runtime", {{"correlation", x.correlation}}});
     }
+    const StepWindow window(rec.steps);
     for (const Activity& a : gpu_activities(rec)) {
+        if (!window.contains(a.start)) continue; // set-up work: not in the tables, so not in the trace either
         t.seen(a.start);
         t.streams.insert({a.device, a.stream});
         t.slices.push_back(activity_slice(a));
@@ -530,8 +551,11 @@ public:
                {"args", {{"sort_index", sort_index}}}},
               t0_);
     }
-    std::string str() const {
-        std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+    // `header`: the top-level fields before traceEvents, one per line.
+    std::string str(const std::vector<std::string>& header) const {
+        std::string out = "{";
+        for (const std::string& h : header) out += h + ",\n";
+        out += "\"traceEvents\":[\n";
         for (size_t i = 0; i < lines_.size(); i++) out += lines_[i] + (i + 1 < lines_.size() ? ",\n" : "\n");
         return out + "]}\n";
     }
@@ -547,7 +571,8 @@ std::set<uint32_t> name_tracks(TraceEvents& ev, const TraceTracks& t, const Prof
     ev.meta("thread_name", 0, 0, "steps", 0);
     for (auto& [thread, tid] : t.range_tid) {
         ev.meta("thread_name", 0, tid, strprintf("thread %u: ranges", thread), (int)tid);
-        ev.meta("thread_name", 0, tid + 1, strprintf("thread %u: CUDA API", thread), (int)tid + 1);
+        if (t.api_threads.count(thread))
+            ev.meta("thread_name", 0, tid + 1, strprintf("thread %u: CUDA API", thread), (int)tid + 1);
     }
     std::set<uint32_t> devices;
     for (const auto& [device, stream] : t.streams) devices.insert(device);
@@ -563,11 +588,11 @@ std::set<uint32_t> name_tracks(TraceEvents& ev, const TraceTracks& t, const Prof
 }
 
 // The slices, then a flow from each launch to its GPU activity, at the middle of both slices (unambiguous
-// even where slices touch).
+// even where slices touch). Flows are "ac2g", Kineto's category for them.
 void slice_events(TraceEvents& ev, const std::vector<Slice>& slices) {
     std::map<uint32_t, const Slice*> launch, target; // correlation -> API slice, GPU slice
     for (const Slice& x : slices) {
-        if (x.correlation) (x.gpu ? target : launch)[x.correlation] = &x;
+        if (x.flow) (x.gpu ? target : launch)[x.flow] = &x;
         const uint64_t dur = x.end - x.start;
         ev.event({{"name", x.name}, {"cat", x.cat}, {"ph", "X"}, {"pid", x.pid}, {"tid", x.tid}, {"args", x.args}},
                  x.start, &dur);
@@ -576,9 +601,9 @@ void slice_events(TraceEvents& ev, const std::vector<Slice>& slices) {
         auto it = target.find(corr);
         if (it == target.end()) continue;
         const Slice* k = it->second;
-        ev.event({{"name", "launch"}, {"cat", "flow"}, {"ph", "s"}, {"id", corr}, {"pid", 0}, {"tid", api->tid}},
+        ev.event({{"name", "launch"}, {"cat", "ac2g"}, {"ph", "s"}, {"id", corr}, {"pid", 0}, {"tid", api->tid}},
                  api->start + (api->end - api->start) / 2);
-        ev.event({{"name", "launch"}, {"cat", "flow"}, {"ph", "f"}, {"bp", "e"}, {"id", corr}, {"pid", k->pid},
+        ev.event({{"name", "launch"}, {"cat", "ac2g"}, {"ph", "f"}, {"bp", "e"}, {"id", corr}, {"pid", k->pid},
                   {"tid", k->tid}},
                  k->start + (k->end - k->start) / 2);
     }
@@ -595,14 +620,38 @@ void power_events(TraceEvents& ev, const std::vector<PowerSample>& power, int pi
     }
 }
 
+/*
+ * The top-level fields Kineto writes before its events. HTA maps trace files to ranks by matching
+ * `"rank": N` with a space after the colon, so distributedInfo is written by hand in that form: one process,
+ * rank 0 of 1, no collective backend. deviceProperties: each GPU's id, name and, where known, per-SM limits.
+ */
+std::vector<std::string> trace_header(const ProfileContext& c, const std::set<uint32_t>& devices) {
+    std::vector<std::string> h = {"\"schemaVersion\":1", "\"displayTimeUnit\":\"ns\"",
+                                  "\"distributedInfo\": {\"backend\": \"none\", \"rank\": 0, \"world_size\": 1}"};
+    if (c.device_kind == DeviceKind::GPU) {
+        nlohmann::json props = nlohmann::json::array();
+        for (uint32_t d : devices) {
+            nlohmann::json p = {{"id", d}, {"name", c.device}};
+            if (c.sm.known())
+                p.update({{"regsPerMultiprocessor", c.sm.regs}, {"maxThreadsPerMultiProcessor", c.sm.threads},
+                          {"sharedMemPerMultiprocessor", c.sm.smem}});
+            props.push_back(p);
+        }
+        h.push_back("\"deviceProperties\":" + props.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+    return h;
+}
+
 } // namespace
 
 /*
- * Chrome trace event format. Processes: pid 0 is the CPU (a "steps" track, then per CPU thread a track of
- * its Ranges and a track of its CUDA API calls), pid 1 + d is GPU d (one track per stream, and counter
- * tracks for power, clocks and temperature). A flow (ph s on the API call, ph f with bp e on the GPU
- * activity, id = correlation id) links each launch to its kernel, memcpy or memset. Within a track, a slice
- * that would overlap the end of the one enclosing it (timer jitter) is clipped, so slices always nest.
+ * Chrome trace event format, in the dialect PyTorch's profiler writes (doc/profiling.md, "trace.json"), so
+ * Perfetto and Holistic Trace Analysis both read it. Processes: pid 0 is the CPU (a "steps" track, then per
+ * CPU thread a track of its Ranges and, where it made CUDA calls, a track of those), pid 1 + d is GPU d (one
+ * track per stream, and counter tracks for power, clocks and temperature) or, for the CPU trainer, the CPU
+ * running the ops. A flow (ph s on the API call, ph f with bp e on the GPU activity, id = correlation id)
+ * links each launch to its kernel, memcpy or memset. Within a track, a slice that would overlap the end of
+ * the one enclosing it (timer jitter) is clipped, so slices always nest.
  */
 std::string trace_json(const Report& r, const ProfileRecords& rec) {
     TraceTracks tracks = trace_tracks(rec);
@@ -611,7 +660,7 @@ std::string trace_json(const Report& r, const ProfileRecords& rec) {
     std::set<uint32_t> devices = name_tracks(ev, tracks, r.context, !rec.power.empty());
     slice_events(ev, tracks.slices);
     power_events(ev, rec.power, devices.empty() ? 1 : gpu_pid(*devices.begin()));
-    return ev.str();
+    return ev.str(trace_header(r.context, devices));
 }
 
 namespace {

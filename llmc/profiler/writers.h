@@ -1,11 +1,12 @@
 /*
  * The writers: a Report (llmc/profiler/report.h) into the profile directory (doc/profiling.md, "Profile
  * directory"): summary.txt (the human report, format_summary), kernels.csv, subblocks.csv, steps.csv,
- * api.csv, roofline.csv, trace.json (Chrome trace event format, for Perfetto and chrome://tracing) and
- * profile.json (the whole report, machine-readable). Every file is written atomically. CSV headers begin
- * with the minimum columns doc/profiling.md lists, in its order; extra columns follow. Empty CSV cells and
- * JSON nulls mean "unknown" (no ceiling, no power samples, no steps). Compiled once (writers.cpp): the JSON
- * library stays out of every program's main translation unit.
+ * api.csv, roofline.csv, trace.json (Chrome trace event format in PyTorch profiler's dialect, for Perfetto,
+ * chrome://tracing and Holistic Trace Analysis) and profile.json (the whole report, machine-readable). Every
+ * file is written atomically. CSV headers begin with the minimum columns doc/profiling.md lists, in its
+ * order; extra columns follow. Empty CSV cells and JSON nulls mean "unknown" (no ceiling, no power samples,
+ * no steps). Compiled once (writers.cpp): the JSON library stays out of every program's main translation
+ * unit.
  */
 #pragma once
 #include <string>
