@@ -58,7 +58,7 @@ if [ -n "$py_need" ]; then
     if [ "$py" = python3 ] && [ "$(command -v python3)" != /usr/bin/python3 ] && python3 -m pip --version >/dev/null 2>&1; then
         echo "deps: pip installing $py_need"
         # shellcheck disable=SC2086 # a list of names
-        python3 -m pip install --quiet $py_need
+        python3 -m pip install --quiet --root-user-action=ignore $py_need
     else
         if [ ! -x .venv/bin/python3 ]; then
             echo "deps: the system python3 takes no pip installs; making the virtual environment .venv"
@@ -68,7 +68,7 @@ if [ -n "$py_need" ]; then
         fi
         echo "deps: pip installing $py_need into .venv"
         # shellcheck disable=SC2086
-        .venv/bin/python3 -m pip install --quiet $py_need
+        .venv/bin/python3 -m pip install --quiet --root-user-action=ignore $py_need
     fi
 fi
 
