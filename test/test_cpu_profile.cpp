@@ -90,6 +90,7 @@ TEST(CpuProfile, WritesTheProfileDirectory) {
     // The summary speaks of CPU time and leaves out the GPU-only sections.
     std::string summary = slurp(d + "/summary.txt");
     EXPECT_NE(summary.find("n/a (RAPL not readable: no powercap interface ("), std::string::npos) << summary;
+    EXPECT_NE(summary.find("% of fp32 matmul "), std::string::npos) << summary; // MFU against the CPU's ceiling
     EXPECT_NE(summary.find("== Steps (CPU time by phase) =="), std::string::npos) << summary;
     EXPECT_NE(summary.find("% of CPU time) =="), std::string::npos) << summary;
     for (const char* gpu_only : {"GPU time", "GPU idle", "peak GPU memory", "== CUDA API", "%gpu"})

@@ -427,6 +427,14 @@ TEST(ProfilerReport, RaisedCeilings) {
     }
     EXPECT_LE(j["throughput"]["mfu_pct"].get<double>(), 100);
 
+    // Bandwidth nobody beat stays exactly as measured while the compute ceilings rise.
+    ctx.ceilings = {100, 50, 1e6, "calibrated"};
+    Report compute_only = build_report(rec, ctx);
+    EXPECT_EQ(compute_only.ceiling_raise.memory, 1.0);
+    EXPECT_EQ(compute_only.ceiling_raise.memory_by, "");
+    EXPECT_EQ(compute_only.context.ceilings.dram_gbps, 1e6);
+    EXPECT_NE(format_summary(compute_only).find("bandwidth x1 (not beaten)"), std::string::npos);
+
     // Ceilings nothing beat stay as measured, and the JSON says null.
     ctx.ceilings = {1e6, 1e6, 1e6, "calibrated"};
     Report fast = build_report(rec, ctx);

@@ -434,7 +434,8 @@ void raise_ceilings_to_measured(Report& r) {
     for (const SubBlockRow& b : r.subblocks) consider(b.roof, subblock_label(b.subblock) + " " + phase_label(b.phase));
     if (r.mfu / 100 > up.compute) up.compute = r.mfu / 100, up.compute_by = "MFU";
     if (!up.raised()) return;
-    up.compute = std::max(1.0, up.compute * MARGIN), up.memory = std::max(1.0, up.memory * MARGIN);
+    for (double* k : {&up.compute, &up.memory})
+        if (*k > 1) *k *= MARGIN;
     Ceilings& c = r.context.ceilings;
     c.bf16_tflops *= up.compute, c.fp32_tflops *= up.compute, c.dram_gbps *= up.memory;
     c.source += "; raised to what this profile measured";

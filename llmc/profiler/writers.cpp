@@ -84,6 +84,9 @@ std::string trace_us(uint64_t ns) {
 
 nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
 
+// TFLOP/s in text: one decimal, or three significant digits below 1 (a CPU's rates would all read 0.0).
+std::string tflops_text(double v) { return num(v, std::fabs(v) >= 1 ? "%.1f" : "%.3g"); }
+
 
 
 } // namespace
@@ -96,10 +99,11 @@ namespace {
 struct SummaryStyle {
     explicit SummaryStyle(const Report& r)
         : on_gpu(r.context.device_kind != DeviceKind::CPU), dev(on_gpu ? "GPU" : "CPU"),
-          pct_col(on_gpu ? "%gpu" : "%cpu") {}
+          pct_col(on_gpu ? "%gpu" : "%cpu"), matmul(on_gpu ? "bf16" : "fp32 matmul") {}
     bool on_gpu;
     const char* dev;
     const char* pct_col;
+    const char* matmul; // the compute ceiling MFU and GEMMs are measured against
 };
 
 std::string summary_header(const Report& r, const SummaryStyle& style) {
@@ -116,9 +120,9 @@ std::string summary_header(const Report& r, const SummaryStyle& style) {
     s += strprintf("  batch     B=%d T=%d grad_accum=%d (%ld tokens per step), %d profiled steps\n", c.B, c.T,
                    c.grad_accum, (long)c.B * c.T * c.grad_accum, r.num_steps);
     const Ceilings& ce = c.ceilings;
-    s += strprintf("  ceilings  bf16 %s TFLOP/s, fp32 %s TFLOP/s, DRAM %s GB/s, ridge %s FLOP/B (%s)\n",
-                   num(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN, "%.1f").c_str(),
-                   num(ce.fp32_tflops > 0 ? ce.fp32_tflops : NAN, "%.1f").c_str(),
+    s += strprintf("  ceilings  %s %s TFLOP/s, fp32 %s TFLOP/s, DRAM %s GB/s, ridge %s FLOP/B (%s)\n", style.matmul,
+                   tflops_text(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN).c_str(),
+                   tflops_text(ce.fp32_tflops > 0 ? ce.fp32_tflops : NAN).c_str(),
                    num(ce.dram_gbps > 0 ? ce.dram_gbps : NAN, "%.0f").c_str(),
                    num(ce.dram_gbps > 0 ? ce.bf16_tflops * 1e3 / ce.dram_gbps : NAN, "%.0f").c_str(),
                    ce.source.empty() ? "none" : ce.source.c_str());
@@ -128,8 +132,8 @@ std::string summary_header(const Report& r, const SummaryStyle& style) {
             return k > 1 ? strprintf("x%.3f (%s beat it)", k, by.c_str()) : std::string("x1 (not beaten)");
         };
         s += strprintf("  raised    this profile beat the measured ceilings, so they were raised to what it measured: "
-                       "compute %s, bandwidth %s; measured: bf16 %s, fp32 %s TFLOP/s, DRAM %s GB/s\n",
-                       factor(up.compute, up.compute_by).c_str(), factor(up.memory, up.memory_by).c_str(),
+                       "compute %s, bandwidth %s; measured: %s %s, fp32 %s TFLOP/s, DRAM %s GB/s\n",
+                       factor(up.compute, up.compute_by).c_str(), factor(up.memory, up.memory_by).c_str(), style.matmul,
                        num(up.before.bf16_tflops, "%.3g").c_str(), num(up.before.fp32_tflops, "%.3g").c_str(),
                        num(up.before.dram_gbps, "%.0f").c_str());
     }
@@ -153,9 +157,9 @@ std::string summary_throughput(const Report& r, const SummaryStyle& style) {
                    num(r.tokens_per_s, "%.0f").c_str(), r.num_steps, num(r.wall_s * 1e3 * per_step, "%.3f").c_str(),
                    style.dev, num(r.gpu_time_us / 1e3 * per_step, "%.3f").c_str());
     if (r.has_model)
-        s += strprintf("  model FLOPs %.4g per token (6N + 12LCT) -> %s TFLOP/s, MFU %s%% of bf16 %s TFLOP/s\n",
-                       r.flops_per_token, num(r.model_tflops, "%.1f").c_str(), num(r.mfu, "%.1f").c_str(),
-                       num(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN, "%.1f").c_str());
+        s += strprintf("  model FLOPs %.4g per token (6N + 12LCT) -> %s TFLOP/s, MFU %s%% of %s %s TFLOP/s\n",
+                       r.flops_per_token, tflops_text(r.model_tflops).c_str(), num(r.mfu, "%.1f").c_str(),
+                       style.matmul, tflops_text(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN).c_str());
     if (style.on_gpu) s += strprintf("  peak GPU memory %.2f GiB\n", c.peak_memory_bytes / 1073741824.0);
     return s;
 }
@@ -185,7 +189,7 @@ std::string summary_subblocks(const Report& r, const SummaryStyle& style) {
         bool modelled = b.cost.flops() > 0 || b.cost.bytes > 0;
         st.row({name, phase, std::to_string(b.calls), num(b.roof.time_s * 1e3, "%.3f"), num(b.pct, "%.1f"),
                 modelled ? num(b.cost.flops() / 1e9, "%.1f") : "-", modelled ? num(b.cost.bytes / 1e6, "%.1f") : "-",
-                num(b.roof.intensity, "%.1f"), num(b.roof.floor_s * 1e3, "%.3f"), num(b.roof.tflops, "%.1f"),
+                num(b.roof.intensity, "%.1f"), num(b.roof.floor_s * 1e3, "%.3f"), tflops_text(b.roof.tflops),
                 num(b.roof.gbps, "%.0f"), num(b.roof.pct_of_roofline, "%.0f"), b.roof.bound});
     };
     for (const SubBlockRow& b : r.subblocks) sub_row(b, subblock_label(b.subblock), phase_label(b.phase));
