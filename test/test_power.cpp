@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "llmc/profiler/nvml_sampler.h"
+#include "llmc/profiler/cpu_source.h"
 #include "llmc/profiler/rapl.h"
 #include "llmc/profiler/findings.h"
 #include "llmc/profiler/writers.h"
@@ -415,4 +416,41 @@ TEST(ProfilerRapl, CpuStepsGetEnergyFromTheCounter) {
     r.power_status = "RAPL not readable: no RAPL zone under /x";
     std::string none = format_summary(build_report(r, c));
     EXPECT_NE(none.find("n/a (RAPL not readable: no RAPL zone under /x)"), std::string::npos) << none;
+}
+
+// The CPU event source reads RAPL at each step's edges: a step's energy is the counter's advance over it,
+// across a wrap; a step where the counter stood still has none, and the summary says why.
+TEST(ProfilerRapl, CpuSourceReadsTheCounterAtStepEdges) {
+    FakePowercap fs;
+    fs.zone("intel-rapl:0", "package-0", 999000000, 1000000000); // 1 J before it wraps at 1000 J
+    SubBlockTimes timings;
+    CpuEventSource source(&timings, fs.dir.path);
+    ASSERT_TRUE(source.start());
+    source.begin_step(0);
+    fs.put("intel-rapl:0/energy_uj", "2000000"); // wrapped: 1 J + 1 uJ + 2 J
+    source.end_step(100);
+    source.begin_step(1);
+    source.end_step(100); // the counter stands still
+    source.stop();
+    ProfileRecords rec = source.take();
+    ASSERT_EQ(rec.energy.size(), 4u);
+    EXPECT_EQ(rec.energy_counter, "RAPL package energy counter (1 package)");
+    EXPECT_EQ(rec.power_status, "");
+    ProfileContext c;
+    c.device_kind = DeviceKind::CPU;
+    Report rep = build_report(rec, c);
+    ASSERT_EQ(rep.steps.size(), 2u);
+    EXPECT_NEAR(rep.steps[0].energy_j, 3.000001, 1e-9);
+    EXPECT_EQ(rep.steps[0].energy_source, EnergySource::counter);
+    EXPECT_TRUE(std::isnan(rep.steps[1].energy_j));
+    EXPECT_NE(format_summary(rep).find("n/a (RAPL package energy counter (1 package) did not advance in every step)"),
+              std::string::npos);
+
+    // No tree: nothing is read, and the records carry the reason.
+    CpuEventSource none(&timings, fs.dir / "nowhere");
+    none.begin_step(0);
+    none.end_step(100);
+    ProfileRecords empty = none.take();
+    EXPECT_TRUE(empty.energy.empty());
+    EXPECT_EQ(empty.power_status.rfind("RAPL not readable: no powercap interface (", 0), 0u) << empty.power_status;
 }

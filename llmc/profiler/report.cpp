@@ -447,7 +447,8 @@ void raise_ceilings_to_measured(Report& r) {
 
 void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w) {
     PowerSummary& p = r.power;
-    p.status = rec.power_status.empty() && rec.power.empty() ? "no power samples" : rec.power_status;
+    p.status = rec.power_status.empty() && rec.power.empty() && rec.energy.empty() ? "no power samples"
+                                                                                  : rec.power_status;
     p.max_sm_clock_limit_mhz = rec.max_sm_clock_mhz;
     p.reading = rec.power_reading;
     p.counter = rec.energy_counter;
@@ -461,6 +462,8 @@ void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w) {
         if (s.energy_j > 0) s.tokens_per_j = s.tokens / s.energy_j;
         if (s.energy_j > 0 && r.flops_per_token > 0) s.flops_per_w = s.tokens * r.flops_per_token / s.energy_j;
     }
+    // Counter readings alone (the CPU's RAPL): a step where the counter stood still has no energy.
+    if (!std::isfinite(p.energy_j) && p.status.empty()) p.status = rec.energy_counter + " did not advance in every step";
     p.avg_w = r.wall_s > 0 ? p.energy_j / r.wall_s : NAN;
     if (r.tokens > 0) p.joules_per_token = p.energy_j / r.tokens;
     if (p.energy_j > 0) p.tokens_per_j = r.tokens / p.energy_j;
