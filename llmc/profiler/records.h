@@ -111,7 +111,8 @@ struct PowerSample {
     uint64_t throttle_reasons = 0; // NVML clocks event reasons (bit mask, see llmc/profiler/findings.h)
 };
 
-// NVML's cumulative energy counter, read at a step boundary (llmc/profiler/nvml_sampler.h).
+// A cumulative energy counter read at a step boundary: NVML's (llmc/profiler/nvml_sampler.h) or the CPU's
+// RAPL counter (llmc/profiler/rapl.h).
 struct EnergyReading {
     uint64_t t_ns = 0;
     double joules = 0; // since the driver loaded
@@ -171,7 +172,8 @@ struct ProfileRecords {
     std::vector<PowerSample> power;
     std::vector<EnergyReading> energy;
     std::string power_reading; // "instantaneous" or "1 s average": what NVML's power samples are
-    std::string power_status;  // why there are no power samples ("NVML not available (...)"), "" when sampled
+    std::string power_status;  // why there is no power data ("NVML not available (...)"), "" when there is
+    std::string energy_counter = "NVML energy counter"; // what the energy readings count
     int max_sm_clock_mhz = 0;  // the GPU's maximum SM clock (NVML), 0 = unknown
     uint64_t dropped_records = 0;  // CUPTI records lost to full buffers
     double cupti_overhead_ns = 0;  // CUPTI's own overhead records, summed

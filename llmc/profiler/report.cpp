@@ -210,7 +210,10 @@ void fill_subblock_rows(Report& r, std::map<std::pair<int, int>, SubBlockRow> by
         row.pct = r.gpu_time_us > 0 ? 100 * row.time_us / r.gpu_time_us : 0;
         if (r.has_model && row.subblock >= 0 && row.phase >= 0) row.cost = r.costs[row.subblock][row.phase];
         row.roof = roofline_point(row.cost, row.time_us * 1e-6 / steps_div, ceilings);
-        r.total.calls += row.calls, r.total.time_us += row.time_us, r.total.cost += row.cost;
+        // The total compares the work that was timed with its time: a modelled cell without records (a
+        // partial profile) would put a floor under time that was never measured.
+        r.total.calls += row.calls, r.total.time_us += row.time_us;
+        if (row.time_us > 0) r.total.cost += row.cost;
         r.subblocks.push_back(row);
     }
     r.total.pct = r.gpu_time_us > 0 ? 100.0 : 0;
@@ -443,12 +446,41 @@ void fill_throughput(Report& r) {
     if (ctx.ceilings.bf16_tflops > 0) r.mfu = 100 * r.model_tflops / ctx.ceilings.bf16_tflops;
 }
 
+void raise_ceilings_to_measured(Report& r) {
+    // A factor a hair above the ratio, so that rounding leaves every row at or below 100%.
+    constexpr double MARGIN = 1 + 1e-9;
+    CeilingRaise up;
+    up.before = r.context.ceilings;
+    auto consider = [&](const RooflinePoint& p, const std::string& what) {
+        if (!(p.time_s > 0)) return;
+        if (p.compute_floor_s / p.time_s > up.compute) up.compute = p.compute_floor_s / p.time_s, up.compute_by = what;
+        if (p.memory_floor_s / p.time_s > up.memory) up.memory = p.memory_floor_s / p.time_s, up.memory_by = what;
+    };
+    // The total row follows from the rows (its floor is at most the sum of theirs) wherever every modelled
+    // cell was measured, so it is not a witness of its own.
+    for (const SubBlockRow& b : r.subblocks) consider(b.roof, subblock_label(b.subblock) + " " + phase_label(b.phase));
+    if (r.mfu / 100 > up.compute) up.compute = r.mfu / 100, up.compute_by = "MFU";
+    if (!up.raised()) return;
+    for (double* k : {&up.compute, &up.memory})
+        if (*k > 1) *k *= MARGIN;
+    Ceilings& c = r.context.ceilings;
+    c.bf16_tflops *= up.compute, c.fp32_tflops *= up.compute, c.dram_gbps *= up.memory;
+    c.source += "; raised to what this profile measured";
+    for (SubBlockRow& b : r.subblocks) b.roof = roofline_point(b.cost, b.roof.time_s, c);
+    r.total.roof = roofline_point(r.total.cost, r.total.roof.time_s, c);
+    if (c.bf16_tflops > 0) r.mfu = 100 * r.model_tflops / c.bf16_tflops;
+    r.ceiling_raise = up;
+}
+
 void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w) {
     PowerSummary& p = r.power;
-    p.status = rec.power_status.empty() && rec.power.empty() ? "no power samples" : rec.power_status;
+    p.status = rec.power_status.empty() && rec.power.empty() && rec.energy.empty() ? "no power samples"
+                                                                                  : rec.power_status;
     p.max_sm_clock_limit_mhz = rec.max_sm_clock_mhz;
     p.reading = rec.power_reading;
-    if (rec.power.empty() || w.steps().empty()) return;
+    p.counter = rec.energy_counter;
+    // Energy needs power samples or counter readings (the CPU's RAPL counter comes without samples).
+    if ((rec.power.empty() && rec.energy.empty()) || w.steps().empty()) return;
     p.energy_j = 0;
     for (StepRow& s : r.steps) {
         p.energy_j += s.energy_j;
@@ -457,6 +489,8 @@ void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w) {
         if (s.energy_j > 0) s.tokens_per_j = s.tokens / s.energy_j;
         if (s.energy_j > 0 && r.flops_per_token > 0) s.flops_per_w = s.tokens * r.flops_per_token / s.energy_j;
     }
+    // Counter readings alone (the CPU's RAPL): a step where the counter stood still has no energy.
+    if (!std::isfinite(p.energy_j) && p.status.empty()) p.status = rec.energy_counter + " did not advance in every step";
     p.avg_w = r.wall_s > 0 ? p.energy_j / r.wall_s : NAN;
     if (r.tokens > 0) p.joules_per_token = p.energy_j / r.tokens;
     if (p.energy_j > 0) p.tokens_per_j = r.tokens / p.energy_j;
@@ -483,7 +517,9 @@ Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
     r.cupti_overhead_ms = rec.cupti_overhead_ns / 1e6;
     const GPT2Config& m = ctx.model;
     r.has_model = m.num_layers > 0 && m.channels > 0 && m.num_heads > 0 && ctx.B > 0 && ctx.T > 0;
-    if (r.has_model) r.costs = analytic_costs(m, ctx.B, ctx.T, std::max(1, ctx.grad_accum));
+    if (r.has_model)
+        r.costs = (ctx.device_kind == DeviceKind::CPU ? cpu_analytic_costs : analytic_costs)(m, ctx.B, ctx.T,
+                                                                                             std::max(1, ctx.grad_accum));
 
     const StepWindow w(rec.steps);
     r.num_steps = (int)w.steps().size();
@@ -499,6 +535,7 @@ Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
     fill_idle_tables(r, rec, w, gaps);
     fill_api_tables(r, rec, w);
     fill_throughput(r);
+    raise_ceilings_to_measured(r);
     fill_power(r, rec, w);
     r.findings = find_limits(r, rec);
     return r;

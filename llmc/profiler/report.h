@@ -151,6 +151,7 @@ struct PowerSummary {
     int max_sm_clock_limit_mhz = 0;               // the GPU's maximum SM clock, 0 = unknown
     std::string reading;                          // "instantaneous" or "1 s average" power samples
     std::string status;                           // why there is no power data ("NVML not available (...)")
+    std::string counter;                          // the energy counter: NVML's, or RAPL's on the CPU
 };
 
 // A limit of the run with its evidence and what to try next (llmc/profiler/findings.h), ranked by time at stake.
@@ -158,6 +159,18 @@ struct Finding {
     std::string rule;       // "roofline", "launch_bound", "sync_stall", "memcpy", "occupancy", "throttle", "records"
     std::string what, evidence, next_step;
     double ms_per_step = 0; // estimated GPU or wall time at stake per step
+};
+
+/*
+ * Ceilings raised to what the profile itself measured. A calibration on a busy machine under-measures (and a
+ * spec table can be low), and then a sub-block beats its ceiling: rather than print more than 100% of a
+ * ceiling, the report raises the ceiling to the measured rate and says so. Factor 1: left as measured.
+ */
+struct CeilingRaise {
+    double compute = 1, memory = 1;    // factors on the compute ceilings (bf16 and fp32) and on the bandwidth
+    std::string compute_by, memory_by; // what beat them: "qkv fwd", "MFU"
+    Ceilings before;                   // the ceilings as calibrated (or from the spec table)
+    bool raised() const { return compute > 1 || memory > 1; }
 };
 
 // How many records of each kind were collected (the whole run, not only the window).
@@ -189,6 +202,7 @@ struct Report {
     std::vector<NamedTime> syncs;     // by synchronisation type
     double api_pct = 0, sync_pct = 0; // share of the window inside some CUDA call / blocked in some sync
     double tokens_per_s = NAN, flops_per_token = 0, model_tflops = NAN, mfu = NAN;
+    CeilingRaise ceiling_raise; // context.ceilings are the raised ones when raised()
     PowerSummary power;
     uint64_t dropped_records = 0;
     double cupti_overhead_ms = 0;
@@ -217,6 +231,8 @@ void fill_step_table(Report& r, const ProfileRecords& rec, const StepWindow& w, 
 void fill_idle_tables(Report& r, const ProfileRecords& rec, const StepWindow& w, std::vector<StepGap> gaps);
 void fill_api_tables(Report& r, const ProfileRecords& rec, const StepWindow& w);  // after the step table
 void fill_throughput(Report& r);                                                 // after the step table
+// Raises the ceilings so that no sub-block, the total and MFU exceed 100% of them, and recomputes those.
+void raise_ceilings_to_measured(Report& r);                                      // after throughput
 void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w);      // after throughput
 
 Report build_report(const ProfileRecords& rec, const ProfileContext& ctx);

@@ -88,6 +88,9 @@ nlohmann::json spread_json(const StepSpread& s) {
     return {{"median", finite_or_null(s.median_ms)}, {"min", finite_or_null(s.min_ms)}, {"max", finite_or_null(s.max_ms)}};
 }
 
+// TFLOP/s in text: one decimal, or three significant digits below 1 (a CPU's rates would all read 0.0).
+std::string tflops_text(double v) { return num(v, std::fabs(v) >= 1 ? "%.1f" : "%.3g"); }
+
 
 
 } // namespace
@@ -100,10 +103,11 @@ namespace {
 struct SummaryStyle {
     explicit SummaryStyle(const Report& r)
         : on_gpu(r.context.device_kind != DeviceKind::CPU), dev(on_gpu ? "GPU" : "CPU"),
-          pct_col(on_gpu ? "%gpu" : "%cpu") {}
+          pct_col(on_gpu ? "%gpu" : "%cpu"), matmul(on_gpu ? "bf16" : "fp32 matmul") {}
     bool on_gpu;
     const char* dev;
     const char* pct_col;
+    const char* matmul; // the compute ceiling MFU and GEMMs are measured against
 };
 
 std::string summary_header(const Report& r, const SummaryStyle& style) {
@@ -120,15 +124,26 @@ std::string summary_header(const Report& r, const SummaryStyle& style) {
     s += strprintf("  batch     B=%d T=%d grad_accum=%d (%ld tokens per step), %d profiled steps\n", c.B, c.T,
                    c.grad_accum, (long)c.B * c.T * c.grad_accum, r.num_steps);
     const Ceilings& ce = c.ceilings;
-    s += strprintf("  ceilings  bf16 %s TFLOP/s, fp32 %s TFLOP/s, DRAM %s GB/s, ridge %s FLOP/B (%s)\n",
-                   num(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN, "%.1f").c_str(),
-                   num(ce.fp32_tflops > 0 ? ce.fp32_tflops : NAN, "%.1f").c_str(),
+    s += strprintf("  ceilings  %s %s TFLOP/s, fp32 %s TFLOP/s, DRAM %s GB/s, ridge %s FLOP/B (%s)\n", style.matmul,
+                   tflops_text(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN).c_str(),
+                   tflops_text(ce.fp32_tflops > 0 ? ce.fp32_tflops : NAN).c_str(),
                    num(ce.dram_gbps > 0 ? ce.dram_gbps : NAN, "%.0f").c_str(),
                    num(ce.dram_gbps > 0 ? ce.bf16_tflops * 1e3 / ce.dram_gbps : NAN, "%.0f").c_str(),
                    ce.source.empty() ? "none" : ce.source.c_str());
+    const CeilingRaise& up = r.ceiling_raise;
+    if (up.raised()) {
+        auto factor = [](double k, const std::string& by) {
+            return k > 1 ? strprintf("x%.3f (%s beat it)", k, by.c_str()) : std::string("x1 (not beaten)");
+        };
+        s += strprintf("  raised    this profile beat the measured ceilings, so they were raised to what it measured: "
+                       "compute %s, bandwidth %s; measured: %s %s, fp32 %s TFLOP/s, DRAM %s GB/s\n",
+                       factor(up.compute, up.compute_by).c_str(), factor(up.memory, up.memory_by).c_str(), style.matmul,
+                       num(up.before.bf16_tflops, "%.3g").c_str(), num(up.before.fp32_tflops, "%.3g").c_str(),
+                       num(up.before.dram_gbps, "%.0f").c_str());
+    }
     if (!style.on_gpu)
-        s += "  roofline  the GPU step's analytic model: the same FLOPs, but bytes count its bf16 tensors, about half "
-             "of what this fp32 code moves at the least\n";
+        s += "  roofline  the CPU step's analytic model: fp32 tensors, no fusions (residual adds and GELU on their "
+             "own); every FLOP against the matmul ceiling\n";
     s += strprintf("  records   %zu kernels, %zu memcpys, %zu memsets, %zu API calls, %zu syncs, %zu ranges, %zu power "
                    "samples; %llu dropped; CUPTI overhead %.3f ms\n",
                    r.records.kernels, r.records.memcpys, r.records.memsets, r.records.api, r.records.syncs,
@@ -146,9 +161,9 @@ std::string summary_throughput(const Report& r, const SummaryStyle& style) {
                    num(r.tokens_per_s, "%.0f").c_str(), r.num_steps, num(r.wall_s * 1e3 * per_step, "%.3f").c_str(),
                    style.dev, num(r.gpu_time_us / 1e3 * per_step, "%.3f").c_str());
     if (r.has_model)
-        s += strprintf("  model FLOPs %.4g per token (6N + 12LCT) -> %s TFLOP/s, MFU %s%% of bf16 %s TFLOP/s\n",
-                       r.flops_per_token, num(r.model_tflops, "%.1f").c_str(), num(r.mfu, "%.1f").c_str(),
-                       num(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN, "%.1f").c_str());
+        s += strprintf("  model FLOPs %.4g per token (6N + 12LCT) -> %s TFLOP/s, MFU %s%% of %s %s TFLOP/s\n",
+                       r.flops_per_token, tflops_text(r.model_tflops).c_str(), num(r.mfu, "%.1f").c_str(),
+                       style.matmul, tflops_text(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN).c_str());
     if (style.on_gpu) s += strprintf("  peak GPU memory %.2f GiB\n", c.peak_memory_bytes / 1073741824.0);
     return s;
 }
@@ -182,7 +197,7 @@ std::string summary_subblocks(const Report& r, const SummaryStyle& style) {
                                                          : "-";
         st.row({name, phase, std::to_string(b.calls), num(b.roof.time_s * 1e3, "%.3f"), spread, num(b.pct, "%.1f"),
                 modelled ? num(b.cost.flops() / 1e9, "%.1f") : "-", modelled ? num(b.cost.bytes / 1e6, "%.1f") : "-",
-                num(b.roof.intensity, "%.1f"), num(b.roof.floor_s * 1e3, "%.3f"), num(b.roof.tflops, "%.1f"),
+                num(b.roof.intensity, "%.1f"), num(b.roof.floor_s * 1e3, "%.3f"), tflops_text(b.roof.tflops),
                 num(b.roof.gbps, "%.0f"), num(b.roof.pct_of_roofline, "%.0f"), b.roof.bound});
     };
     for (const SubBlockRow& b : r.subblocks) sub_row(b, subblock_label(b.subblock), phase_label(b.phase));
@@ -251,19 +266,24 @@ std::string summary_power(const Report& r) {
     std::string s;
     s += "\n== Power ==\n";
     const PowerSummary& p = r.power;
-    if (p.samples == 0) {
+    if (!std::isfinite(p.energy_j)) {
         s += "  energy, J/token, tokens/J, FLOP/s per W: n/a (" + (p.status.empty() ? "no NVML" : p.status) + ")\n";
-    } else {
-        const char* source = p.counter_steps && p.integrated_steps ? "NVML energy counter where it advanced, else "
-                                                                      "integrated power samples"
-                             : p.counter_steps ? "NVML energy counter"
-                                               : "integrated power samples (the energy counter did not advance)";
+        return s;
+    }
+    if (p.samples > 0)
         s += strprintf("  %zu samples%s: energy %.2f J, average %.0f W, peak %.0f W\n", p.samples,
                        p.reading.empty() ? "" : (" (" + p.reading + " power)").c_str(), p.energy_j, p.avg_w, p.peak_w);
-        s += strprintf("  %s J/token, %s tokens/J, %s GFLOP/s per W\n", num(p.joules_per_token, "%.5f").c_str(),
-                       num(p.tokens_per_j, "%.1f").c_str(), num(p.flops_per_w / 1e9, "%.1f").c_str());
-        s += strprintf("  energy from the %s (%d steps counter, %d integrated)\n", source, p.counter_steps,
-                       p.integrated_steps);
+    else
+        s += strprintf("  energy %.2f J, average %.1f W\n", p.energy_j, p.avg_w);
+    s += strprintf("  %s J/token, %s tokens/J, %s GFLOP/s per W\n", num(p.joules_per_token, "%.5f").c_str(),
+                   num(p.tokens_per_j, "%.1f").c_str(), num(p.flops_per_w / 1e9, "%.1f").c_str());
+    const std::string source = p.counter_steps && p.integrated_steps
+                                   ? p.counter + " where it advanced, else integrated power samples"
+                               : p.counter_steps ? p.counter
+                                                 : "integrated power samples (the energy counter did not advance)";
+    s += strprintf("  energy from the %s (%d steps counter, %d integrated)\n", source.c_str(), p.counter_steps,
+                   p.integrated_steps);
+    if (p.samples > 0) {
         std::string throttled = throttle_names(p.throttle_reasons);
         s += strprintf("  SM clock %d-%d MHz (max %s), max temperature %d C, throttle reasons 0x%llx (%s)\n",
                        p.min_sm_clock_mhz, p.max_sm_clock_mhz,
@@ -344,8 +364,15 @@ std::string subblocks_csv(const Report& r) {
     return s;
 }
 
+namespace {
+// The busy-time column: the union of GPU activity, or on the CPU of sub-block executions.
+const char* busy_column(const Report& r) {
+    return r.context.device_kind == DeviceKind::CPU ? "busy_ms" : "gpu_busy_ms";
+}
+} // namespace
+
 std::string steps_csv(const Report& r) {
-    std::string s = csv_line({"step", "wall_ms", "gpu_busy_ms", "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok_s",
+    std::string s = csv_line({"step", "wall_ms", busy_column(r), "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok_s",
                               "energy_j", "avg_power_w", "idle_ms", "idle_gaps", "tokens", "j_per_token",
                               "tokens_per_j", "flops_per_w", "energy_source"});
     for (const StepRow& x : r.steps)
@@ -569,6 +596,7 @@ private:
 std::set<uint32_t> name_tracks(TraceEvents& ev, const TraceTracks& t, const ProfileContext& c, bool has_power) {
     ev.meta("process_name", 0, 0, "CPU: " + (c.program.empty() ? std::string("llmc") : c.program), 0);
     ev.meta("thread_name", 0, 0, "steps", 0);
+    const bool cpu = c.device_kind == DeviceKind::CPU; // the CPU trainer: one track of sub-block executions
     for (auto& [thread, tid] : t.range_tid) {
         ev.meta("thread_name", 0, tid, strprintf("thread %u: ranges", thread), (int)tid);
         if (t.api_threads.count(thread))
@@ -577,7 +605,6 @@ std::set<uint32_t> name_tracks(TraceEvents& ev, const TraceTracks& t, const Prof
     std::set<uint32_t> devices;
     for (const auto& [device, stream] : t.streams) devices.insert(device);
     if (has_power) devices.insert(devices.empty() ? 0 : *devices.begin());
-    const bool cpu = c.device_kind == DeviceKind::CPU; // the CPU trainer: one track of sub-block executions
     for (uint32_t d : devices)
         ev.meta("process_name", gpu_pid(d), 0, strprintf("%s %u: ", device_kind_name(c.device_kind), d) + c.device,
                 gpu_pid(d));
@@ -683,6 +710,15 @@ nlohmann::json cost_json(const OpCost& c, const RooflinePoint& p) {
             {"bound", p.bound}};
 }
 
+// null when the ceilings stand as measured; else the factors, what beat the ceilings, and the measured ones.
+nlohmann::json raised_json(const CeilingRaise& up) {
+    if (!up.raised()) return nullptr;
+    return {{"compute_factor", up.compute}, {"memory_factor", up.memory}, {"compute_by", up.compute_by},
+            {"memory_by", up.memory_by},
+            {"measured", {{"bf16_tflops", up.before.bf16_tflops}, {"fp32_tflops", up.before.fp32_tflops},
+                          {"dram_gbps", up.before.dram_gbps}, {"source", up.before.source}}}};
+}
+
 } // namespace
 
 std::string profile_json(const Report& r) {
@@ -696,7 +732,8 @@ std::string profile_json(const Report& r) {
                                {"padded_vocab_size", m.padded_vocab_size}, {"num_parameters", c.num_parameters}}},
                     {"batch", {{"B", c.B}, {"T", c.T}, {"grad_accum", c.grad_accum}}},
                     {"ceilings", {{"bf16_tflops", c.ceilings.bf16_tflops}, {"fp32_tflops", c.ceilings.fp32_tflops},
-                                  {"dram_gbps", c.ceilings.dram_gbps}, {"source", c.ceilings.source}}},
+                                  {"dram_gbps", c.ceilings.dram_gbps}, {"source", c.ceilings.source},
+                                  {"raised", raised_json(r.ceiling_raise)}}},
                     {"peak_memory_bytes", c.peak_memory_bytes}};
     j["records"] = {{"kernels", r.records.kernels}, {"memcpys", r.records.memcpys}, {"memsets", r.records.memsets},
                     {"api", r.records.api}, {"syncs", r.records.syncs}, {"ranges", r.records.ranges},
@@ -720,7 +757,7 @@ std::string profile_json(const Report& r) {
                   {"roofline", cost_json(r.total.cost, r.total.roof)}};
     json& st = j["steps"] = json::array();
     for (const StepRow& x : r.steps)
-        st.push_back({{"step", x.step}, {"tokens", x.tokens}, {"wall_ms", x.wall_ms}, {"gpu_busy_ms", x.gpu_busy_ms},
+        st.push_back({{"step", x.step}, {"tokens", x.tokens}, {"wall_ms", x.wall_ms}, {busy_column(r), x.gpu_busy_ms},
                       {"idle_ms", x.idle_ms}, {"fwd_ms", x.fwd_ms}, {"bwd_ms", x.bwd_ms}, {"opt_ms", x.opt_ms},
                       {"other_ms", x.other_ms}, {"tok_s", x.tok_s}, {"energy_j", finite_or_null(x.energy_j)},
                       {"avg_power_w", finite_or_null(x.avg_power_w)}, {"j_per_token", finite_or_null(x.j_per_token)},
