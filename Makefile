@@ -11,6 +11,7 @@
 #   make SAN=1 test      the CPU programs and CPU tests built with AddressSanitizer + UBSan (in build/san)
 #   make fuzz            each libFuzzer target in test/fuzz/ for FUZZ_SECONDS (needs clang; doc/testing.md)
 #   make tinyshakespeare prepares data/tinyshakespeare (TINYSHAKESPEARE=/path/input.txt to skip the download)
+#   make deps            installs the missing build and test dependencies (scripts/deps.sh; Debian or Ubuntu)
 #
 # Objects go to build/ with their header dependencies (-MMD -MP): touching a header rebuilds only what
 # includes it. The training loop and the profiler's analysis and writers are compiled once, into
@@ -52,7 +53,7 @@ override CXXFLAGS += -g -fno-omit-frame-pointer -fsanitize=address,undefined -fn
                      -Wno-maybe-uninitialized
 endif
 
-.PHONY: all test clean tinyshakespeare dev_cuda sample_profile fuzz
+.PHONY: all test clean tinyshakespeare deps dev_cuda sample_profile fuzz
 all: $(BIN)train_gpt2 $(BIN)prepare_data $(BIN)infer_gpt2
 ifneq ($(HAVE_NVCC),)
 all: train_gpt2cu profile_gpt2cu dev_cuda
@@ -165,14 +166,20 @@ emu_asan: $(BUILD)/emu-asan/emu_tests
 emu_mutation:
 	python3 test/emu/mutate.py
 
-# Tests find the tinyshakespeare text and GPT-2 vocabulary files through LLMC_DATA (default ../shared/data).
-LLMC_DATA ?= ../shared/data
+# The tests read GPT-2's vocabulary from dev/data/gpt2 and a tinyshakespeare excerpt from test/data; LLMC_DATA=DIR
+# (with tinyshakespeare/input.txt and gpt2/) makes them read the whole text and that vocabulary instead.
+LLMC_DATA ?=
+# Python packages that scripts/deps.sh had to put in a virtual environment (a Debian python3 takes no pip
+# installs) are found first by the tests and scripts.
+ifneq ($(wildcard .venv/bin/python3),)
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
+endif
 TEST_PROGRAMS := $(addprefix $(BIN),train_gpt2 prepare_data infer_gpt2) $(if $(HAVE_NVCC),train_gpt2cu profile_gpt2cu)
 ifdef SAN
 # The tests run ./train_gpt2 and read test/ and scripts/ files from their working directory: build/san, with links.
 # Every process writes its sanitizer reports to build/san/reports; any report fails the run. The plot tests run
 # python, which has nothing to sanitize.
-SAN_LINKS := $(addprefix $(BUILD)/,test/data test/emu test/gpu scripts)
+SAN_LINKS := $(addprefix $(BUILD)/,test/data test/emu test/gpu test/hta_check.py scripts dev/data)
 $(SAN_LINKS):
 	@mkdir -p $(dir $@)
 	ln -sfn $(abspath $(patsubst $(BUILD)/%,%,$@)) $@
@@ -217,6 +224,9 @@ fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
 
 tinyshakespeare: prepare_data
 	bash dev/data/tinyshakespeare.sh
+
+deps:
+	bash scripts/deps.sh
 
 clean:
 	rm -rf $(BUILD) train_gpt2 prepare_data infer_gpt2 train_gpt2cu profile_gpt2cu

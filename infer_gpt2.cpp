@@ -71,7 +71,7 @@ int run(int argc, char** argv) {
     }
     // ---- tokenizer (when GPT-2's files are there and fit the model) and prompts ----
     std::unique_ptr<GPT2Tokenizer> tok;
-    const std::string vocab = gpt2_vocab_dir();
+    const std::string vocab = default_gpt2_vocab_dir();
     if (file_exists(vocab + "/encoder.json") && file_exists(vocab + "/vocab.bpe")) {
         tok = std::make_unique<GPT2Tokenizer>(GPT2Tokenizer::from_gpt2_files(vocab + "/encoder.json", vocab + "/vocab.bpe"));
         if (tok->vocab_size() != cfg.vocab_size) tok.reset();

@@ -267,6 +267,7 @@ int main(int argc, char** argv) {
         if (parse_depth_descriptor(opt.model, &depth)) {
             cfg = gpt2_config_for_depth(depth);
             if (opt.layers > 0) cfg.num_layers = opt.layers;
+            validate_config(cfg, "-e " + opt.model); // before num_parameters(): d99999 would overflow it
             weights.resize(num_parameters(cfg));
             init_gpt2_parameters(weights.data(), cfg, 1337);
         } else {
@@ -291,7 +292,7 @@ int main(int argc, char** argv) {
                opt.warmup, opt.steps);
 
         int t = 0; // AdamW step
-        prof::ProfileSession session({opt.output, opt.warmup, opt.steps, opt.top},
+        prof::ProfileSession session({opt.output, opt.warmup, opt.steps, opt.top, true},
                                      prof::gpu_profile_context("profile_gpt2cu", cfg, opt.B, opt.T, 1),
                                      std::make_unique<prof::CuptiEventSource>());
         session.before_report([&](const prof::ProfileRecords& records, prof::ProfileContext& ctx) {
@@ -320,9 +321,9 @@ int main(int argc, char** argv) {
             float loss = train_step(*model, data, opt.B, opt.T, ++t);
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             session.end_step(tokens);
-            if (i >= opt.warmup)
-                printf("step %d/%d | loss %.6f | %.2f ms | %.0f tok/s\n", i - opt.warmup + 1, opt.steps, loss, ms,
-                       tokens / (ms / 1e3));
+            // Numbered as the profile numbers them: the warmup steps first.
+            printf("step %d/%d%s | loss %.6f | %.2f ms | %.0f tok/s\n", i + 1, total,
+                   i < opt.warmup ? " (warmup, untraced)" : "", loss, ms, tokens / (ms / 1e3));
             written = session.step_done(i + 1 == total);
         }
         if (!written) {

@@ -21,6 +21,7 @@
 #include "llmc/profiler/calibrate.cuh"
 #include "llmc/profiler/cupti_source.cuh"
 #include "llmc/profiler/device_specs.h"
+#include "llmc/progress.h"
 #include "llmc/train/loop.h"
 
 using namespace llmc;
@@ -30,7 +31,8 @@ using namespace llmc;
  * measured (or read from their cache) here, before the model takes the device memory.
  */
 std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, const TrainOptions& opt) {
-    prof::SessionOptions so{opt.profile_dir, opt.profile_start, opt.profile_steps};
+    // The session counts steps from 0, the flag as the step lines do, from 1.
+    prof::SessionOptions so{opt.profile_dir, opt.profile_start - 1, opt.profile_steps};
     int grad_accum = opt.grad_accum;
     prof::ProfileContext ctx = prof::gpu_profile_context("train_gpt2cu", c, opt.B, opt.T, grad_accum);
     ctx.ceilings = prof::measure_ceilings(true);
@@ -45,7 +47,7 @@ public:
     GPUBackend(const GPT2Config& c, const TrainOptions& opt)
         : profile_(opt.profile_dir.empty() ? nullptr : make_profile_session(c, opt)),
           model_(c, opt.B, opt.T), B_(opt.B), T_(opt.T) {
-        adam_.weight_decay = opt.weight_decay;
+        adam_ = opt.adam;
         cudaDeviceProp p;
         CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
         name_ = strprintf("GPU bf16, %s", p.name);
@@ -93,12 +95,13 @@ public:
         return {loss, norm};
     }
 
-    float val_loss(DataLoader& val, int batches) override {
+    float val_loss(DataLoader& val, int batches, Progress& progress) override {
         val.restore(DataPosition{}); // the same batches every time
         model_.zero_loss();
         for (int i = 0; i < batches; i++) {
             val.next_batch();
             model_.forward(val.inputs(), val.targets(), B_, T_, 1.0f / ((float)B_ * T_ * batches), 0.0f);
+            progress.tick(i + 1, batches); // as the batches are queued
         }
         model_.fetch_scalars();
         return model_.read_scalars().first;

@@ -1,9 +1,10 @@
 /*
  * Writes test/data/sample_profile/: a profile directory from synthetic records that resemble two
  * train_gpt2cu steps of GPT-2 124M (B=4, T=1024) on an H100, with power samples. It exercises the plot
- * and compare scripts (test/test_plots.cpp) on a machine without a GPU, through the project's own
- * aggregation and writers. Kernel times are the analytic floor (llmc/profiler/roofline.h) over a plausible
- * efficiency; launches run ahead of the GPU; each step ends in a loss read and a stream sync.
+ * and compare scripts (test/test_plots.cpp) and Holistic Trace Analysis (test/test_hta.cpp) on a machine
+ * without a GPU, through the project's own aggregation and writers. Kernel times are the analytic floor
+ * (llmc/profiler/roofline.h) over a plausible efficiency; launches run ahead of the GPU; each step ends in a
+ * loss read and a stream sync.
  *
  *   make sample_profile   (writes test/data/sample_profile)
  */
@@ -13,7 +14,6 @@
 #include <vector>
 
 #include "llmc/profiler/report.h"
-#include "llmc/profiler/writers.h"
 #include "llmc/profiler/writers.h"
 
 using namespace llmc;
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     auto range = [&](const char* name, uint64_t start, int depth, Attribution w) {
         rec.ranges.push_back({name, start, std::max(cpu, start + 1), 1, depth, w});
     };
-    for (int step = 0; step < steps; step++) {
+    for (int step = 1; step <= steps; step++) { // numbered as a run's step lines number them
         const uint64_t step_start = cpu;
         uint64_t t = cpu;
         launch(SubBlock::encoder, Phase::fwd, -1, step);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/optimizer.h"
 #include "llmc/schedulers.h"
 #include "llmc/utils.h"
 
@@ -27,7 +28,7 @@ struct TrainOptions {
     int warmup = 0;                                   // -u
     float final_lr_frac = 1.0f;                       // -q
     Schedule schedule = Schedule::cosine;             // -k
-    float weight_decay = 0.0f;                        // -c
+    AdamWConfig adam;                                 // -c (weight decay), --beta1, --beta2, --eps, --grad-clip
     int max_steps = -1;                               // -x (-1 = one epoch of the train data)
     int val_every = 20;                               // -v
     int val_batches = 20;                             // -m
@@ -40,7 +41,8 @@ struct TrainOptions {
     float temperature = 1.0f;                         // --temperature
     int top_k = 0;                                    // --top-k
     std::string profile_dir;                          // --profile ("" = off)
-    int profile_start = 5;                            // --profile-start: first profiled step, from 0
+    int profile_start = 6;                            // --profile-start: first profiled step, numbered as the
+                                                      // step lines number them (from 1)
     int profile_steps = 5;                            // --profile-steps
     bool help = false;                                // -h
 };
@@ -62,7 +64,12 @@ inline std::string usage(const char* program, const TrainOptions& d) {
                      "  -q, --final-lr-frac X      final LR as a fraction of -l [%g]\n"
                      "  -k, --scheduler NAME       cosine | linear | constant [%s]\n"
                      "  -c, --weight-decay X       AdamW weight decay [%g]\n",
-                     d.B, d.T, d.lr, d.warmup, d.final_lr_frac, schedule_name(d.schedule), d.weight_decay) +
+                     d.B, d.T, d.lr, d.warmup, d.final_lr_frac, schedule_name(d.schedule), d.adam.weight_decay) +
+           strprintf("      --beta1 X              AdamW first-moment decay [%g]\n"
+                     "      --beta2 X              AdamW second-moment decay [%g]\n"
+                     "      --eps X                AdamW epsilon [%g]\n"
+                     "      --grad-clip X          clip the global gradient norm to X, 0 = no clipping [%g]\n",
+                     d.adam.beta1, d.adam.beta2, d.adam.eps, d.adam.grad_clip) +
            strprintf("  -x, --max-steps N          steps to train [-1 = one epoch]\n"
                      "  -v, --val-every N          val loss every N steps, 0 = never [%d]\n"
                      "  -m, --val-batches N        batches per val loss [%d]\n"
@@ -77,7 +84,7 @@ inline std::string usage(const char* program, const TrainOptions& d) {
                      d.val_every, d.val_batches, d.sample_every, d.gen_tokens, d.checkpoint_every, d.seed,
                      d.temperature, d.top_k) +
            strprintf("      --profile DIR          profile a window of steps (GPU: CUPTI), write the profile to DIR [off]\n"
-                     "      --profile-start N      first profiled step, counted from 0 [%d]\n"
+                     "      --profile-start N      first profiled step, as the step lines number them (from 1) [%d]\n"
                      "      --profile-steps N      profiled steps [%d]\n"
                      "  -h, --help                 this help\n",
                      d.profile_start, d.profile_steps);
@@ -139,6 +146,7 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
             {"-x", "--max-steps"},    {"-v", "--val-every"},    {"-m", "--val-batches"},     {"-s", "--sample-every"},
             {"-g", "--gen-tokens"},   {"-n", "--checkpoint-every"}, {"-y", "--resume"},      {"-a", "--overfit"},
             {"--seed", "--seed"},     {"--temperature", "--temperature"}, {"--top-k", "--top-k"},
+            {"--beta1", "--beta1"},   {"--beta2", "--beta2"},   {"--eps", "--eps"},          {"--grad-clip", "--grad-clip"},
             {"--profile", "--profile"}, {"--profile-start", "--profile-start"}, {"--profile-steps", "--profile-steps"}};
         const char* key = nullptr;
         for (auto& row : table)
@@ -157,7 +165,12 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
         else if (k == "-u") opt.warmup = (int)parse_long(flag, value, 0, IMAX);
         else if (k == "-q") opt.final_lr_frac = parse_float(flag, value, 0.0f, 1.0f);
         else if (k == "-k") opt.schedule = parse_schedule(value);
-        else if (k == "-c") opt.weight_decay = parse_float(flag, value, 0.0f, 10.0f);
+        else if (k == "-c") opt.adam.weight_decay = parse_float(flag, value, 0.0f, 10.0f);
+        // Decays in [0, 1): at 1 the moment never moves and the bias correction divides by zero.
+        else if (k == "--beta1") opt.adam.beta1 = parse_float(flag, value, 0.0f, 0.999999f);
+        else if (k == "--beta2") opt.adam.beta2 = parse_float(flag, value, 0.0f, 0.999999f);
+        else if (k == "--eps") opt.adam.eps = parse_float(flag, value, 1e-30f, 1.0f);
+        else if (k == "--grad-clip") opt.adam.grad_clip = parse_float(flag, value, 0.0f, 1e30f);
         else if (k == "-x") opt.max_steps = (int)parse_long(flag, value, -1, IMAX);
         else if (k == "-v") opt.val_every = (int)parse_long(flag, value, 0, IMAX);
         else if (k == "-m") opt.val_batches = (int)parse_long(flag, value, 1, IMAX);
@@ -170,7 +183,7 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
         else if (k == "--temperature") opt.temperature = parse_float(flag, value, 1e-3f, 100.0f);
         else if (k == "--top-k") opt.top_k = (int)parse_long(flag, value, 0, IMAX);
         else if (k == "--profile") opt.profile_dir = value;
-        else if (k == "--profile-start") opt.profile_start = (int)parse_long(flag, value, 0, IMAX);
+        else if (k == "--profile-start") opt.profile_start = (int)parse_long(flag, value, 1, IMAX);
         else if (k == "--profile-steps") opt.profile_steps = (int)parse_long(flag, value, 1, IMAX);
     }
     const long BT = (long)opt.B * opt.T; // both <= 2^31 - 1: no overflow
@@ -182,7 +195,7 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
         throw UsageError(strprintf("-d: total batch %ld tokens is %ld micro-batches of B*T = %ld, more than %ld",
                                    opt.total_batch, opt.total_batch / BT, BT, IMAX));
     opt.grad_accum = (int)(opt.total_batch / BT);
-    if ((long)opt.profile_start + opt.profile_steps > IMAX)
+    if ((long)opt.profile_start - 1 + opt.profile_steps > IMAX)
         throw UsageError(strprintf("--profile-start: the window of %d steps from step %d ends past step %ld",
                                    opt.profile_steps, opt.profile_start, IMAX));
     if (opt.resume && opt.output_dir.empty()) throw UsageError("-y: resuming needs an output directory (-o)");

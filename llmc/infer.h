@@ -43,8 +43,8 @@ inline std::string infer_usage(const char* program) {
     return strprintf(
         "usage: %s [options]\n"
         "  -e, --model dN|FILE        random model dN (seeded by --seed) or an llm.c model file [%s]\n"
-        "  -p, --prompt TEXT          one prompt as text (needs GPT-2's encoder.json and vocab.bpe in\n"
-        "                             $GPT2_VOCAB_DIR, else data/gpt2)\n"
+        "  -p, --prompt TEXT          one prompt as text (GPT-2's encoder.json and vocab.bpe from\n"
+        "                             $GPT2_VOCAB_DIR, else the repository's dev/data/gpt2)\n"
         "      --prompt-file FILE     one prompt per line\n"
         "      --prompt-ids LIST      one prompt as token ids, \"1,2,3\"\n"
         "      --prompt-len N         one synthetic prompt of N random token ids per sequence\n"
@@ -118,11 +118,6 @@ inline InferOptions parse_infer_options(int argc, char** argv) {
     return opt;
 }
 
-// GPT-2's vocabulary files: $GPT2_VOCAB_DIR, else data/gpt2 (as prepare_data finds them).
-inline std::string gpt2_vocab_dir() {
-    const char* env = getenv("GPT2_VOCAB_DIR");
-    return env && *env ? env : "data/gpt2";
-}
 
 /*
  * The B prompts, as token ids: -p and --prompt-file are encoded with `tok` (null: an Error naming the missing
@@ -135,7 +130,7 @@ inline std::vector<std::vector<int>> build_prompts(const InferOptions& opt, cons
     auto need_tokenizer = [&](const std::string& what) {
         if (!tok)
             throw Error(strprintf("%s: encoding text needs GPT-2's encoder.json and vocab.bpe in %s (set GPT2_VOCAB_DIR)",
-                                  what.c_str(), gpt2_vocab_dir().c_str()));
+                                  what.c_str(), default_gpt2_vocab_dir().c_str()));
     };
     if (!opt.prompt_text.empty()) {
         need_tokenizer("-p");

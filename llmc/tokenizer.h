@@ -13,6 +13,7 @@
  *   from_llmc_file(tokenizer .bin)            decode only; llm.c's format holds the token bytes, not the merges
  * The llm.c tokenizer file: header of 256 int32 {20240328, 2, vocab size, EOT id, 0...}, then per token a uint8
  * length followed by that many bytes.
+ * GPT-2's encoder.json and vocab.bpe ship with the repository (dev/data/gpt2); default_gpt2_vocab_dir() finds them.
  */
 #pragma once
 #ifndef PCRE2_CODE_UNIT_WIDTH
@@ -26,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unistd.h>
 #include <unordered_map>
 #include <vector>
 
@@ -46,6 +48,21 @@ inline std::array<int, 256> gpt2_byte_to_codepoint() {
         cp[b] = printable ? b : 256 + n++;
     }
     return cp;
+}
+
+/*
+ * Where GPT-2's encoder.json and vocab.bpe are by default: $GPT2_VOCAB_DIR where set, else the copy that ships with
+ * the repository, dev/data/gpt2 beside the running program (the programs are built at the repository root), so the
+ * default holds from any working directory.
+ */
+inline std::string default_gpt2_vocab_dir() {
+    const char* env = getenv("GPT2_VOCAB_DIR");
+    if (env && *env) return env;
+    std::string exe(4096, '\0');
+    ssize_t n = readlink("/proc/self/exe", exe.data(), exe.size());
+    if (n <= 0 || (size_t)n >= exe.size()) return "dev/data/gpt2";
+    exe.resize((size_t)n);
+    return exe.substr(0, exe.rfind('/') + 1) + "dev/data/gpt2";
 }
 
 class GPT2Tokenizer {

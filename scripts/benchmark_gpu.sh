@@ -33,9 +33,9 @@ measure() {
         rm -f "$log"
         return
     fi
-    # "step N/M | ... | X ms | Y tok/s | MFU Z% | mem W GiB"
+    # "step N/M | loss ... | X ms | Y tok/s | MFU Z% | mem W GiB | T elapsed, ETA E"
     awk -v w="$warmup" -F'|' '
-        /^step +[0-9]+\/[0-9]+ \|/ {
+        /^step +[0-9]+\/[0-9]+ \| loss/ {
             split($1, a, "[ /]+")
             if (a[2] > w) { n++; ms += $5 + 0; tok += $6 + 0
                 for (i = 7; i <= NF; i++) { if ($i ~ /MFU/) { gsub(/[^0-9.]/, "", $i); mfu += $i }
@@ -63,7 +63,7 @@ for B in $batches; do
         continue
     fi
     dir=$(mktemp -d)
-    traced=$(measure "$B" --profile "$dir" --profile-start "$warmup" --profile-steps $((steps - warmup)))
+    traced=$(measure "$B" --profile "$dir" --profile-start $((warmup + 1)) --profile-steps $((steps - warmup)))
     rm -rf "$dir"
     if [[ $traced == failed* ]]; then
         printf "%-6s %-6s %-5s %10.2f %12.0f %6.1f%% %6.2f GiB  profiled run %s\n" "$model" "$T" "$B" "$ms" "$tok" \

@@ -3,8 +3,10 @@
 
 Prints each (sub-block, phase)'s time per step in A and B and the ratio A/B, then the fwd/bwd/opt
 totals, and writes a grouped bar chart (log time axis: CPU and GPU differ by orders of magnitude).
+Profiles of different models or batch shapes do different work per step: the script warns, and
+--per-token compares time per token trained instead (tokens per step = B * T * grad_accum).
 
-    python3 scripts/compare_profiles.py A B [-o compare.png]
+    python3 scripts/compare_profiles.py A B [-o compare.png] [--per-token]
 """
 import argparse
 import csv
@@ -22,7 +24,7 @@ def fail(msg, code=1):
 
 
 def load(d):
-    """(label, {(subblock, phase): ms per step}) of a profile directory."""
+    """(context, {(subblock, phase): ms per step}) of a profile directory."""
     if not os.path.isdir(d):
         fail(f"no profile directory '{d}'", 2)
     for name in ("profile.json", "subblocks.csv"):
@@ -40,12 +42,35 @@ def load(d):
                 continue
             if t > 0:
                 ms[(r["subblock"], r["phase"])] = t / 1e3 / steps
-    c = prof.get("context", {})
-    return f"{c.get('program', '?')} ({c.get('device', '?')})", ms
+    return prof.get("context", {}), ms
 
 
-def fmt(v):
-    return f"{v:.3f}" if v is not None and not math.isnan(v) else "-"
+def shape(c):
+    """The model and batch of a profile's context, as (name, value) pairs that must match for a fair compare."""
+    m, b = c.get("model", {}), c.get("batch", {})
+    model = f"L={m.get('num_layers')} NH={m.get('num_heads')} C={m.get('channels')} V={m.get('vocab_size')}"
+    return (("model", model), ("B", b.get("B")), ("T", b.get("T")), ("grad_accum", b.get("grad_accum", 1)))
+
+
+def tokens_per_step(c):
+    b = c.get("batch", {})
+    n = (b.get("B") or 0) * (b.get("T") or 0) * (b.get("grad_accum") or 1)
+    return n if n > 0 else None
+
+
+def distinct_names(pa, pb):
+    """The shortest trailing parts of two directory paths that tell them apart ("run1/prof", "run2/prof")."""
+    a = os.path.normpath(os.path.abspath(pa)).split(os.sep)
+    b = os.path.normpath(os.path.abspath(pb)).split(os.sep)
+    for k in range(1, max(len(a), len(b)) + 1):
+        na, nb = os.path.join(*a[-k:]), os.path.join(*b[-k:])
+        if na != nb:
+            return na, nb
+    return pa, pb  # the same directory twice
+
+
+def fmt(v, spec=".3f"):
+    return f"{v:{spec}}" if v is not None and not math.isnan(v) else "-"
 
 
 def main():
@@ -53,19 +78,39 @@ def main():
     ap.add_argument("a", help="profile directory A")
     ap.add_argument("b", help="profile directory B")
     ap.add_argument("-o", "--out", default="compare.png", help="comparison plot [compare.png]")
+    ap.add_argument("--per-token", action="store_true", help="compare microseconds per token instead of ms per step")
     args = ap.parse_args()
-    (la, a), (lb, b) = load(args.a), load(args.b)
+    (ca, a), (cb, b) = load(args.a), load(args.b)
+    # Legends say which directory each bar comes from: two runs on one device differ in nothing else.
+    na, nb = distinct_names(args.a, args.b)
+    la = f"{na}: {ca.get('program', '?')} ({ca.get('device', '?')})"
+    lb = f"{nb}: {cb.get('program', '?')} ({cb.get('device', '?')})"
+
+    differ = [f"{name} ({x} vs {y})" for (name, x), (_, y) in zip(shape(ca), shape(cb)) if x != y]
+    if differ:
+        print(f"compare_profiles.py: warning: A and B differ in {', '.join(differ)}: they do different work per "
+              f"step{'' if args.per_token else '; --per-token compares time per token'}", file=sys.stderr)
+    unit = "ms"
+    if args.per_token:
+        ta, tb = tokens_per_step(ca), tokens_per_step(cb)
+        for d, t in ((args.a, ta), (args.b, tb)):
+            if t is None:
+                fail(f"{d}: profile.json has no batch shape (B, T), so no tokens per step for --per-token")
+        a = {k: v * 1e3 / ta for k, v in a.items()}
+        b = {k: v * 1e3 / tb for k, v in b.items()}
+        unit = "us/tok"
 
     # Rows in A's order, then B's extra ones: both follow the report's phase / sub-block order.
     keys = list(dict.fromkeys(list(a) + list(b)))
     keys.sort(key=lambda k: PHASES.index(k[1]) if k[1] in PHASES else len(PHASES))
-    print(f"A: {args.a}: {la}")
-    print(f"B: {args.b}: {lb}")
-    print(f"{'subblock':<12} {'phase':<7} {'A ms':>12} {'B ms':>12} {'A/B':>10}")
+    print(f"A: {la}")  # as the plot's legend names them
+    print(f"B: {lb}")
+    print(f"{'subblock':<12} {'phase':<7} {'A ' + unit:>12} {'B ' + unit:>12} {'A/B':>10}")
 
     def row(name, phase, x, y):
         ratio = x / y if x is not None and y else math.nan
-        print(f"{name:<12} {phase:<7} {fmt(x):>12} {fmt(y):>12} {fmt(ratio):>10}")
+        # Times to 4 significant digits: per token, a GPU sub-block takes thousandths of a microsecond.
+        print(f"{name:<12} {phase:<7} {fmt(x, '.4g'):>12} {fmt(y, '.4g'):>12} {fmt(ratio):>10}")
 
     for s, p in keys:
         row(s, p, a.get((s, p)), b.get((s, p)))
@@ -93,8 +138,8 @@ def main():
     ax.invert_yaxis()
     if any(a.values()) or any(b.values()):
         ax.set_xscale("log")
-    ax.set_xlabel("ms per step")
-    ax.set_title("Sub-block time per step", fontsize=10)
+    ax.set_xlabel("microseconds per token" if args.per_token else "ms per step")
+    ax.set_title("Sub-block time per token" if args.per_token else "Sub-block time per step", fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(args.out, dpi=100)

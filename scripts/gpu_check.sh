@@ -13,8 +13,9 @@
 #
 # Stages: inventory build gpu_tests memcheck racecheck synccheck initcheck kernel_ladder data train benchmark
 #         profile profile_counters ncu nsys
-# Environment: LLMC_DATA (default ../shared/data, from the repository root: tinyshakespeare/input.txt and
-# gpt2/{encoder.json,vocab.bpe}); TINYSHAKESPEARE and GPT2_VOCAB_DIR override those files; NVIDIA_SMI (the
+# Environment: LLMC_DATA (a directory with tinyshakespeare/input.txt and gpt2/{encoder.json,vocab.bpe}; without
+# it, data/tinyshakespeare/input.txt if downloaded, else the excerpt in test/data, and the vocabulary in
+# dev/data/gpt2); TINYSHAKESPEARE and GPT2_VOCAB_DIR override those files; NVIDIA_SMI (the
 # nvidia-smi to ask for a GPU) [nvidia-smi]; JOBS (make -j) [the number of CPUs].
 set -u
 
@@ -79,9 +80,17 @@ ts_text=${TINYSHAKESPEARE:+$(absolute "$TINYSHAKESPEARE")}
 vocab_dir=${GPT2_VOCAB_DIR:+$(absolute "$GPT2_VOCAB_DIR")}
 NVSMI=${NVIDIA_SMI:-nvidia-smi}
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
-data_root=${data_root:-$(cd .. && pwd)/shared/data}
-ts_text=${ts_text:-$data_root/tinyshakespeare/input.txt}
-vocab_dir=${vocab_dir:-$data_root/gpt2}
+# Offline defaults: the downloaded text where there is one, else the excerpt the tests use (its train split is
+# 12983 tokens: enough to exercise training, not to judge its loss curve).
+if [ -n "${data_root:-}" ]; then
+    ts_text=${ts_text:-$data_root/tinyshakespeare/input.txt}
+    vocab_dir=${vocab_dir:-$data_root/gpt2}
+elif [ -f data/tinyshakespeare/input.txt ]; then
+    ts_text=${ts_text:-$PWD/data/tinyshakespeare/input.txt}
+else
+    ts_text=${ts_text:-$PWD/test/data/tinyshakespeare_excerpt.txt}
+fi
+vocab_dir=${vocab_dir:-$PWD/dev/data/gpt2}
 
 # ---- without a GPU: one line and a non-zero exit (the dry run needs none) ----
 if [ "$dry" = 0 ]; then

@@ -228,7 +228,7 @@ def parse_train(text):
                           "ms": float(m[6]), "tok_s": int(m[7]), "mfu": float(mfu[1]) if mfu else None,
                           "mem_gib": float(mem[1]) if mem else None})
             continue
-        m = re.match(r"^val loss (\S+)$", line)
+        m = re.match(r"^(?:step\s+\d+/\d+ \| )?val loss (\S+)$", line)  # older logs: no step
         if m:
             val.append(float(m[1]))
             continue

@@ -63,6 +63,74 @@ def title(prof, what):
     return f"{what}: {c.get('program', '')} on {c.get('device', '')}"
 
 
+def overlap(a, b):
+    """Area shared by two display-space boxes (matplotlib Bbox)."""
+    w = min(a.x1, b.x1) - max(a.x0, b.x0)
+    h = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return w * h if w > 0 and h > 0 else 0.0
+
+
+def place_labels(ax, points, fontsize=6):
+    """Labels the points [(x, y, text)] so that no two labels overlap each other or a marker, where room allows.
+
+    Points that land on the same spot share one label ("ln1 bwd, ln2 bwd"). Each label then takes, in order of
+    the points from top to bottom, the first free spot of a ring of offsets around its point (8 directions,
+    growing distance), inside the axes; a label placed away from its point gets a thin leader line. Where no
+    spot is free it takes the one with the least overlap. Returns [(label, display-space box)].
+    """
+    from matplotlib.transforms import Bbox
+
+    renderer = ax.figure.canvas.get_renderer()
+    to_px = ax.transData.transform
+    groups = []  # [pixel position, [texts]]
+    for x, y, text in points:
+        px = to_px((x, y))
+        for g in groups:
+            if abs(g[0][0] - px[0]) < 3 and abs(g[0][1] - px[1]) < 3:
+                g[1].append(text)
+                break
+        else:
+            groups.append([px, [text]])
+    frame = ax.get_window_extent(renderer)
+    marker_r = 4  # pixels: a marker of size 30 is about 6 px across at 100 dpi
+    taken = [Bbox.from_extents(px[0] - marker_r, px[1] - marker_r, px[0] + marker_r, px[1] + marker_r)
+             for px, _ in groups]
+    if ax.get_legend():
+        taken.append(ax.get_legend().get_window_extent(renderer))
+    directions = [(1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1)]
+    boxes = []
+    for px, texts in sorted(groups, key=lambda g: -g[0][1]):
+        best = None
+        for dist in (3, 8, 14, 22, 32, 44, 58, 75):
+            for dx, dy in directions:
+                ann = ax.annotate(", ".join(texts), ax.transData.inverted().transform(px), fontsize=fontsize,
+                                  xytext=(dx * dist, dy * dist), textcoords="offset points",
+                                  ha="left" if dx > 0 else "right" if dx < 0 else "center",
+                                  va="bottom" if dy > 0 else "top" if dy < 0 else "center")
+                box = ann.get_window_extent(renderer)
+                inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+                cost = sum(overlap(box, t) for t in taken) + (0 if inside else 1e9)
+                if best is None or cost < best[0]:
+                    if best:
+                        best[1].remove()
+                    best = (cost, ann, box, dist)
+                else:
+                    ann.remove()
+                if best[0] == 0:
+                    break
+            if best[0] == 0:
+                break
+        cost, ann, box, dist = best
+        if dist > 8:  # the same label again, with a leader line back to its point
+            ann.remove()
+            ax.annotate(ann.get_text(), ann.xy, fontsize=fontsize, xytext=ann.xyann, textcoords="offset points",
+                        ha=ann.get_ha(), va=ann.get_va(),
+                        arrowprops=dict(arrowstyle="-", lw=0.4, color="gray", shrinkA=0, shrinkB=2))
+        taken.append(box)
+        boxes.append((ann.get_text(), box))
+    return boxes
+
+
 def plot_roofline(p, plt, out):
     prof = p["profile"]
     ce = prof["context"]["ceilings"]
@@ -101,13 +169,9 @@ def plot_roofline(p, plt, out):
         ax.plot([lo, hi], [bw * lo, bw * hi], ":", color="gray", lw=1, label=f"memory {bw / 1e9:.0f} GB/s")
     for kind, marker in (("subblock", "o"), ("kernel", "x")):
         sel = [q for q in points if q[3] == kind]
-        if not sel:
-            continue
-        ax.scatter([q[0] for q in sel], [q[1] for q in sel], marker=marker, s=30, zorder=3,
-                   label="sub-blocks" if kind == "subblock" else "kernels")
-        if kind == "subblock":
-            for x, y, lab, _ in sel:
-                ax.annotate(lab, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        if sel:
+            ax.scatter([q[0] for q in sel], [q[1] for q in sel], marker=marker, s=30, zorder=3,
+                       label="sub-blocks" if kind == "subblock" else "kernels")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -117,10 +181,13 @@ def plot_roofline(p, plt, out):
     ax.grid(True, which="both", alpha=0.3)
     if not points:
         ax.text(0.5, 0.5, "no modelled sub-blocks", transform=ax.transAxes, ha="center")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="best")  # where it hides the fewest points
     fig.tight_layout()
+    # Labels last, once the axes' scales, limits and size are final: their placement is in pixels.
+    boxes = place_labels(ax, [(x, y, lab) for x, y, lab, kind in points if kind == "subblock"])
     fig.savefig(out, dpi=100)
     plt.close(fig)
+    return boxes
 
 
 def subblock_ms(prof, rows):

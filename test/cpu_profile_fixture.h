@@ -31,7 +31,9 @@ inline void run_cpu_profile(CpuProfileRun& r, int steps, int start, int count) {
     llmc::GPT2CPU<float> m(c);
     m.init_random(7);
     llmc::save_model(r.dir / "toy_model.bin", c, m.params_memory.data());
-    r.result = run("./train_gpt2 -i " + r.dir.path + " -e " + (r.dir / "toy_model.bin") +
+    // An empty ceilings cache and no powercap tree, whatever the machine has: the same run everywhere.
+    r.result = run("XDG_CACHE_HOME=" + (r.dir / "cache") + " LLMC_POWERCAP_ROOT=" + (r.dir / "no_powercap") +
+                   " ./train_gpt2 -i " + r.dir.path + " -e " + (r.dir / "toy_model.bin") +
                    " -b 4 -t 16 -d 128 -s 0 -v 0 -x " + std::to_string(steps) + " --profile " + r.profile_dir() +
                    " --profile-start " + std::to_string(start) + " --profile-steps " + std::to_string(count));
 }

@@ -45,6 +45,28 @@ TEST(Cli, ShortAndLongFlags) {
     EXPECT_FALSE(o.help);
 }
 
+// The optimizer's flags: defaults are the GPU trainer's (llm.c's train_gpt2cu), each can be set, and values that
+// would break the update (a decay of 1 divides by zero in the bias correction; eps 0 divides by zero) are refused.
+TEST(Cli, AdamWFlags) {
+    TrainOptions d = parse({});
+    EXPECT_EQ(d.adam.beta1, 0.9f);
+    EXPECT_EQ(d.adam.beta2, 0.95f);
+    EXPECT_EQ(d.adam.eps, 1e-8f);
+    EXPECT_EQ(d.adam.grad_clip, 1.0f);
+    EXPECT_EQ(d.adam.weight_decay, 0.0f);
+    TrainOptions o = parse({"--beta1", "0.8", "--beta2=0.999", "--eps", "1e-6", "--grad-clip", "0", "-c", "0.1"});
+    EXPECT_EQ(o.adam.beta1, 0.8f);
+    EXPECT_EQ(o.adam.beta2, 0.999f);
+    EXPECT_EQ(o.adam.eps, 1e-6f);
+    EXPECT_EQ(o.adam.grad_clip, 0.0f);
+    EXPECT_EQ(o.adam.weight_decay, 0.1f);
+    for (auto bad : std::vector<std::vector<std::string>>{
+             {"--beta1", "1"}, {"--beta1", "-0.1"}, {"--beta2", "1.5"}, {"--eps", "0"}, {"--grad-clip", "-1"}, {"--eps", "inf"}})
+        EXPECT_EQ(usage_error(bad).rfind(bad[0] + ":", 0), 0u) << bad[0] << " " << bad[1] << ": " << usage_error(bad);
+    for (const char* flag : {"--beta1", "--beta2", "--eps", "--grad-clip"})
+        EXPECT_NE(usage("train_gpt2", d).find(flag), std::string::npos) << flag;
+}
+
 TEST(Cli, TotalBatchDefaultsToOneMicroBatch) {
     TrainOptions o = parse({"-b", "3", "-t", "16"});
     EXPECT_EQ(o.total_batch, 48);
@@ -75,10 +97,18 @@ TEST(Cli, TotalBatchIsAtMostIntMaxMicroBatches) {
 }
 
 TEST(Cli, ProfileWindowEndsWithinIntRange) {
-    EXPECT_EQ(parse({"--profile-start", "2147483646", "--profile-steps", "1"}).profile_start, 2147483646);
+    EXPECT_EQ(parse({"--profile-start", "2147483647", "--profile-steps", "1"}).profile_start, 2147483647);
     EXPECT_NE(usage_error({"--profile-start", "2147483647"}).find("--profile-start: the window of 5 steps"),
               std::string::npos);
-    EXPECT_NE(usage_error({"--profile-start", "2147483600", "--profile-steps", "48"}).find("--profile-start:"),
+    EXPECT_NE(usage_error({"--profile-start", "2147483600", "--profile-steps", "49"}).find("--profile-start:"),
+              std::string::npos);
+}
+
+// --profile-start numbers steps as the step lines do, from 1: step 0 does not exist.
+TEST(Cli, ProfileStartCountsFromOne) {
+    EXPECT_EQ(parse({}).profile_start, 6);
+    EXPECT_EQ(parse({"--profile-start", "1"}).profile_start, 1);
+    EXPECT_NE(usage_error({"--profile-start", "0"}).find("--profile-start: expected an integer in [1, "),
               std::string::npos);
 }
 

@@ -116,6 +116,8 @@ TEST(ProfilerFindings, RooflineFiresForASubBlockFarBelowItsCeiling) {
     ASSERT_NE(x, nullptr);
     EXPECT_TRUE(has(x->next_step, "on the CPU")) << x->next_step;
     EXPECT_FALSE(has(x->next_step, "cuBLASLt")) << x->next_step;
+    // One profile runs one thread count: nothing in it says more threads would be faster.
+    EXPECT_FALSE(has(x->next_step, "more OpenMP threads")) << x->next_step;
 }
 
 // 100 kernels of 60 us per step with 40 us gaps between them; in `launch` the CPU is inside

@@ -126,16 +126,19 @@ TEST(GpuCheckParsers, TrainStepAndValLines) {
     EXPECT_TRUE(has(j, "\"mem_gib\": 7.12")) << j;
     EXPECT_TRUE(has(j, "\"sample\": \"ROMEO:")) << j;
 
-    // Lines as llmc/train_loop.h prints them, with a val loss that rises: the stage fails on it.
+    // Lines as llmc/train/loop.cpp prints them, with a val loss that rises: the stage fails on it.
     TempDir dir;
-    write(dir / "train.log", "val loss 10.900000\n"
-                             "step    1/2 | loss 10.950000 | norm 5.1000 | lr 3.00e-04 | 40.10 ms | 102145 tok/s\n"
-                             "step    2/2 | loss 10.100000 | norm 4.2000 | lr 3.00e-04 | 39.90 ms | 102657 tok/s\n"
-                             "val loss 11.200000\n");
+    write(dir / "train.log", "step    0/2 | val loss 10.900000\n"
+                             "step    1/2 | loss 10.950000 | norm 5.1000 | lr 3.00e-04 | 40.10 ms | 102145 tok/s | "
+                             "0.1 s elapsed, ETA 0.1 s\n"
+                             "step    2/2 | loss 10.100000 | norm 4.2000 | lr 3.00e-04 | 39.90 ms | 102657 tok/s | "
+                             "0.2 s elapsed, ETA 0.0 s\n"
+                             "step    2/2 | val loss 11.200000\n");
     std::string rise = parse("train", dir / "train.log");
     EXPECT_TRUE(has(rise, "\"steps\": 2")) << rise;
     EXPECT_TRUE(has(rise, "\"train_falls\": true")) << rise;
     EXPECT_TRUE(has(rise, "\"val_falls\": false")) << rise;
+    EXPECT_TRUE(has(rise, "\"val_losses\": [10.9, 11.2]")) << rise;
     EXPECT_TRUE(has(rise, "\"mfu\": null")) << rise; // no MFU without a datasheet entry
     EXPECT_TRUE(has(rise, "\"sample\": null")) << rise;
 }

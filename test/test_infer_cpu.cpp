@@ -182,7 +182,7 @@ TEST(InferCPU, Quantile) {
 
 namespace {
 std::string infer(const std::string& args) {
-    return "GPT2_VOCAB_DIR=" + data_dir() + "/gpt2 ./infer_gpt2 " + args;
+    return "GPT2_VOCAB_DIR=" + testutil::vocab_dir() + " ./infer_gpt2 " + args;
 }
 std::vector<nlohmann::json> json_lines(const std::string& out) {
     std::vector<nlohmann::json> v;
@@ -235,7 +235,7 @@ TEST(InferProgram, GreedyJsonMatchesRecompute) {
     ASSERT_EQ(lines.size(), 2u) << r.output;
     const nlohmann::json& seq = lines[0];
     const GPT2Tokenizer tok =
-        GPT2Tokenizer::from_gpt2_files(data_dir() + "/gpt2/encoder.json", data_dir() + "/gpt2/vocab.bpe");
+        GPT2Tokenizer::from_gpt2_files(testutil::vocab_dir() + "/encoder.json", testutil::vocab_dir() + "/vocab.bpe");
     const std::vector<int> prompt = tok.encode("To be or not"), ids = seq["ids"].get<std::vector<int>>();
     EXPECT_EQ(seq["prompt_ids"].get<std::vector<int>>(), prompt);
     ASSERT_EQ(ids.size(), 32u);
@@ -349,7 +349,9 @@ TEST(InferProfile, DecodeBuckets) {
 TEST(InferProgram, ProfileSeparatesPrefillAndDecode) {
     TempDir dir;
     const std::string prof_dir = dir / "profile";
-    auto r = run("{ " + infer("-e d2 --prompt-len 8 -n 6 --temperature 0 --json --profile " + prof_dir) + " 2>/dev/null; }");
+    // Its own ceilings cache and no RAPL, as the training profile tests (test/cpu_profile_fixture.h).
+    auto r = run("{ XDG_CACHE_HOME=" + (dir / "cache") + " LLMC_POWERCAP_ROOT=" + (dir / "no_powercap") + " " +
+                 infer("-e d2 --prompt-len 8 -n 6 --temperature 0 --json --profile " + prof_dir) + " 2>/dev/null; }");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(json_lines(r.output).size(), 2u) << r.output; // parses: nothing else on stdout
 

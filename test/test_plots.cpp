@@ -2,13 +2,13 @@
 // (test/data/sample_profile, from dev/sample_profile.cpp) and on a CPU profile written here. They need
 // python3 with matplotlib; LLMC_SKIP_PLOT_TESTS=1 skips them where neither can be installed.
 #include <cstdlib>
-#include <fstream>
 #include <gtest/gtest.h>
 #include <string>
 #include <unistd.h>
 
 #include "test/cpu_profile_fixture.h"
 
+using testutil::is_png;
 using testutil::run;
 using testutil::TempDir;
 
@@ -16,30 +16,23 @@ namespace {
 
 const char* SAMPLE = "test/data/sample_profile";
 
-// Skips (LLMC_SKIP_PLOT_TESTS=1) or fails, naming what to install, without python3 and matplotlib.
-#define REQUIRE_MATPLOTLIB()                                                                                   \
-    do {                                                                                                       \
-        const char* skip = getenv("LLMC_SKIP_PLOT_TESTS");                                                     \
-        if (skip && std::string(skip) == "1") GTEST_SKIP() << "LLMC_SKIP_PLOT_TESTS=1";                        \
-        ASSERT_EQ(run("python3 --version").exit_code, 0) << "python3 not found: install python3 and matplotlib " \
-                                                             "(or set LLMC_SKIP_PLOT_TESTS=1)";               \
-        ASSERT_EQ(run("python3 -c 'import matplotlib'").exit_code, 0)                                          \
-            << "matplotlib not found: python3 -m pip install matplotlib (or set LLMC_SKIP_PLOT_TESTS=1)";      \
-    } while (0)
-
 // `rel` (from the repository root, the tests' working directory) as an absolute path.
 std::string abs_path(const std::string& rel) {
     char buf[4096];
     return std::string(getcwd(buf, sizeof(buf)) ? buf : ".") + "/" + rel;
 }
 
-// A non-empty file that starts with the PNG signature.
-bool is_png(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    char sig[8] = {};
-    f.read(sig, 8);
-    return f.gcount() == 8 && std::string(sig, 8) == "\x89PNG\r\n\x1a\n";
-}
+// A CPU profile written by train_gpt2 (steps 1-2 of 3) for the scripts to read, and a directory for their output.
+class PlotCpuProfile : public testing::Test {
+protected:
+    void SetUp() override {
+        REQUIRE_MATPLOTLIB();
+        testutil::run_cpu_profile(cpu, 3, 1, 2); // B=4 T=16, grad_accum 2: 128 tokens per step
+        ASSERT_EQ(cpu.result.exit_code, 0) << cpu.result.output;
+    }
+    testutil::CpuProfileRun cpu;
+    TempDir out;
+};
 
 } // namespace
 
@@ -52,11 +45,7 @@ TEST(PlotProfile, SampleProfileGivesFourPngs) {
         EXPECT_TRUE(is_png(out / name)) << name;
 }
 
-TEST(PlotProfile, CpuProfileWithoutPowerGivesAPlaceholder) {
-    REQUIRE_MATPLOTLIB();
-    testutil::CpuProfileRun cpu;
-    testutil::run_cpu_profile(cpu, 3, 1, 2);
-    ASSERT_EQ(cpu.result.exit_code, 0) << cpu.result.output;
+TEST_F(PlotCpuProfile, WithoutPowerGivesAPlaceholder) {
     auto r = run("python3 scripts/plot_profile.py " + cpu.profile_dir()); // into the profile directory
     ASSERT_EQ(r.exit_code, 0) << r.output;
     for (const char* name : {"roofline.png", "subblocks.png", "kernels.png", "power.png"})
@@ -77,12 +66,7 @@ TEST(PlotProfile, ClearErrors) {
     EXPECT_NE(cmp.output.find("no profile directory '/nonexistent/a'"), std::string::npos) << cmp.output;
 }
 
-TEST(PlotProfile, CompareCpuWithSample) {
-    REQUIRE_MATPLOTLIB();
-    testutil::CpuProfileRun cpu;
-    testutil::run_cpu_profile(cpu, 3, 1, 2);
-    ASSERT_EQ(cpu.result.exit_code, 0) << cpu.result.output;
-    TempDir out;
+TEST_F(PlotCpuProfile, CompareWithSample) {
     auto r = run("python3 scripts/compare_profiles.py " + cpu.profile_dir() + " " + SAMPLE + " -o " + (out / "c.png"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("A ms"), std::string::npos) << r.output;
@@ -103,4 +87,69 @@ TEST(PlotProfile, CompareSampleWithItselfGivesOnes) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("1.000\n"), std::string::npos) << r.output;
     EXPECT_TRUE(is_png(out / "compare.png")); // the default: compare.png in the current directory
+}
+
+// A CPU profile of a toy model against the GPT-2 sample: a warning names what differs, and --per-token turns
+// each row into microseconds per token (time per step / (B * T * grad_accum)), checked against the CSV.
+TEST_F(PlotCpuProfile, CompareWarnsOnDifferentShapesAndComparesPerToken) {
+    const std::string cmd = "python3 scripts/compare_profiles.py " + cpu.profile_dir() + " " + SAMPLE + " -o " +
+                            (out / "c.png");
+    auto r = run(cmd);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("warning: A and B differ in model (L=2 NH=2 C=32 V=60 vs L=12 NH=12 C=768 V=50257), "
+                            "T (16 vs 1024), grad_accum (2 vs 1): they do different work per step; --per-token"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("A ms"), std::string::npos) << r.output;
+
+    auto t = run(cmd + " --per-token");
+    ASSERT_EQ(t.exit_code, 0) << t.output;
+    EXPECT_NE(t.output.find("A us/tok"), std::string::npos) << t.output;
+    double qkv_us = -1;
+    for (auto& row : testutil::read_csv(cpu.profile_dir() + "/subblocks.csv"))
+        if (row["subblock"] == "qkv" && row["phase"] == "fwd") qkv_us = std::stod(row["time_us"]);
+    ASSERT_GT(qkv_us, 0);
+    size_t at = t.output.find("\nqkv          fwd");
+    ASSERT_NE(at, std::string::npos) << t.output;
+    double shown = std::stod(t.output.substr(at + std::string("\nqkv          fwd").size())); // column A
+    EXPECT_NEAR(shown, qkv_us / 2 / 128, 1e-3 * qkv_us / 2 / 128) << t.output; // 2 steps, 4 significant digits
+}
+
+// Two profiles from the same device and program: the legends (printed as the A and B lines) differ by the
+// directories' names, and profiles of the same shape draw no warning.
+TEST(PlotProfile, CompareLegendsNameTheDirectories) {
+    REQUIRE_MATPLOTLIB();
+    TempDir copy;
+    ASSERT_EQ(run("mkdir -p " + (copy / "run2") + " && cp -r " + SAMPLE + " " + (copy / "run2")).exit_code, 0);
+    auto r = run(std::string("python3 scripts/compare_profiles.py ") + SAMPLE + " " + (copy / "run2/sample_profile") +
+                 " -o " + (copy / "c.png"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("A: data/sample_profile: train_gpt2cu ("), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("B: run2/sample_profile: train_gpt2cu ("), std::string::npos) << r.output;
+}
+
+// Roofline labels: on the sample (sub-blocks crowded near the ridge, some on one spot) and on a CPU profile,
+// no label overlaps another, and every sub-block with a point is named once.
+TEST_F(PlotCpuProfile, RooflineLabelsDoNotOverlap) {
+    std::ofstream(out / "check.py") << R"(import csv, sys
+sys.path.insert(0, "scripts")
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import plot_profile
+labels = plot_profile.plot_roofline(plot_profile.load(sys.argv[1]), plt, sys.argv[2])
+bad = sum(plot_profile.overlap(a[1], b[1]) > 0 for i, a in enumerate(labels) for b in labels[:i])
+named = sorted(n for text, _ in labels for n in text.split(", "))
+with open(sys.argv[1] + "/subblocks.csv") as f:
+    want = sorted(r["subblock"] + " " + r["phase"] for r in csv.DictReader(f)
+                  if float(r["intensity"] or 0) > 0 and float(r["tflops"] or 0) > 0)
+print(f"{len(labels)} labels, {bad} overlapping, names match: {named == want}")
+)";
+    for (const std::string& dir : {std::string(SAMPLE), cpu.profile_dir()}) {
+        auto r = run("python3 " + (out / "check.py") + " " + dir + " " + (out / "r.png"));
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_NE(r.output.find(" labels, 0 overlapping, names match: True"), std::string::npos) << dir << r.output;
+        EXPECT_TRUE(is_png(out / "r.png"));
+    }
 }

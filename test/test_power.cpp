@@ -2,13 +2,17 @@
 // NVML function table and synthetic records: no GPU, no NVML needed. Times are nanoseconds.
 #include <atomic>
 #include <cmath>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <string>
 #include <vector>
 
 #include "llmc/profiler/nvml_sampler.h"
+#include "llmc/profiler/cpu_source.h"
+#include "llmc/profiler/rapl.h"
 #include "llmc/profiler/findings.h"
 #include "llmc/profiler/writers.h"
+#include "test/test_util.h"
 
 using namespace llmc;
 using namespace llmc::prof;
@@ -312,4 +316,141 @@ TEST(ProfilerPower, EfficiencyByHand) {
     EXPECT_NE(csv.find(",integrated\n"), std::string::npos) << csv;
     std::string s = format_summary(rep);
     EXPECT_NE(s.find("0.11719 J/token, 8.5 tokens/J, "), std::string::npos) << s;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The CPU's energy counter: RAPL through powercap (llmc/profiler/rapl.h), on a fake sysfs tree
+// ---------------------------------------------------------------------------------------------------------
+
+namespace {
+
+// A powercap tree in a temp dir: zones with a name, a range and a counter the test moves.
+struct FakePowercap {
+    testutil::TempDir dir;
+    void put(const std::string& rel, const std::string& text) const {
+        (void)!system(("mkdir -p '" + dir.path + "/" + rel.substr(0, rel.rfind('/')) + "'").c_str());
+        std::ofstream(dir / rel) << text << "\n";
+    }
+    void zone(const std::string& z, const std::string& name, uint64_t energy_uj, uint64_t max_uj) const {
+        put(z + "/name", name);
+        put(z + "/energy_uj", std::to_string(energy_uj));
+        put(z + "/max_energy_range_uj", std::to_string(max_uj));
+    }
+};
+
+} // namespace
+
+TEST(ProfilerRapl, SumsPackagesAndUndoesTheWrap) {
+    FakePowercap fs;
+    fs.zone("intel-rapl:0", "package-0", 1000000, 262143328850);
+    fs.zone("intel-rapl:1", "package-1", 262143000000, 262143328850); // 0.33 J before its wrap
+    // Not added: a package's sub-domain, the same package through MMIO, and the platform (psys) zone.
+    fs.zone("intel-rapl:0/intel-rapl:0:0", "core", 5, 262143328850);
+    fs.zone("intel-rapl:0:0", "core", 5, 262143328850);
+    fs.zone("intel-rapl-mmio:0", "package-0", 5, 262143328850);
+    fs.zone("intel-rapl:2", "psys", 5, 262143328850);
+    RaplReader rapl(fs.dir.path);
+    ASSERT_TRUE(rapl.ok()) << rapl.status();
+    EXPECT_EQ(rapl.status(), "");
+    EXPECT_EQ(rapl.packages(), 2u);
+    EXPECT_DOUBLE_EQ(rapl.joules(), 0.0);
+    fs.put("intel-rapl:0/energy_uj", "3500000");    // +2.5 J
+    fs.put("intel-rapl:1/energy_uj", "1000000");    // wrapped: 328850 + 1 + 1000000 uJ
+    fs.put("intel-rapl:0:0/energy_uj", "999999999"); // a sub-domain moving changes nothing
+    EXPECT_NEAR(rapl.joules(), 2.5 + 1.328851, 1e-9);
+    fs.put("intel-rapl:0/energy_uj", "4500000");    // +1 J more; package 1 stands still
+    EXPECT_NEAR(rapl.joules(), 3.5 + 1.328851, 1e-9);
+}
+
+TEST(ProfilerRapl, SaysWhyThereIsNoEnergy) {
+    FakePowercap fs;
+    RaplReader missing(fs.dir / "nowhere");
+    EXPECT_FALSE(missing.ok());
+    EXPECT_NE(missing.status().find("no powercap interface (" + fs.dir.path + "/nowhere: No such file"),
+              std::string::npos)
+        << missing.status();
+    EXPECT_DOUBLE_EQ(missing.joules(), 0.0);
+
+    RaplReader empty(fs.dir.path);
+    EXPECT_NE(empty.status().find("no RAPL zone under " + fs.dir.path), std::string::npos) << empty.status();
+
+    fs.zone("intel-rapl:0", "package-0", 1, 100);
+    fs.put("intel-rapl:0/energy_uj", "n/a");
+    RaplReader garbled(fs.dir.path);
+    EXPECT_FALSE(garbled.ok());
+    EXPECT_NE(garbled.status().find("intel-rapl:0/energy_uj holds 'n/a', not a counter"), std::string::npos)
+        << garbled.status();
+
+    fs.put("intel-rapl:0/name", "psys");
+    fs.put("intel-rapl:0/energy_uj", "5");
+    EXPECT_NE(RaplReader(fs.dir.path).status().find("no RAPL package domain under"), std::string::npos);
+}
+
+// A CPU profile's steps with RAPL readings at their edges and no power samples: energy, J/token and the
+// counter named in the summary, as a GPU profile reports NVML's.
+TEST(ProfilerRapl, CpuStepsGetEnergyFromTheCounter) {
+    ProfileContext c;
+    c.device_kind = DeviceKind::CPU;
+    c.model = gpt2_config_for_depth(2);
+    c.B = 4, c.T = 64;
+    ProfileRecords r;
+    r.steps = {step(0, 0, 100 * MS, 256), step(1, 100 * MS, 300 * MS, 256)};
+    r.energy = {{0, 10.0}, {100 * MS, 14.0}, {100 * MS + 1000, 14.0}, {300 * MS, 20.0}};
+    r.energy_counter = "RAPL package energy counter (1 package)";
+    Report rep = build_report(r, c);
+    EXPECT_NEAR(rep.steps[0].energy_j, 4.0, 1e-9);
+    EXPECT_NEAR(rep.steps[1].energy_j, 6.0, 1e-9);
+    EXPECT_EQ(rep.steps[1].energy_source, EnergySource::counter);
+    EXPECT_NEAR(rep.steps[0].avg_power_w, 40.0, 1e-9);
+    EXPECT_NEAR(rep.power.joules_per_token, 10.0 / 512, 1e-12);
+    EXPECT_EQ(rep.power.counter_steps, 2);
+    std::string s = format_summary(rep);
+    EXPECT_NE(s.find("  energy 10.00 J, average 33.3 W\n"), std::string::npos) << s;
+    EXPECT_NE(s.find("0.01953 J/token"), std::string::npos) << s;
+    EXPECT_NE(s.find("energy from the RAPL package energy counter (1 package) (2 steps counter"), std::string::npos)
+        << s;
+    EXPECT_EQ(s.find("SM clock"), std::string::npos) << s;
+
+    // Without readings the summary gives the reason the source recorded.
+    r.energy.clear();
+    r.power_status = "RAPL not readable: no RAPL zone under /x";
+    std::string none = format_summary(build_report(r, c));
+    EXPECT_NE(none.find("n/a (RAPL not readable: no RAPL zone under /x)"), std::string::npos) << none;
+}
+
+// The CPU event source reads RAPL at each step's edges: a step's energy is the counter's advance over it,
+// across a wrap; a step where the counter stood still has none, and the summary says why.
+TEST(ProfilerRapl, CpuSourceReadsTheCounterAtStepEdges) {
+    FakePowercap fs;
+    fs.zone("intel-rapl:0", "package-0", 999000000, 1000000000); // 1 J before it wraps at 1000 J
+    SubBlockTimes timings;
+    CpuEventSource source(&timings, fs.dir.path);
+    ASSERT_TRUE(source.start());
+    source.begin_step(0);
+    fs.put("intel-rapl:0/energy_uj", "2000000"); // wrapped: 1 J + 1 uJ + 2 J
+    source.end_step(100);
+    source.begin_step(1);
+    source.end_step(100); // the counter stands still
+    source.stop();
+    ProfileRecords rec = source.take();
+    ASSERT_EQ(rec.energy.size(), 4u);
+    EXPECT_EQ(rec.energy_counter, "RAPL package energy counter (1 package)");
+    EXPECT_EQ(rec.power_status, "");
+    ProfileContext c;
+    c.device_kind = DeviceKind::CPU;
+    Report rep = build_report(rec, c);
+    ASSERT_EQ(rep.steps.size(), 2u);
+    EXPECT_NEAR(rep.steps[0].energy_j, 3.000001, 1e-9);
+    EXPECT_EQ(rep.steps[0].energy_source, EnergySource::counter);
+    EXPECT_TRUE(std::isnan(rep.steps[1].energy_j));
+    EXPECT_NE(format_summary(rep).find("n/a (RAPL package energy counter (1 package) did not advance in every step)"),
+              std::string::npos);
+
+    // No tree: nothing is read, and the records carry the reason.
+    CpuEventSource none(&timings, fs.dir / "nowhere");
+    none.begin_step(0);
+    none.end_step(100);
+    ProfileRecords empty = none.take();
+    EXPECT_TRUE(empty.energy.empty());
+    EXPECT_EQ(empty.power_status.rfind("RAPL not readable: no powercap interface (", 0), 0u) << empty.power_status;
 }

@@ -16,22 +16,24 @@ using namespace llmc;
 
 namespace {
 
-std::string gpt2_dir() { return testutil::data_dir() + "/gpt2"; }
-std::string shakespeare() { return testutil::data_dir() + "/tinyshakespeare/input.txt"; }
+std::string gpt2_dir() { return testutil::vocab_dir(); }
+std::string shakespeare() { return testutil::shakespeare().path; }
 
 struct Fact {
     size_t count;
     std::string hash;
 };
 
-// The "shakespeare_*" lines of the reference: name, count, and for token streams their hash.
+// The reference's facts about the text shakespeare() reads ("<corpus>_<name> count [hash]" lines): its count and,
+// for token streams, their hash.
 const Fact& reference(const std::string& name) {
     static const std::map<std::string, Fact> facts = [] {
         std::map<std::string, Fact> m;
+        const std::string prefix = testutil::shakespeare().facts + "_";
         std::istringstream in(detail::read_text_file("test/data/tokenizer_vectors.txt"));
         for (std::string line; std::getline(in, line);) {
-            if (line.rfind("shakespeare_", 0) != 0) continue;
-            std::istringstream f(line.substr(12));
+            if (line.rfind(prefix, 0) != 0) continue;
+            std::istringstream f(line.substr(prefix.size()));
             std::string key;
             Fact fact{0, ""};
             f >> key >> fact.count >> fact.hash;
@@ -40,7 +42,8 @@ const Fact& reference(const std::string& name) {
         return m;
     }();
     auto it = facts.find(name);
-    if (it == facts.end()) throw Error("test/data/tokenizer_vectors.txt: no shakespeare_" + name);
+    if (it == facts.end())
+        throw Error("test/data/tokenizer_vectors.txt: no " + testutil::shakespeare().facts + "_" + name);
     return it->second;
 }
 
@@ -106,8 +109,22 @@ TEST(PrepareDataCli, MissingVocabularyNamesFileAndRemedy) {
     auto r = testutil::run("GPT2_VOCAB_DIR=" + dir.path + " ./prepare_data " + shakespeare() + " " + (dir / "o.bin"));
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_EQ(r.output.rfind("error: " + (dir / "encoder.json") + ": not found", 0), 0u) << r.output;
-    EXPECT_NE(r.output.find("dev/data/tinyshakespeare.sh"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("dev/data/gpt2"), std::string::npos) << r.output;
     EXPECT_EQ(count_lines(r.output), 1) << r.output;
+}
+
+// With neither --gpt2-dir nor GPT2_VOCAB_DIR, the vocabulary that ships beside the program is used, from any working
+// directory.
+TEST(PrepareDataCli, DefaultVocabularyIsTheShippedOne) {
+    testutil::TempDir dir;
+    char cwd[4096];
+    ASSERT_NE(getcwd(cwd, sizeof cwd), nullptr);
+    std::string text = shakespeare();
+    if (text[0] != '/') text = std::string(cwd) + "/" + text;
+    auto r = testutil::run("cd " + dir.path + " && env -u GPT2_VOCAB_DIR " + cwd + "/prepare_data " + text + " o.bin");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::vector<uint16_t> tokens = read_shard(dir / "o.bin");
+    EXPECT_EQ(fnv1a64(tokens), reference("plain").hash);
 }
 
 // Not a regular file as input: one line and exit 1 (a directory used to abort on an uncaught std::length_error,
@@ -167,7 +184,9 @@ TEST(PrepareDataShards, PlainEncoding) {
     std::string out = dir / "plain.bin";
     auto r = testutil::run("./prepare_data --gpt2-dir " + gpt2_dir() + " " + shakespeare() + " " + out);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("wrote 338025 tokens to " + out), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(strprintf("wrote %zu tokens to %s", reference("plain").count, out.c_str())),
+              std::string::npos)
+        << r.output;
     std::vector<uint16_t> tokens = read_shard(out);
     EXPECT_EQ(tokens.size(), reference("plain").count);
     EXPECT_EQ(fnv1a64(tokens), reference("plain").hash);

@@ -68,17 +68,19 @@ void drive(SessionRun& r, int first, int count, int start_step, int max_steps, b
 TEST(ProfileSession, ArmsASlowSourceOneStepAheadAndWritesWhenTheWindowCloses) {
     SessionRun r;
     drive(r, 2, 3, 0, 8, true);
-    EXPECT_EQ(r.log, "start begin0 flush begin1 flush begin2 flush stop written ");
+    // The source gets the run's step numbers as the step lines print them: indices 2-4 are steps 3-5.
+    EXPECT_EQ(r.log, "start begin3 flush begin4 flush begin5 flush stop written ");
     auto steps = testutil::read_csv(r.profile() + "/steps.csv");
     ASSERT_EQ(steps.size(), 3u);
     EXPECT_EQ(steps[0]["tokens"], "100");
+    for (int i = 0; i < 3; i++) EXPECT_EQ(steps[i]["step"], std::to_string(3 + i));
     EXPECT_NE(testutil::slurp(r.profile() + "/summary.txt").find("device    scripted"), std::string::npos);
 }
 
 TEST(ProfileSession, AFastSourceStartsAtOnce) {
     SessionRun r;
     drive(r, 1, 2, 0, 5, false);
-    EXPECT_EQ(r.log, "start flush begin0 flush begin1 flush stop written ");
+    EXPECT_EQ(r.log, "start flush begin2 flush begin3 flush stop written ");
 }
 
 TEST(ProfileSession, ARefusedSourceRecordsNothing) {

@@ -20,7 +20,7 @@ using namespace llmc;
 
 namespace {
 
-std::string gpt2_dir() { return testutil::data_dir() + "/gpt2"; }
+std::string gpt2_dir() { return testutil::vocab_dir(); }
 
 // Loading parses 1 MB of JSON and 50k merges; do it once for the whole suite.
 const GPT2Tokenizer& gpt2() {
@@ -271,18 +271,20 @@ TEST(TokenizerGPT2, TenMegabyteWordInUnderThreeSeconds) {
 }
 
 TEST(TokenizerTinyShakespeare, MatchesTiktoken) {
-    std::string text = detail::read_text_file(testutil::data_dir() + "/tinyshakespeare/input.txt");
+    const testutil::Corpus corpus = testutil::shakespeare();
+    std::string text = detail::read_text_file(corpus.path);
     const auto& facts = vectors().facts;
-    ASSERT_EQ(facts.count("shakespeare_plain"), 1u);
-    ASSERT_EQ(text.size(), facts.at("shakespeare_bytes").first);
+    auto fact = [&](const char* name) { return facts.at(corpus.facts + "_" + name); };
+    ASSERT_EQ(facts.count(corpus.facts + "_plain"), 1u);
+    ASSERT_EQ(text.size(), fact("bytes").first) << corpus.path;
     const GPT2Tokenizer& t = gpt2();
     auto t0 = std::chrono::steady_clock::now();
     std::vector<int> ids = t.encode(text);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    printf("tinyshakespeare: %zu bytes -> %zu tokens in %.0f ms\n", text.size(), ids.size(), ms);
-    EXPECT_EQ(ids.size(), facts.at("shakespeare_plain").first);
-    EXPECT_EQ(fnv1a64_u16(ids), facts.at("shakespeare_plain").second);
-    EXPECT_TRUE(t.decode(ids) == text) << "decode(encode(tinyshakespeare)) differs from the text";
+    printf("%s: %zu bytes -> %zu tokens in %.0f ms\n", corpus.path.c_str(), text.size(), ids.size(), ms);
+    EXPECT_EQ(ids.size(), fact("plain").first);
+    EXPECT_EQ(fnv1a64_u16(ids), fact("plain").second);
+    EXPECT_TRUE(t.decode(ids) == text) << "decode(encode(" << corpus.path << ")) differs from the text";
 }
 
 TEST(TokenizerLlmcFile, WriteReadRoundTrip) {
@@ -477,5 +479,22 @@ TEST(TokenizerErrors, InvalidUtf8NamesTheOffset) {
         std::string msg = error_of([&] { gpt2().encode(c.text); });
         EXPECT_NE(msg.find(strprintf("invalid UTF-8 in the input at byte offset %zu ", c.offset)), std::string::npos)
             << msg;
+    }
+}
+
+// The vocabulary the repository ships is GPT-2's, byte for byte: the checksums its README records (and that
+// README's table is what this test reads, so the two cannot drift apart).
+TEST(TokenizerShippedVocabulary, MatchesRecordedChecksums) {
+    std::string readme = detail::read_text_file("dev/data/gpt2/README.md");
+    for (const char* name : {"encoder.json", "vocab.bpe"}) {
+        std::string row = "| `" + std::string(name) + "` |";
+        size_t at = readme.find(row);
+        ASSERT_NE(at, std::string::npos) << "dev/data/gpt2/README.md has no row for " << name;
+        size_t open = readme.find('`', readme.find('|', at + row.size()) + 1);
+        std::string recorded = readme.substr(open + 1, readme.find('`', open + 1) - open - 1);
+        ASSERT_EQ(recorded.size(), 64u) << recorded;
+        auto r = testutil::run("sha256sum dev/data/gpt2/" + std::string(name));
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_EQ(r.output.substr(0, 64), recorded) << name;
     }
 }

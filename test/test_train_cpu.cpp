@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <random>
 #include <regex>
@@ -152,6 +153,61 @@ TEST_F(TrainCpu, OverfitsOneBatch) {
     EXPECT_LT(steps.back().loss, 0.3 * steps[0].loss) << r.output;
 }
 
+// llm.c's CPU trainer's optimizer (beta2 0.999, no clipping, no weight decay) through the flags: overfitting one batch,
+// the trainer's losses and norms are those of a plain loop over the same model code with the textbook AdamW update
+// (Loshchilov & Hutter, bias-corrected; written here, not the trainer's), within the 6 printed decimals. The
+// gradient norm is above 1 from the first step, so the default clipping is active in the default run, whose losses
+// part from these (by little: Adam's step is nearly invariant to a gradient scale that changes slowly).
+TEST_F(TrainCpu, LlmcCpuOptimizerSettingsGiveTheTextbookAdamW) {
+    const int B = 4, T = 16, steps = 4;
+    const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+    const std::string common = "-a 1 -x 4 -v 0 -l 0.001 -k constant ";
+    auto r = run(train(common + "--beta2 0.999 --grad-clip 0 -c 0"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("| AdamW b1 b2 eps / wd  | 0.9 0.999 1e-08 / 0 "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("| grad clip             | off "), std::string::npos) << r.output;
+    std::vector<Step> got = parse_steps(r.output);
+    ASSERT_EQ(got.size(), (size_t)steps) << r.output;
+
+    ModelFile mf = load_model(model_path());
+    GPT2CPU<float> m(mf.config);
+    m.params_memory = mf.params;
+    std::ifstream shard(dir / "toy_train.bin", std::ios::binary);
+    std::vector<uint16_t> tok(B * T + 1);
+    shard.seekg(HEADER_BYTES);
+    shard.read(reinterpret_cast<char*>(tok.data()), tok.size() * sizeof(uint16_t));
+    ASSERT_TRUE(shard.good());
+    std::vector<int> inputs(tok.begin(), tok.end() - 1), targets(tok.begin() + 1, tok.end());
+    const size_t n = m.params_memory.size();
+    std::vector<float> mom(n, 0.0f), var(n, 0.0f);
+    for (int t = 1; t <= steps; t++) {
+        m.zero_grad();
+        m.forward(inputs.data(), targets.data(), B, T);
+        m.backward();
+        double norm2 = 0;
+        for (float g : m.grads_memory) norm2 += (double)g * g;
+        EXPECT_NEAR(got[t - 1].loss, m.mean_loss, 2e-6) << "step " << t;
+        EXPECT_NEAR(got[t - 1].norm, std::sqrt(norm2), 1e-4 * std::sqrt(norm2)) << "step " << t;
+        if (t == 1) {
+            ASSERT_GT(std::sqrt(norm2), 1.0) << "a norm below 1 would not tell clipping from none";
+        }
+        for (size_t i = 0; i < n; i++) {
+            const float g = m.grads_memory[i];
+            mom[i] = beta1 * mom[i] + (1.0f - beta1) * g;
+            var[i] = beta2 * var[i] + (1.0f - beta2) * g * g;
+            const float mhat = mom[i] / (1.0f - std::pow(beta1, (float)t));
+            const float vhat = var[i] / (1.0f - std::pow(beta2, (float)t));
+            m.params_memory[i] -= lr * (mhat / (std::sqrt(vhat) + eps));
+        }
+    }
+
+    std::vector<Step> defaults = parse_steps(run(train(common)).output);
+    ASSERT_EQ(defaults.size(), (size_t)steps);
+    EXPECT_EQ(defaults[0].loss, got[0].loss);
+    EXPECT_GT(std::fabs(defaults.back().loss - got.back().loss), 2e-5)
+        << defaults.back().loss << " vs " << got.back().loss;
+}
+
 TEST_F(TrainCpu, ValLossFallsAndLogIsWritten) {
     auto r = run(train("-x 60 -l 3e-3 -v 30 -m 4 -o " + (dir / "out")));
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -165,6 +221,30 @@ TEST_F(TrainCpu, ValLossFallsAndLogIsWritten) {
     for (const char* s : {"encoder", "ln1", "qkv", "attention", "attn_proj", "residual1", "ln2", "fc ", "gelu",
                           "fc_proj", "residual2", "lnf", "classifier", "optimizer", "grad_norm"})
         EXPECT_NE(r.output.find(std::string("\n") + s), std::string::npos) << s;
+}
+
+// Each step line ends with the time since training started and the time left at that pace; a val loss names
+// the step it follows, numbered as the step lines are (step 0: before training).
+TEST_F(TrainCpu, StepLinesShowElapsedAndEtaAndValLinesTheirStep) {
+    auto r = run(train("-x 6 -v 3 -m 2"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::regex step_re(R"(^step +(\d+)/6 \| loss .* \| ([0-9.]+) s elapsed, ETA ([0-9.]+) s$)");
+    std::vector<double> elapsed, eta;
+    std::vector<int> val_steps;
+    size_t pos = 0;
+    while (pos < r.output.size()) {
+        size_t eol = r.output.find('\n', pos);
+        std::string line = r.output.substr(pos, eol - pos);
+        pos = eol == std::string::npos ? r.output.size() : eol + 1;
+        std::smatch m;
+        if (std::regex_match(line, m, step_re)) elapsed.push_back(std::stod(m[2])), eta.push_back(std::stod(m[3]));
+        else if (std::regex_match(line, m, std::regex(R"(^step +(\d+)/6 \| val loss [0-9.]+$)")))
+            val_steps.push_back(std::stoi(m[1]));
+    }
+    ASSERT_EQ(elapsed.size(), 6u) << r.output;
+    for (size_t i = 1; i < elapsed.size(); i++) EXPECT_GE(elapsed[i], elapsed[i - 1]) << r.output;
+    EXPECT_EQ(eta.back(), 0.0) << r.output; // nothing left after the last step
+    EXPECT_EQ(val_steps, (std::vector<int>{0, 3, 6})) << r.output;
 }
 
 TEST_F(TrainCpu, GradientAccumulationMatchesTheBigBatch) {

@@ -12,10 +12,22 @@
 
 namespace testutil {
 
-// Root of the shared test data (tinyshakespeare/input.txt, gpt2/{encoder.json,vocab.bpe}).
-inline std::string data_dir() {
+// GPT-2's vocabulary (encoder.json, vocab.bpe): the repository's copy, or $LLMC_DATA/gpt2 where LLMC_DATA is set.
+inline std::string vocab_dir() {
     const char* d = getenv("LLMC_DATA");
-    return d ? d : "../shared/data";
+    return d && *d ? std::string(d) + "/gpt2" : "dev/data/gpt2";
+}
+
+// The tinyshakespeare text the tokenizer and data tests read, and the prefix of its facts in
+// test/data/tokenizer_vectors.txt: the whole text from $LLMC_DATA/tinyshakespeare/input.txt where LLMC_DATA is set,
+// else the excerpt the repository ships (its first sections, enough for both splits).
+struct Corpus {
+    std::string path, facts;
+};
+inline Corpus shakespeare() {
+    const char* d = getenv("LLMC_DATA");
+    if (d && *d) return {std::string(d) + "/tinyshakespeare/input.txt", "shakespeare"};
+    return {"test/data/tinyshakespeare_excerpt.txt", "excerpt"};
 }
 
 // The whole file as bytes ("" when it cannot be read).
@@ -96,4 +108,24 @@ inline RunResult run(const std::string& cmd) {
     return r;
 }
 
+// A non-empty file that starts with the PNG signature.
+inline bool is_png(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    char sig[8] = {};
+    f.read(sig, 8);
+    return f.gcount() == 8 && std::string(sig, 8) == "\x89PNG\r\n\x1a\n";
+}
+
 } // namespace testutil
+
+// For the tests that run the scripts/ plotters: skips (LLMC_SKIP_PLOT_TESTS=1) or fails, naming what to install,
+// without python3 and matplotlib.
+#define REQUIRE_MATPLOTLIB()                                                                                   \
+    do {                                                                                                       \
+        const char* skip = getenv("LLMC_SKIP_PLOT_TESTS");                                                     \
+        if (skip && std::string(skip) == "1") GTEST_SKIP() << "LLMC_SKIP_PLOT_TESTS=1";                        \
+        ASSERT_EQ(testutil::run("python3 --version").exit_code, 0)                                             \
+            << "python3 not found: install python3 and matplotlib (or set LLMC_SKIP_PLOT_TESTS=1)";             \
+        ASSERT_EQ(testutil::run("python3 -c 'import matplotlib'").exit_code, 0)                                \
+            << "matplotlib not found: python3 -m pip install matplotlib (or set LLMC_SKIP_PLOT_TESTS=1)";      \
+    } while (0)

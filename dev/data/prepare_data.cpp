@@ -8,7 +8,7 @@
  *       "\n\n"-separated section is a document preceded by <|endoftext|>; the first 32768 tokens are the
  *       validation split. Also writes the llm.c tokenizer file the trainer decodes samples with.
  *
- * DIR holds GPT-2's encoder.json and vocab.bpe (default $GPT2_VOCAB_DIR, else data/gpt2).
+ * DIR holds GPT-2's encoder.json and vocab.bpe (default $GPT2_VOCAB_DIR, else the repository's dev/data/gpt2).
  */
 #include <chrono>
 #include <cstdio>
@@ -33,7 +33,8 @@ static const char* USAGE =
     "  --tinyshakespeare   write OUTDIR/tiny_shakespeare_{val,train}.bin as llm.c does (an <|endoftext|> before\n"
     "                      every blank-line-separated section, the first 32768 tokens for validation) and\n"
     "                      OUTDIR/gpt2_tokenizer.bin; OUTDIR is created if missing\n"
-    "  --gpt2-dir DIR      directory with encoder.json and vocab.bpe (default: $GPT2_VOCAB_DIR, else data/gpt2)\n"
+    "  --gpt2-dir DIR      directory with encoder.json and vocab.bpe (default: $GPT2_VOCAB_DIR, else the\n"
+    "                      repository's dev/data/gpt2 beside this program)\n"
     "  -h, --help          show this help\n";
 
 // llm.c's validation split for tinyshakespeare.
@@ -46,8 +47,7 @@ struct Args {
 
 static Args parse_args(int argc, char** argv) {
     Args a;
-    const char* env = getenv("GPT2_VOCAB_DIR");
-    a.gpt2_dir = env && *env ? env : "data/gpt2";
+    a.gpt2_dir = default_gpt2_vocab_dir();
     std::vector<std::string> positional;
     for (int i = 1; i < argc; i++) {
         std::string arg = argv[i];
@@ -97,8 +97,8 @@ static GPT2Tokenizer load_tokenizer(const std::string& dir) {
     std::string encoder = dir + "/encoder.json", merges = dir + "/vocab.bpe";
     for (const std::string& f : {encoder, merges})
         if (!file_exists(f))
-            throw Error(f + ": not found; dev/data/tinyshakespeare.sh downloads GPT-2's encoder.json and vocab.bpe "
-                            "into data/gpt2 (or pass --gpt2-dir / set GPT2_VOCAB_DIR to a directory that has them)");
+            throw Error(f + ": not found; GPT-2's encoder.json and vocab.bpe ship in the repository's dev/data/gpt2 "
+                            "(pass --gpt2-dir or set GPT2_VOCAB_DIR to a directory that has them)");
     return GPT2Tokenizer::from_gpt2_files(encoder, merges);
 }
 

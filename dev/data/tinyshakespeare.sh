@@ -3,13 +3,14 @@
 # files llm.c's dev/data/tinyshakespeare.py writes.
 #
 #   TINYSHAKESPEARE=/path/input.txt   use this text instead of downloading it
-#   GPT2_VOCAB_DIR=/path/dir          GPT-2's encoder.json and vocab.bpe (default data/gpt2, downloaded if missing)
+#   GPT2_VOCAB_DIR=/path/dir          GPT-2's encoder.json and vocab.bpe (default: the copy in dev/data/gpt2)
 #
-# Safe to re-run: downloads happen only for missing files and every output is rewritten atomically.
+# Only the text is downloaded, and kept only when its SHA-256 is the known one. Safe to re-run: the download
+# happens only when the text is missing and every output is rewritten atomically.
 set -euo pipefail
 
 TS_URL=https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt
-GPT2_URL=https://openaipublic.blob.core.windows.net/gpt-2/models/124M
+TS_SHA256=86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed
 
 # Relative paths in the environment mean the caller's directory, so resolve them before moving to the repo root.
 absolute() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
@@ -17,11 +18,11 @@ text=${TINYSHAKESPEARE:+$(absolute "$TINYSHAKESPEARE")}
 vocab_dir=${GPT2_VOCAB_DIR:+$(absolute "$GPT2_VOCAB_DIR")}
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=data/tinyshakespeare
-vocab_dir=${vocab_dir:-data/gpt2}
+vocab_dir=${vocab_dir:-dev/data/gpt2}
 
-# Downloads to a .part file first so that an interrupted download never passes for a complete one.
+# Downloads to a .part file first so that an interrupted or altered download never passes for the text.
 download() {
-    local url=$1 dest=$2 rc=0
+    local url=$1 dest=$2 sha256=$3 rc=0
     mkdir -p "$(dirname "$dest")"
     echo "downloading $url"
     if command -v curl >/dev/null 2>&1; then
@@ -29,13 +30,20 @@ download() {
     elif command -v wget >/dev/null 2>&1; then
         wget -q -O "$dest.part" "$url" || rc=$?
     else
-        echo "error: neither curl nor wget is installed, cannot download $url (set TINYSHAKESPEARE and" \
-            "GPT2_VOCAB_DIR to local copies instead)" >&2
+        echo "error: neither curl nor wget is installed, cannot download $url (set TINYSHAKESPEARE to a local" \
+            "copy instead)" >&2
         exit 1
     fi
     if [ "$rc" != 0 ]; then
         rm -f "$dest.part"
         echo "error: download of $url failed (exit status $rc)" >&2
+        exit 1
+    fi
+    local got
+    got=$(sha256sum "$dest.part" | cut -d' ' -f1)
+    if [ "$got" != "$sha256" ]; then
+        rm -f "$dest.part"
+        echo "error: $url: SHA-256 $got, expected $sha256; not kept" >&2
         exit 1
     fi
     mv "$dest.part" "$dest"
@@ -48,12 +56,8 @@ if [ -n "$text" ]; then
     fi
 else
     text=$out/input.txt
-    [ -f "$text" ] || download "$TS_URL" "$text"
+    [ -f "$text" ] || download "$TS_URL" "$text" "$TS_SHA256"
 fi
-
-for f in encoder.json vocab.bpe; do
-    [ -f "$vocab_dir/$f" ] || download "$GPT2_URL/$f" "$vocab_dir/$f"
-done
 
 [ -x ./prepare_data ] || make prepare_data
 ./prepare_data --gpt2-dir "$vocab_dir" --tinyshakespeare "$text" "$out"

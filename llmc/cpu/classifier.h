@@ -16,12 +16,10 @@
 
 namespace llmc::cpu {
 
-// probs (B, T, Vp) out; losses (B, T) out, written only when targets is not null;
-// inp (B, T, C); wte (Vp, C); targets (B, T) in [0, V) or null.
-template <typename Real> void classifier_forward(Real* probs, Real* losses, const Real* inp, const Real* wte,
-                                                 const int* targets, int B, int T, int C, int V, int Vp) {
-    matmul_forward(probs, inp, wte, (const Real*)nullptr, B, T, C, Vp);
-    const int BT = B * T;
+// Softmax over the V real columns of each row of logits (BT, Vp), in place, padded columns set to 0, and
+// the loss at each position: losses (BT) written only when targets (BT) is not null. The classifier's
+// non-GEMM part, kept apart so the CPU profile times it apart from the matmul.
+template <typename Real> void classifier_softmax(Real* probs, Real* losses, const int* targets, int BT, int V, int Vp) {
 #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
         Real* p = probs + (size_t)bt * Vp;
@@ -42,18 +40,29 @@ template <typename Real> void classifier_forward(Real* probs, Real* losses, cons
     }
 }
 
-// Turns probs into dlogits = (probs - onehot(target)) * dloss in place, then accumulates dinp (B, T, C) and
-// dwte (Vp, C). dloss is d(objective)/d(loss at one position), the same for every position
-// (1 / (B*T) for the mean loss).
-template <typename Real> void classifier_backward(Real* dinp, Real* dwte, Real* probs, const Real* inp, const Real* wte,
-                                                  const int* targets, Real dloss, int B, int T, int C, int V, int Vp) {
-    const int BT = B * T;
+// probs (B, T, Vp) out; losses (B, T) out, written only when targets is not null;
+// inp (B, T, C); wte (Vp, C); targets (B, T) in [0, V) or null.
+template <typename Real> void classifier_forward(Real* probs, Real* losses, const Real* inp, const Real* wte,
+                                                 const int* targets, int B, int T, int C, int V, int Vp) {
+    matmul_forward(probs, inp, wte, (const Real*)nullptr, B, T, C, Vp);
+    classifier_softmax(probs, losses, targets, B * T, V, Vp);
+}
+
+// Turns probs (BT, Vp) into dlogits = (probs - onehot(target)) * dloss in place (padded columns stay 0).
+template <typename Real> void classifier_dlogits(Real* probs, const int* targets, Real dloss, int BT, int V, int Vp) {
 #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
         Real* p = probs + (size_t)bt * Vp;
         for (int i = 0; i < V; i++) p[i] *= dloss;
         p[targets[bt]] -= dloss;
     }
+}
+
+// Turns probs into dlogits in place, then accumulates dinp (B, T, C) and dwte (Vp, C). dloss is
+// d(objective)/d(loss at one position), the same for every position (1 / (B*T) for the mean loss).
+template <typename Real> void classifier_backward(Real* dinp, Real* dwte, Real* probs, const Real* inp, const Real* wte,
+                                                  const int* targets, Real dloss, int B, int T, int C, int V, int Vp) {
+    classifier_dlogits(probs, targets, dloss, B * T, V, Vp);
     matmul_backward(dinp, dwte, (Real*)nullptr, probs, inp, wte, B, T, C, Vp);
 }
 

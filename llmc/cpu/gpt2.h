@@ -107,8 +107,11 @@ template <typename Real> struct GPT2CPU {
         timed(SubBlock::lnf, Phase::fwd, [&] {
             layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, last, params.lnfw, params.lnfb, B, T, C);
         });
+        // The classifier in two timed parts (classifier_forward's two steps): its GEMM, then softmax and loss.
         timed(SubBlock::classifier, Phase::fwd,
-              [&] { classifier_forward(acts_.probs, acts_.losses, acts_.lnf, params.wte, targets, B, T, C, V, Vp); });
+              [&] { matmul_forward(acts_.probs, acts_.lnf, params.wte, (const Real*)nullptr, B, T, C, Vp); });
+        timed(SubBlock::classifier, Phase::fwd,
+              [&] { classifier_softmax(acts_.probs, acts_.losses, targets, B * T, V, Vp); }, SubBlockPart::softmax_loss);
 
         if (targets) {
             double sum = 0;
@@ -170,9 +173,11 @@ template <typename Real> struct GPT2CPU {
 
         const Real* last = layer(acts_, L - 1).residual2;
         Real* dlast = layer(grad_acts_, L - 1).residual2;
+        // classifier_backward's two steps, timed apart: dlogits in place, then the matmul backward.
+        timed(SubBlock::classifier, Phase::bwd, [&] { classifier_dlogits(acts_.probs, targets, dloss, B * T, V, Vp); },
+              SubBlockPart::softmax_loss);
         timed(SubBlock::classifier, Phase::bwd, [&] {
-            classifier_backward(grad_acts_.lnf, grads.wte, acts_.probs, acts_.lnf, params.wte, targets, dloss, B, T, C,
-                                V, Vp);
+            matmul_backward(grad_acts_.lnf, grads.wte, (Real*)nullptr, acts_.probs, acts_.lnf, params.wte, B, T, C, Vp);
         });
         timed(SubBlock::lnf, Phase::bwd, [&] {
             layernorm_backward(dlast, grads.lnfw, grads.lnfb, grad_acts_.lnf, last, params.lnfw, acts_.lnf_mean,
@@ -310,8 +315,8 @@ private:
                 at(t.fch_gelu, BT * 4 * C), at(t.fcproj, BT * C),   at(t.residual2, BT * C)};
     }
 
-    template <typename F> void timed(SubBlock s, Phase p, F&& f) {
-        ScopedSubBlockTimer timer(timings, s, p, timed_layer_);
+    template <typename F> void timed(SubBlock s, Phase p, F&& f, SubBlockPart part = SubBlockPart::main) {
+        ScopedSubBlockTimer timer(timings, s, p, timed_layer_, part);
         f();
     }
 };

@@ -4,16 +4,19 @@
  *     fp32 accumulate), random operands (zeros draw less power and clock higher), median of 10 timed runs;
  *   - DRAM bandwidth: a device-to-device copy of up to 1 GiB, counting bytes read + written, median of 10.
  * A measurement takes a second or so and ~2.4 GiB of device memory, so it is cached per device
- * (name + UUID) in $XDG_CACHE_HOME/llmc or ~/.cache/llmc as a small text file. Any failure falls back to
- * the datasheet numbers of llmc/profiler/device_specs.h ("spec table"), and to "none" for an unknown GPU.
+ * (name + UUID) in $XDG_CACHE_HOME/llmc or ~/.cache/llmc (llmc/profiler/ceiling_cache.h). Any failure falls
+ * back to the datasheet numbers of llmc/profiler/device_specs.h ("spec table"), and to "none" for an unknown
+ * GPU.
  */
 #pragma once
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "llmc/cuda_common.cuh"
+#include "llmc/profiler/ceiling_cache.h"
 #include "llmc/profiler/device_specs.h"
 #include "llmc/matmul.cuh"
 #include "llmc/profiler/records.h"
@@ -77,50 +80,24 @@ inline std::string uuid_string(const cudaUUID_t& u) {
     return s;
 }
 
-// "" when neither $XDG_CACHE_HOME nor $HOME is set: then nothing is cached.
-inline std::string cache_dir() {
-    const char* xdg = getenv("XDG_CACHE_HOME");
-    if (xdg && *xdg) return std::string(xdg) + "/llmc";
-    const char* home = getenv("HOME");
-    return home && *home ? std::string(home) + "/.cache/llmc" : "";
-}
-
-// The cache file: "key value" lines; the entry counts only for the same device name and UUID.
+// The cache file (llmc/profiler/ceiling_cache.h): the entry counts only for the same device name and UUID.
 inline bool read_cache(const std::string& path, const std::string& name, const std::string& uuid, Ceilings* out) {
-    if (!file_exists(path)) return false;
-    FILE* f = fopen(path.c_str(), "r");
-    if (!f) return false;
-    std::string dev, id;
-    double tflops = 0, gbps = 0;
-    char line[512];
-    while (fgets(line, sizeof(line), f)) {
-        std::string l = line;
-        while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
-        size_t sp = l.find(' ');
-        if (l.empty() || l[0] == '#' || sp == std::string::npos) continue;
-        std::string key = l.substr(0, sp), value = l.substr(sp + 1);
-        if (key == "device") dev = value;
-        else if (key == "uuid") id = value;
-        else if (key == "bf16_tflops") tflops = atof(value.c_str());
-        else if (key == "dram_gbps") gbps = atof(value.c_str());
-    }
-    fclose(f);
-    if (dev != name || id != uuid || !(tflops > 0) || !(gbps > 0)) return false;
+    std::map<std::string, std::string> e = ceiling_cache::read(path);
+    if (!ceiling_cache::matches(e, {{"device", name}, {"uuid", uuid}})) return false;
+    double tflops = atof(e["bf16_tflops"].c_str()), gbps = atof(e["dram_gbps"].c_str());
+    if (!(tflops > 0) || !(gbps > 0)) return false;
     out->bf16_tflops = tflops;
     out->dram_gbps = gbps;
     out->source = "calibrated (cached " + path + ")";
     return true;
 }
 
-inline void write_cache(const std::string& dir, const std::string& path, const std::string& name,
-                        const std::string& uuid, const Ceilings& c) {
-    make_dirs(dir);
-    std::string text = strprintf("# llmc roofline ceilings (llmc/profiler/calibrate.cuh); delete this file to measure again\n"
-                                 "device %s\nuuid %s\nbf16_tflops %.1f\ndram_gbps %.1f\n",
-                                 name.c_str(), uuid.c_str(), c.bf16_tflops, c.dram_gbps);
-    AtomicFile f(path);
-    f.write(text.data(), text.size());
-    f.commit();
+inline void write_cache(const std::string& path, const std::string& name, const std::string& uuid, const Ceilings& c) {
+    ceiling_cache::write(path, "llmc roofline ceilings (llmc/profiler/calibrate.cuh)",
+                         {{"device", name},
+                          {"uuid", uuid},
+                          {"bf16_tflops", strprintf("%.1f", c.bf16_tflops)},
+                          {"dram_gbps", strprintf("%.1f", c.dram_gbps)}});
 }
 
 // The two measurements; throws llmc::Error on any CUDA or cuBLASLt failure (out of memory included).
@@ -198,7 +175,7 @@ inline Ceilings measure_ceilings(bool use_cache) {
         cudaGetLastError();
         return spec_ceilings("");
     }
-    std::string uuid = detail::uuid_string(p.uuid), dir = detail::cache_dir();
+    std::string uuid = detail::uuid_string(p.uuid), dir = ceiling_cache::dir();
     std::string path = dir.empty() ? "" : dir + "/ceilings-" + uuid + ".txt";
     Ceilings c;
     if (use_cache && !path.empty() && detail::read_cache(path, p.name, uuid, &c)) return c;
@@ -211,7 +188,7 @@ inline Ceilings measure_ceilings(bool use_cache) {
     }
     if (!path.empty()) {
         try {
-            detail::write_cache(dir, path, p.name, uuid, c);
+            detail::write_cache(path, p.name, uuid, c);
         } catch (const Error& e) {
             printf("profiler: could not cache the ceilings (%s)\n", e.what());
         }

@@ -4,7 +4,7 @@
  *
  *   CuptiCollector c;
  *   if (c.start()) {                        // false: CUPTI is taken by nsys/ncu; the run goes on untraced
- *       c.begin_step(0); ...step...; c.end_step(tokens);   // after the step's loss read
+ *       c.begin_step(1); ...step...; c.end_step(tokens);   // after the step's loss read
  *       c.flush();                          // off the clock: hands completed buffers to the parser
  *       c.stop();
  *       ProfileRecords r = c.take();
@@ -150,7 +150,7 @@ public:
     }
     bool running() const { return running_; }
 
-    // A profiled step: Ranges pushed until end_step() carry this step index (0-based in the window).
+    // A profiled step: Ranges pushed until end_step() carry this step number (the run's, from 1).
     void begin_step(int step) {
         if (!running_) return;
         step_ = step;

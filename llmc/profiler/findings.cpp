@@ -40,9 +40,11 @@ uint64_t overlap_ns(const std::vector<Interval>& iv, uint64_t a, uint64_t b) {
 
 const char* roofline_advice(bool cpu, bool compute) {
     // The CPU trainer's sub-blocks are plain loops, not kernels and GEMM libraries: its advice differs.
+    // A profile runs one thread count, so it cannot say whether more threads would help (on a shared machine
+    // fewer often run faster): the advice is what the data supports, the loop's own code.
     if (cpu)
-        return compute ? "compute-bound on the CPU: block the loops for cache, let the compiler vectorise the inner "
-                         "loop (SIMD), run more OpenMP threads"
+        return compute ? "compute-bound on the CPU: block the loops for cache and let the compiler vectorise the "
+                         "inner loop (SIMD); compare OMP_NUM_THREADS settings with a profile each before changing it"
                        : "memory-bound on the CPU: fuse it with its neighbours so data is read once, block it so rows "
                          "stay in cache";
     return compute ? "compute-bound: check the GEMM shapes and cuBLASLt algorithm (tile fit, bf16 tensor cores), fuse "

@@ -23,10 +23,11 @@ struct Attribution {
     int subblock = -1; // (int)SubBlock
     int phase = -1;    // (int)Phase
     int layer = -1;
-    int step = -1;     // index of the profiled step (0-based within the profile window)
+    int step = -1;     // the profiled step: its number in the run, from 1 as the step lines print it
 };
 
 // External correlation id layout: step (24 bits) | layer (16) | phase (8) | subblock (8); 0xFF/0xFFFF = none.
+// Step numbers past 2^24 - 2 wrap here; the report places activities in steps by time, not by this field.
 inline uint64_t pack_range_id(const Attribution& a) {
     auto field = [](int v, uint64_t none) { return v < 0 ? none : (uint64_t)v; };
     return field(a.step, 0xFFFFFF) << 32 | field(a.layer, 0xFFFF) << 16 | field(a.phase, 0xFF) << 8 |
@@ -89,9 +90,13 @@ struct RangeRecord {
     uint32_t thread = 0;
     int depth = 0; // nesting depth on its thread, 0 = outermost
     Attribution where;
+    // The CPU trainer's phase ranges: the correlation id its sub-block executions carry, as a CUDA call's
+    // links it to its kernels (trace analysers find device work through the CPU event it came from). 0: none.
+    uint32_t correlation = 0;
 };
 
-// One training step of the profiled window: its wall interval on the CPU and the tokens it trained.
+// One training step of the profiled window: its number in the run (as the step lines print it), its wall
+// interval on the CPU and the tokens it trained.
 struct StepRecord {
     int step = 0;
     uint64_t start_ns = 0, end_ns = 0;
@@ -106,7 +111,8 @@ struct PowerSample {
     uint64_t throttle_reasons = 0; // NVML clocks event reasons (bit mask, see llmc/profiler/findings.h)
 };
 
-// NVML's cumulative energy counter, read at a step boundary (llmc/profiler/nvml_sampler.h).
+// A cumulative energy counter read at a step boundary: NVML's (llmc/profiler/nvml_sampler.h) or the CPU's
+// RAPL counter (llmc/profiler/rapl.h).
 struct EnergyReading {
     uint64_t t_ns = 0;
     double joules = 0; // since the driver loaded
@@ -184,7 +190,8 @@ struct ProfileRecords {
     std::vector<PowerSample> power;
     std::vector<EnergyReading> energy;
     std::string power_reading; // "instantaneous" or "1 s average": what NVML's power samples are
-    std::string power_status;  // why there are no power samples ("NVML not available (...)"), "" when sampled
+    std::string power_status;  // why there is no power data ("NVML not available (...)"), "" when there is
+    std::string energy_counter = "NVML energy counter"; // what the energy readings count
     int max_sm_clock_mhz = 0;  // the GPU's maximum SM clock (NVML), 0 = unknown
     uint64_t dropped_records = 0;  // CUPTI records lost to full buffers
     double cupti_overhead_ns = 0;  // CUPTI's own overhead records, summed

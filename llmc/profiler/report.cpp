@@ -210,7 +210,10 @@ void fill_subblock_rows(Report& r, std::map<std::pair<int, int>, SubBlockRow> by
         row.pct = r.gpu_time_us > 0 ? 100 * row.time_us / r.gpu_time_us : 0;
         if (r.has_model && row.subblock >= 0 && row.phase >= 0) row.cost = r.costs[row.subblock][row.phase];
         row.roof = roofline_point(row.cost, row.time_us * 1e-6 / steps_div, ceilings);
-        r.total.calls += row.calls, r.total.time_us += row.time_us, r.total.cost += row.cost;
+        // The total compares the work that was timed with its time: a modelled cell without records (a
+        // partial profile) would put a floor under time that was never measured.
+        r.total.calls += row.calls, r.total.time_us += row.time_us;
+        if (row.time_us > 0) r.total.cost += row.cost;
         r.subblocks.push_back(row);
     }
     r.total.pct = r.gpu_time_us > 0 ? 100.0 : 0;
@@ -309,6 +312,33 @@ void fill_activity_tables(Report& r, const std::vector<Activity>& acts) {
     std::sort(r.kernels.begin(), r.kernels.end(),
               [](const KernelRow& a, const KernelRow& b) { return a.total_us > b.total_us; });
     fill_subblock_rows(r, std::move(by_cell));
+}
+
+StepSpread step_spread(std::vector<double> v) {
+    if (v.empty()) return {};
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
+}
+
+void fill_subblock_spread(Report& r, const StepWindow& w, const std::vector<Activity>& acts) {
+    const size_t steps = w.steps().size();
+    std::map<std::pair<int, int>, std::vector<double>> ms; // (sub-block, phase) -> ms in each step
+    std::vector<double> total(steps, 0.0);
+    for (const Activity& a : acts) {
+        int si = w.step_of(a.start);
+        if (si < 0) continue;
+        std::vector<double>& cell = ms[{a.where.subblock, a.where.phase}];
+        cell.resize(steps, 0.0);
+        cell[si] += dur_us(a.start, a.end) / 1e3;
+        total[si] += dur_us(a.start, a.end) / 1e3;
+    }
+    for (SubBlockRow& row : r.subblocks) {
+        std::vector<double>& cell = ms[{row.subblock, row.phase}];
+        cell.resize(steps, 0.0); // a modelled row with no activity: 0 in every step
+        row.per_step = step_spread(cell);
+    }
+    r.total.per_step = step_spread(total);
 }
 
 void fill_step_table(Report& r, const ProfileRecords& rec, const StepWindow& w, const std::vector<Activity>& acts,
@@ -418,12 +448,41 @@ void fill_throughput(Report& r) {
     if (ctx.ceilings.bf16_tflops > 0) r.mfu = 100 * r.model_tflops / ctx.ceilings.bf16_tflops;
 }
 
+void raise_ceilings_to_measured(Report& r) {
+    // A factor a hair above the ratio, so that rounding leaves every row at or below 100%.
+    constexpr double MARGIN = 1 + 1e-9;
+    CeilingRaise up;
+    up.before = r.context.ceilings;
+    auto consider = [&](const RooflinePoint& p, const std::string& what) {
+        if (!(p.time_s > 0)) return;
+        if (p.compute_floor_s / p.time_s > up.compute) up.compute = p.compute_floor_s / p.time_s, up.compute_by = what;
+        if (p.memory_floor_s / p.time_s > up.memory) up.memory = p.memory_floor_s / p.time_s, up.memory_by = what;
+    };
+    // The total row follows from the rows (its floor is at most the sum of theirs) wherever every modelled
+    // cell was measured, so it is not a witness of its own.
+    for (const SubBlockRow& b : r.subblocks) consider(b.roof, subblock_label(b.subblock) + " " + phase_label(b.phase));
+    if (r.mfu / 100 > up.compute) up.compute = r.mfu / 100, up.compute_by = "MFU";
+    if (!up.raised()) return;
+    for (double* k : {&up.compute, &up.memory})
+        if (*k > 1) *k *= MARGIN;
+    Ceilings& c = r.context.ceilings;
+    c.bf16_tflops *= up.compute, c.fp32_tflops *= up.compute, c.dram_gbps *= up.memory;
+    c.source += "; raised to what this profile measured";
+    for (SubBlockRow& b : r.subblocks) b.roof = roofline_point(b.cost, b.roof.time_s, c);
+    r.total.roof = roofline_point(r.total.cost, r.total.roof.time_s, c);
+    if (c.bf16_tflops > 0) r.mfu = 100 * r.model_tflops / c.bf16_tflops;
+    r.ceiling_raise = up;
+}
+
 void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w) {
     PowerSummary& p = r.power;
-    p.status = rec.power_status.empty() && rec.power.empty() ? "no power samples" : rec.power_status;
+    p.status = rec.power_status.empty() && rec.power.empty() && rec.energy.empty() ? "no power samples"
+                                                                                  : rec.power_status;
     p.max_sm_clock_limit_mhz = rec.max_sm_clock_mhz;
     p.reading = rec.power_reading;
-    if (rec.power.empty() || w.steps().empty()) return;
+    p.counter = rec.energy_counter;
+    // Energy needs power samples or counter readings (the CPU's RAPL counter comes without samples).
+    if ((rec.power.empty() && rec.energy.empty()) || w.steps().empty()) return;
     p.energy_j = 0;
     for (StepRow& s : r.steps) {
         p.energy_j += s.energy_j;
@@ -432,6 +491,8 @@ void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w) {
         if (s.energy_j > 0) s.tokens_per_j = s.tokens / s.energy_j;
         if (s.energy_j > 0 && r.flops_per_token > 0) s.flops_per_w = s.tokens * r.flops_per_token / s.energy_j;
     }
+    // Counter readings alone (the CPU's RAPL): a step where the counter stood still has no energy.
+    if (!std::isfinite(p.energy_j) && p.status.empty()) p.status = rec.energy_counter + " did not advance in every step";
     p.avg_w = r.wall_s > 0 ? p.energy_j / r.wall_s : NAN;
     if (r.tokens > 0) p.joules_per_token = p.energy_j / r.tokens;
     if (p.energy_j > 0) p.tokens_per_j = r.tokens / p.energy_j;
@@ -500,7 +561,8 @@ Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
         for (auto& row : r.costs)
             for (OpCost& cell : row) cell = cell * (1.0 / std::max(1, r.num_steps));
     } else if (r.has_model) {
-        r.costs = analytic_costs(m, ctx.B, ctx.T, std::max(1, ctx.grad_accum));
+        r.costs = (ctx.device_kind == DeviceKind::CPU ? cpu_analytic_costs : analytic_costs)(m, ctx.B, ctx.T,
+                                                                                             std::max(1, ctx.grad_accum));
     }
     std::vector<Activity> acts;
     for (Activity& a : gpu_activities(rec))
@@ -509,10 +571,12 @@ Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
     const std::vector<StepGap> gaps = idle_gaps(w, busy);
 
     fill_activity_tables(r, acts);
+    fill_subblock_spread(r, w, acts);
     fill_step_table(r, rec, w, acts, busy, gaps);
     fill_idle_tables(r, rec, w, gaps);
     fill_api_tables(r, rec, w);
     fill_throughput(r);
+    raise_ceilings_to_measured(r);
     fill_power(r, rec, w);
     if (ctx.inference.active()) {
         fill_phase_table(r);

@@ -97,12 +97,21 @@ struct KernelRow {
     double total_us = 0, avg_us = 0, pct = 0; // pct of all GPU activity time in the window
 };
 
+// The spread of a time across the profiled steps: a mean hides a slow first step or a noisy neighbour.
+struct StepSpread {
+    double median_ms = NAN, min_ms = NAN, max_ms = NAN; // NaN without steps
+};
+// Median, minimum and maximum of per-step values (any order; the median of an even count is the mean of the
+// middle two).
+StepSpread step_spread(std::vector<double> per_step_ms);
+
 struct SubBlockRow {
     int subblock = -1, phase = -1;
     long calls = 0;
     double time_us = 0, pct = 0; // over the window
     OpCost cost;                 // analytic, per step (zero for "(none)")
-    RooflinePoint roof;          // cost against the time per step
+    RooflinePoint roof;          // cost against the time per step (the mean)
+    StepSpread per_step;         // its time in each profiled step, a step without it counting 0
 };
 
 struct StepRow {
@@ -143,6 +152,7 @@ struct PowerSummary {
     int max_sm_clock_limit_mhz = 0;               // the GPU's maximum SM clock, 0 = unknown
     std::string reading;                          // "instantaneous" or "1 s average" power samples
     std::string status;                           // why there is no power data ("NVML not available (...)")
+    std::string counter;                          // the energy counter: NVML's, or RAPL's on the CPU
 };
 
 // A limit of the run with its evidence and what to try next (llmc/profiler/findings.h), ranked by time at stake.
@@ -169,6 +179,18 @@ struct DecodeBucket {
     double wall_ms = 0, time_ms = 0; // wall time, and device time in the decode phase, of the bucket's steps
     double ms_per_step() const { return steps ? wall_ms / steps : NAN; }
     double tok_s() const { return wall_ms > 0 ? tokens / (wall_ms / 1e3) : NAN; }
+};
+
+/*
+ * Ceilings raised to what the profile itself measured. A calibration on a busy machine under-measures (and a
+ * spec table can be low), and then a sub-block beats its ceiling: rather than print more than 100% of a
+ * ceiling, the report raises the ceiling to the measured rate and says so. Factor 1: left as measured.
+ */
+struct CeilingRaise {
+    double compute = 1, memory = 1;    // factors on the compute ceilings (bf16 and fp32) and on the bandwidth
+    std::string compute_by, memory_by; // what beat them: "qkv fwd", "MFU"
+    Ceilings before;                   // the ceilings as calibrated (or from the spec table)
+    bool raised() const { return compute > 1 || memory > 1; }
 };
 
 // How many records of each kind were collected (the whole run, not only the window).
@@ -200,6 +222,7 @@ struct Report {
     std::vector<NamedTime> syncs;     // by synchronisation type
     double api_pct = 0, sync_pct = 0; // share of the window inside some CUDA call / blocked in some sync
     double tokens_per_s = NAN, flops_per_token = 0, model_tflops = NAN, mfu = NAN;
+    CeilingRaise ceiling_raise; // context.ceilings are the raised ones when raised()
     PowerSummary power;
     uint64_t dropped_records = 0;
     double cupti_overhead_ms = 0;
@@ -224,11 +247,14 @@ std::vector<StepGap> idle_gaps(const StepWindow& w, const std::vector<std::vecto
 // The report's tables, each from the records (and the tables before it where it says so). build_report runs
 // them in this order; each is usable alone in tests.
 void fill_activity_tables(Report& r, const std::vector<Activity>& acts); // kernels, sub-blocks, GPU time
+void fill_subblock_spread(Report& r, const StepWindow& w, const std::vector<Activity>& acts); // after activity
 void fill_step_table(Report& r, const ProfileRecords& rec, const StepWindow& w, const std::vector<Activity>& acts,
                      const std::vector<std::vector<Interval>>& busy, const std::vector<StepGap>& gaps);
 void fill_idle_tables(Report& r, const ProfileRecords& rec, const StepWindow& w, std::vector<StepGap> gaps);
 void fill_api_tables(Report& r, const ProfileRecords& rec, const StepWindow& w);  // after the step table
 void fill_throughput(Report& r);                                                 // after the step table
+// Raises the ceilings so that no sub-block, the total and MFU exceed 100% of them, and recomputes those.
+void raise_ceilings_to_measured(Report& r);                                      // after throughput
 void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w);      // after throughput
 // Inference only (context.inference active): the prefill and decode rows (after the sub-block and step tables)
 // and the decode steps in at most `buckets` groups of consecutive steps by context length.

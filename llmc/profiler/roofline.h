@@ -1,5 +1,6 @@
 /*
- * The analytic cost model of one GPU training step and the roofline arithmetic the profiler reports.
+ * The analytic cost model of one GPU training step (and of the CPU reference's step, cpu_analytic_costs) and
+ * the roofline arithmetic the profiler reports.
  *
  * For every (sub-block, phase) cell: the FLOPs and the minimum DRAM bytes of ONE optimizer step
  * (grad_accum micro-batches of forward + backward, then one optimizer phase), as gpt2.cuh runs it:
@@ -39,6 +40,7 @@ struct OpCost {
     }
 };
 inline OpCost operator*(OpCost c, double k) { return {c.gemm_flops * k, c.other_flops * k, c.bytes * k}; }
+inline OpCost operator+(OpCost a, const OpCost& b) { return a += b; }
 
 using CostTable = std::array<std::array<OpCost, NUM_PHASES>, NUM_SUBBLOCKS>;
 
@@ -51,31 +53,33 @@ constexpr double LN_BWD = 17; // norm 2, w·g 1, two row sums 3, dweight/dbias s
 constexpr double GELU = 9;    // x³ 2, fma 2, scale 1, tanh 1, 1+ 1, 0.5·x 1, product 1
 constexpr double DGELU = 18;  // tanh argument 6, two derivative terms 11, times the incoming gradient 1
 constexpr double XENT = 9;    // per real logit: max 1, sub+exp+add 3; dlogits: sub+exp+scale 3, -1 1, ·dloss 1
+constexpr double SOFTMAX = 5; // per real logit, the CPU's softmax alone: max 1, sub+exp+add 3, normalise 1
 constexpr double ATT_FWD = 5; // per unmasked score: scale 1, running max 1, sub+exp2 2, row sum 1
 constexpr double ATT_BWD = 8; // per unmasked score, in each of the two kernels: P from lse 2, dS = P(dP - D) 2
 constexpr double ADAMW = 17;  // clip 1, m 3, v 4, bias corrections 2, sqrt+eps+div 3, decay 2, update 2
 
 // out (BT, OC) = inp (BT, C) · Wᵀ (+ bias) (with gelu_aux: the pre-GELU is written too, and GELU applied).
-inline OpCost matmul_forward_cost(double BT, double C, double OC, bool bias, bool gelu_aux) {
+// E: bytes per element of the tensors (BF16 on the GPU, FP32 on the CPU), here and in the helpers below.
+inline OpCost matmul_forward_cost(double BT, double C, double OC, bool bias, bool gelu_aux, double E = BF16) {
     OpCost c;
     c.gemm_flops = 2 * BT * OC * C;
     c.other_flops = gelu_aux ? GELU * BT * OC : 0;
-    c.bytes = BF16 * (BT * C + OC * C + (bias ? OC : 0)) + BF16 * BT * OC * (gelu_aux ? 2 : 1);
+    c.bytes = E * (BT * C + OC * C + (bias ? OC : 0)) + E * BT * OC * (gelu_aux ? 2 : 1);
     return c;
 }
 
 // dinp GEMM (+ DGELU epilogue reading the pre-GELU), dweight GEMM accumulating (+=: read and write), and the
 // bias gradient kernels (dout read again, dbias read and written).
-inline OpCost matmul_backward_cost(double BT, double C, double OC, bool bias, bool dgelu) {
+inline OpCost matmul_backward_cost(double BT, double C, double OC, bool bias, bool dgelu, double E = BF16) {
     OpCost dinp, dweight, dbias;
     dinp.gemm_flops = 2 * BT * C * OC;
     dinp.other_flops = dgelu ? DGELU * BT * C : 0;
-    dinp.bytes = BF16 * (BT * OC + OC * C + (dgelu ? BT * C : 0)) + BF16 * BT * C;
+    dinp.bytes = E * (BT * OC + OC * C + (dgelu ? BT * C : 0)) + E * BT * C;
     dweight.gemm_flops = 2 * BT * C * OC;
-    dweight.bytes = BF16 * (BT * C + BT * OC + OC * C) + BF16 * OC * C;
+    dweight.bytes = E * (BT * C + BT * OC + OC * C) + E * OC * C;
     if (bias) {
         dbias.other_flops = BT * OC;
-        dbias.bytes = BF16 * (BT * OC + OC) + BF16 * OC;
+        dbias.bytes = E * (BT * OC + OC) + E * OC;
     }
     dinp += dweight;
     dinp += dbias;
@@ -83,23 +87,29 @@ inline OpCost matmul_backward_cost(double BT, double C, double OC, bool bias, bo
 }
 
 // N rows of C; fused: residual = inp1 + inp2 is formed (one more FLOP per element) and written too.
-inline OpCost layernorm_forward_cost(double N, double C, bool fused_residual) {
+inline OpCost layernorm_forward_cost(double N, double C, bool fused_residual, double E = BF16) {
     OpCost c;
     c.other_flops = (LN_FWD + (fused_residual ? 1 : 0)) * N * C;
     double streams = fused_residual ? 2 : 1; // (N, C) tensors read, and written besides mean/rstd
-    c.bytes = BF16 * (streams * N * C + 2 * C) + BF16 * streams * N * C + FP32 * 2 * N;
+    c.bytes = E * (streams * N * C + 2 * C) + E * streams * N * C + FP32 * 2 * N;
     return c;
 }
 
 // dinp (+=: read and written), dout, inp, weight, mean, rstd read; dweight, dbias read and written.
-inline OpCost layernorm_backward_cost(double N, double C) {
+inline OpCost layernorm_backward_cost(double N, double C, double E = BF16) {
     OpCost c;
     c.other_flops = LN_BWD * N * C;
-    c.bytes = BF16 * (3 * N * C + C) + FP32 * 2 * N + BF16 * N * C + BF16 * 4 * C;
+    c.bytes = E * (3 * N * C + C) + FP32 * 2 * N + E * N * C + E * 4 * C;
     return c;
 }
 
 } // namespace roofline_detail
+
+// Forward and backward cells are per micro-batch: times the micro-batches of a step.
+inline void scale_by_micro_batches(CostTable& m, int grad_accum) {
+    for (int s = 0; s < NUM_SUBBLOCKS; s++)
+        for (int p : {(int)Phase::fwd, (int)Phase::bwd}) m[s][p] = m[s][p] * grad_accum;
+}
 
 /*
  * FLOPs and minimum bytes of one optimizer step of GPT-2 `c` at micro-batch (B, T) with grad_accum
@@ -170,8 +180,7 @@ inline CostTable analytic_costs(const GPT2Config& c, int B, int T, int grad_accu
     cell(SubBlock::classifier, Phase::fwd) = cls;
     cell(SubBlock::classifier, Phase::bwd) = matmul_backward_cost(BT, C, Vp, false, false);
 
-    for (int s = 0; s < NUM_SUBBLOCKS; s++)
-        for (int p : {(int)Phase::fwd, (int)Phase::bwd}) m[s][p] = m[s][p] * grad_accum;
+    scale_by_micro_batches(m, grad_accum);
 
     // Once per step: the global norm reads every gradient (square, add); AdamW reads grad, master, m, v and
     // writes master, m, v and the bf16 parameter.
@@ -221,6 +230,72 @@ inline CostTable inference_costs(const GPT2Config& c, const InferenceShape& s) {
     };
     phase(Phase::prefill, s.prompt_tokens, 1, s.prompt_pairs, s.prompt_tokens, s.sequences);
     phase(Phase::decode, s.decode_tokens, s.decode_steps, s.decode_context, s.decode_context, s.decode_tokens);
+    return m;
+}
+
+/*
+ * The same for the CPU reference trainer (llmc/cpu/gpt2.h), as it runs: every tensor fp32, no fusions, so
+ * the residual adds and GELU are sub-blocks of their own (their cost is their bytes: one FLOP per element
+ * for an add, the GELU counts above), and the backward ops accumulate into their input gradients (read and
+ * written). The classifier's softmax stores probabilities in place and its backward turns them into dlogits;
+ * attention keeps its (B, NH, T, T) weights for the backward. FLOPs are the GPU model's where the work is the
+ * same; the CPU's ceilings treat every FLOP alike (llmc/profiler/cpu_source.h).
+ */
+inline CostTable cpu_analytic_costs(const GPT2Config& c, int B, int T, int grad_accum) {
+    using namespace roofline_detail;
+    const double L = c.num_layers, C = c.channels, NH = c.num_heads, HS = C / NH;
+    const double Vp = c.padded_vocab_size, V = c.vocab_size, BT = (double)B * T;
+    const double N = (double)num_parameters(c), E = FP32, BTC = BT * C;
+    CostTable m{};
+    auto cell = [&](SubBlock s, Phase p) -> OpCost& { return m[(int)s][(int)p]; };
+
+    const double rows = std::min(BT, Vp); // wte rows the encoder touches, as on the GPU
+    cell(SubBlock::encoder, Phase::fwd) = {0, BTC, ID * BT + E * (rows * C + T * C) + E * BTC};
+    cell(SubBlock::encoder, Phase::bwd) = {0, 2 * BTC, ID * BT + E * BTC + E * 2 * (rows * C + T * C)};
+    for (SubBlock ln : {SubBlock::ln1, SubBlock::ln2, SubBlock::lnf}) {
+        const double n = ln == SubBlock::lnf ? 1 : L;
+        cell(ln, Phase::fwd) = layernorm_forward_cost(BT, C, false, E) * n;
+        cell(ln, Phase::bwd) = layernorm_backward_cost(BT, C, E) * n;
+    }
+    // Matmul backward: dinp accumulates (read as well as written), the GPU model writes it.
+    auto matmul = [&](SubBlock s, double K, double M) {
+        cell(s, Phase::fwd) = matmul_forward_cost(BT, K, M, true, false, E) * L;
+        cell(s, Phase::bwd) = (matmul_backward_cost(BT, K, M, true, false, E) + OpCost{0, 0, E * BT * K}) * L;
+    };
+    matmul(SubBlock::qkv, C, 3 * C);
+    matmul(SubBlock::attn_proj, C, C);
+    matmul(SubBlock::fc, C, 4 * C);
+    matmul(SubBlock::fc_proj, 4 * C, C);
+    // residual: out = a + b; backward: both input gradients += dout.
+    for (SubBlock r : {SubBlock::residual1, SubBlock::residual2}) {
+        cell(r, Phase::fwd) = OpCost{0, BTC, E * 3 * BTC} * L;
+        cell(r, Phase::bwd) = OpCost{0, 2 * BTC, E * 5 * BTC} * L;
+    }
+    // GELU over the (BT, 4C) fc output; backward reads inp and dout, dinp += .
+    cell(SubBlock::gelu, Phase::fwd) = OpCost{0, GELU * 4 * BTC, E * 2 * 4 * BTC} * L;
+    cell(SubBlock::gelu, Phase::bwd) = OpCost{0, DGELU * 4 * BTC, E * 4 * 4 * BTC} * L;
+
+    // Attention over the unmasked pairs: forward QKᵀ and AV (2 products), softmax; it writes full (T, T) rows
+    // of weights. Backward: dA = dO·Vᵀ, dV += A·dO, dQ and dK from dS (4 products), reading the weights.
+    const double pairs = (double)B * NH * ((double)T * (T + 1) / 2), weights = (double)B * NH * T * T;
+    cell(SubBlock::attention, Phase::fwd) =
+        OpCost{2 * 2 * HS * pairs, ATT_FWD * pairs, E * (BT * 3 * C + weights + BTC)} * L;
+    cell(SubBlock::attention, Phase::bwd) =
+        OpCost{4 * 2 * HS * pairs, 4 * pairs, E * (BT * 3 * C + weights + BTC + 2 * BT * 3 * C)} * L;
+
+    // Classifier: the logits GEMM, then softmax and loss in place over the (BT, Vp) buffer (targets read,
+    // losses written); backward: dlogits in place, then the matmul backward (no bias).
+    cell(SubBlock::classifier, Phase::fwd) =
+        matmul_forward_cost(BT, C, Vp, false, false, E) + OpCost{0, SOFTMAX * BT * V, E * 2 * BT * Vp + ID * BT + E * BT};
+    cell(SubBlock::classifier, Phase::bwd) = OpCost{0, BT * V + BT, E * 2 * BT * V + ID * BT} +
+                                             matmul_backward_cost(BT, C, Vp, false, false, E) +
+                                             OpCost{0, 0, E * BTC};
+    scale_by_micro_batches(m, grad_accum);
+
+    // Once per step, fp32 throughout: the global norm reads every gradient; AdamW reads grad, parameter, m, v
+    // and writes parameter, m, v.
+    cell(SubBlock::grad_norm, Phase::opt) = {0, 2 * N, E * N};
+    cell(SubBlock::optimizer, Phase::opt) = {0, ADAMW * N, E * 7 * N};
     return m;
 }
 

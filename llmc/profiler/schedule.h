@@ -43,12 +43,10 @@ public:
     // The collector could not start (another tool holds CUPTI): record nothing more.
     void abandon() { closed_ = true; }
 
-    // "steps 3-5": the window, 1-based as the step lines print them.
-    std::string window() const { return strprintf("steps %d-%d", first_ + 1, first_ + count_); }
+    // "steps 3-5" (or "step 3"): the window, 1-based as the step lines print them.
+    std::string window() const { return steps_text(first_ + 1, count_); }
     // "steps 3-4": the steps recorded.
-    std::string recorded_steps() const {
-        return strprintf("steps %d-%d", first_recorded_ + 1, first_recorded_ + recorded_);
-    }
+    std::string recorded_steps() const { return steps_text(first_recorded_ + 1, recorded_); }
     // Why nothing was written, for give_up; last_step: the last step the run ran.
     std::string nothing_recorded(int last_step, const std::string& dir) const {
         return last_step < first_
@@ -58,6 +56,9 @@ public:
     }
 
 private:
+    static std::string steps_text(int first, int count) {
+        return count == 1 ? strprintf("step %d", first) : strprintf("steps %d-%d", first, first + count - 1);
+    }
     Next close(Next n) {
         closed_ = true;
         return n;

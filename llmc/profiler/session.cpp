@@ -55,7 +55,7 @@ void ProfileSession::begin_step(int step) {
     in_window_ = armed() && schedule_.in_window(step);
     if (!in_window_) return;
     if (power_) power_->mark();
-    source_->begin_step(schedule_.num_recorded());
+    source_->begin_step(step + 1);
 }
 
 void ProfileSession::end_step(long tokens) {
@@ -84,6 +84,11 @@ bool ProfileSession::step_done(bool last_step) {
     return false;
 }
 
+void ProfileSession::print_outcome() const {
+    printf("%s", outcome_.c_str());
+    fflush(stdout);
+}
+
 void ProfileSession::write() {
     stop();
     ProfileRecords records = source_->take();
@@ -94,8 +99,9 @@ void ProfileSession::write() {
     if (before_report_) counters = before_report_(records, ctx_);
     Report report = build_report(records, ctx_);
     report.counters = std::move(counters);
-    printf("%s", format_summary(report, opt_.summary_top).c_str());
-    write_profile_dir(opt_.dir, report, records);
+    if (opt_.print_summary) printf("%s", format_summary(report, opt_.summary_top).c_str());
+    write_profile_dir(opt_.dir, report, records, opt_.summary_top);
+    outcome_ = format_outcome(report, opt_.dir);
     std::string dropped = records.dropped_records ? strprintf(" (%llu CUPTI records dropped: incomplete)",
                                                              (unsigned long long)records.dropped_records)
                                                   : "";

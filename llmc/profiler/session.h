@@ -34,7 +34,7 @@ public:
     virtual bool start() = 0;
     // Must start a step ahead of the window: its start-up would land inside the first recorded step.
     virtual bool slow_start() const = 0;
-    virtual void begin_step(int index) = 0; // index: the step's position in the window, from 0
+    virtual void begin_step(int step) = 0; // step: the run's step number, from 1 as the step lines print it
     virtual void end_step(long tokens) = 0;
     // Between steps, off the step's clock; true when it did work the run pays for (CUPTI's buffer flush).
     virtual bool flush() { return false; }
@@ -50,7 +50,10 @@ public:
 struct SessionOptions {
     std::string dir;                 // the profile directory
     int first_step = 0, steps = 1;   // the window: the run's 0-based step indices
-    int summary_top = 15;            // kernels listed in the printed summary
+    int summary_top = 15;            // kernels listed in summary.txt
+    // Print summary.txt when it is written: for profile_gpt2cu, whose output is the profile. A trainer keeps
+    // its log to training and prints print_outcome's few lines at its end instead.
+    bool print_summary = false;
 };
 
 class ProfileSession {
@@ -60,11 +63,15 @@ public:
     ProfileSession(const ProfileSession&) = delete;
     ProfileSession& operator=(const ProfileSession&) = delete;
 
-    // Brackets a step's work; step is the run's 0-based step index.
+    // Brackets a step's work. step: the run's 0-based step index; the step lines, the records and the
+    // profile call it step + 1.
     void begin_step(int step);
     void end_step(long tokens);
     // After the step has been timed and printed. Returns true when this call wrote the profile.
     bool step_done(bool last_step);
+    // At the end of the run: where the summary is and the top findings (format_outcome); nothing when no
+    // profile was written.
+    void print_outcome() const;
 
     // Runs at write time after the records are taken, before the report is built: may finish the context
     // (profile_gpt2cu measures its ceilings there, with the model freed) and returns hardware counters.
@@ -86,6 +93,7 @@ private:
     bool source_running_ = false, in_window_ = false;
     int step_ = -1;
     int64_t flush_ns_ = 0; // summed time of the between-step flushes
+    std::string outcome_;  // print_outcome's lines, kept from write()
 };
 
 } // namespace llmc::prof

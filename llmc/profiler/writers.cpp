@@ -84,6 +84,13 @@ std::string trace_us(uint64_t ns) {
 
 nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
 
+nlohmann::json spread_json(const StepSpread& s) {
+    return {{"median", finite_or_null(s.median_ms)}, {"min", finite_or_null(s.min_ms)}, {"max", finite_or_null(s.max_ms)}};
+}
+
+// TFLOP/s in text: one decimal, or three significant digits below 1 (a CPU's rates would all read 0.0).
+std::string tflops_text(double v) { return num(v, std::fabs(v) >= 1 ? "%.1f" : "%.3g"); }
+
 
 
 } // namespace
@@ -96,10 +103,11 @@ namespace {
 struct SummaryStyle {
     explicit SummaryStyle(const Report& r)
         : on_gpu(r.context.device_kind != DeviceKind::CPU), dev(on_gpu ? "GPU" : "CPU"),
-          pct_col(on_gpu ? "%gpu" : "%cpu") {}
+          pct_col(on_gpu ? "%gpu" : "%cpu"), matmul(on_gpu ? "bf16" : "fp32 matmul") {}
     bool on_gpu;
     const char* dev;
     const char* pct_col;
+    const char* matmul; // the compute ceiling MFU and GEMMs are measured against
 };
 
 std::string summary_header(const Report& r, const SummaryStyle& style) {
@@ -116,18 +124,29 @@ std::string summary_header(const Report& r, const SummaryStyle& style) {
     s += strprintf("  batch     B=%d T=%d grad_accum=%d (%ld tokens per step), %d profiled steps\n", c.B, c.T,
                    c.grad_accum, (long)c.B * c.T * c.grad_accum, r.num_steps);
     const Ceilings& ce = c.ceilings;
-    s += strprintf("  ceilings  bf16 %s TFLOP/s, fp32 %s TFLOP/s, DRAM %s GB/s, ridge %s FLOP/B (%s)\n",
-                   num(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN, "%.1f").c_str(),
-                   num(ce.fp32_tflops > 0 ? ce.fp32_tflops : NAN, "%.1f").c_str(),
+    s += strprintf("  ceilings  %s %s TFLOP/s, fp32 %s TFLOP/s, DRAM %s GB/s, ridge %s FLOP/B (%s)\n", style.matmul,
+                   tflops_text(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN).c_str(),
+                   tflops_text(ce.fp32_tflops > 0 ? ce.fp32_tflops : NAN).c_str(),
                    num(ce.dram_gbps > 0 ? ce.dram_gbps : NAN, "%.0f").c_str(),
                    num(ce.dram_gbps > 0 ? ce.bf16_tflops * 1e3 / ce.dram_gbps : NAN, "%.0f").c_str(),
                    ce.source.empty() ? "none" : ce.source.c_str());
+    const CeilingRaise& up = r.ceiling_raise;
+    if (up.raised()) {
+        auto factor = [](double k, const std::string& by) {
+            return k > 1 ? strprintf("x%.3f (%s beat it)", k, by.c_str()) : std::string("x1 (not beaten)");
+        };
+        s += strprintf("  raised    this profile beat the measured ceilings, so they were raised to what it measured: "
+                       "compute %s, bandwidth %s; measured: %s %s, fp32 %s TFLOP/s, DRAM %s GB/s\n",
+                       factor(up.compute, up.compute_by).c_str(), factor(up.memory, up.memory_by).c_str(), style.matmul,
+                       num(up.before.bf16_tflops, "%.3g").c_str(), num(up.before.fp32_tflops, "%.3g").c_str(),
+                       num(up.before.dram_gbps, "%.0f").c_str());
+    }
     if (c.inference.active())
         s += strprintf("  roofline  the KV-cache decoder's analytic model, %d-byte elements; decode reads every weight "
                        "per step\n", c.inference.elem_bytes);
     else if (!style.on_gpu)
-        s += "  roofline  the GPU step's analytic model: the same FLOPs, but bytes count its bf16 tensors, about half "
-             "of what this fp32 code moves at the least\n";
+        s += "  roofline  the CPU step's analytic model: fp32 tensors, no fusions (residual adds and GELU on their "
+             "own); every FLOP against the matmul ceiling\n";
     s += strprintf("  records   %zu kernels, %zu memcpys, %zu memsets, %zu API calls, %zu syncs, %zu ranges, %zu power "
                    "samples; %llu dropped; CUPTI overhead %.3f ms\n",
                    r.records.kernels, r.records.memcpys, r.records.memsets, r.records.api, r.records.syncs,
@@ -145,9 +164,10 @@ std::string summary_throughput(const Report& r, const SummaryStyle& style) {
                    num(r.tokens_per_s, "%.0f").c_str(), r.num_steps, num(r.wall_s * 1e3 * per_step, "%.3f").c_str(),
                    style.dev, num(r.gpu_time_us / 1e3 * per_step, "%.3f").c_str());
     if (r.has_model)
-        s += strprintf("  model FLOPs %.4g per token (%s) -> %s TFLOP/s, MFU %s%% of bf16 %s TFLOP/s\n",
-                       r.flops_per_token, c.inference.active() ? "forward, analytic" : "6N + 12LCT", num(r.model_tflops, "%.1f").c_str(), num(r.mfu, "%.1f").c_str(),
-                       num(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN, "%.1f").c_str());
+        s += strprintf("  model FLOPs %.4g per token (%s) -> %s TFLOP/s, MFU %s%% of %s %s TFLOP/s\n",
+                       r.flops_per_token, c.inference.active() ? "forward, analytic" : "6N + 12LCT",
+                       tflops_text(r.model_tflops).c_str(), num(r.mfu, "%.1f").c_str(), style.matmul,
+                       tflops_text(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN).c_str());
     if (style.on_gpu) s += strprintf("  peak GPU memory %.2f GiB\n", c.peak_memory_bytes / 1073741824.0);
     return s;
 }
@@ -170,20 +190,25 @@ std::string summary_top_kernels(const Report& r, const SummaryStyle& style, int 
 std::string summary_subblocks(const Report& r, const SummaryStyle& style) {
     std::string s;
     s += "\n== Sub-blocks and roofline (analytic FLOPs and bytes, time per step) ==\n";
-    TextTable st({"subblock", "phase", "calls", "ms/step", style.pct_col, "GFLOP", "MB", "FLOP/B", "floor_ms", "TFLOP/s",
-                  "GB/s", "%roof", "bound"},
-                 "llrrrrrrrrrrl");
+    TextTable st({"subblock", "phase", "calls", "ms/step", "median [min, max]", style.pct_col, "GFLOP", "MB", "FLOP/B",
+                  "floor_ms", "TFLOP/s", "GB/s", "%roof", "bound"},
+                 "llrrrrrrrrrrrl");
     auto sub_row = [&](const SubBlockRow& b, const std::string& name, const std::string& phase) {
         bool modelled = b.cost.flops() > 0 || b.cost.bytes > 0;
-        st.row({name, phase, std::to_string(b.calls), num(b.roof.time_s * 1e3, "%.3f"), num(b.pct, "%.1f"),
+        const StepSpread& sp = b.per_step;
+        std::string spread = std::isfinite(sp.median_ms) ? strprintf("%.3f [%.3f, %.3f]", sp.median_ms, sp.min_ms,
+                                                                     sp.max_ms)
+                                                         : "-";
+        st.row({name, phase, std::to_string(b.calls), num(b.roof.time_s * 1e3, "%.3f"), spread, num(b.pct, "%.1f"),
                 modelled ? num(b.cost.flops() / 1e9, "%.1f") : "-", modelled ? num(b.cost.bytes / 1e6, "%.1f") : "-",
-                num(b.roof.intensity, "%.1f"), num(b.roof.floor_s * 1e3, "%.3f"), num(b.roof.tflops, "%.1f"),
+                num(b.roof.intensity, "%.1f"), num(b.roof.floor_s * 1e3, "%.3f"), tflops_text(b.roof.tflops),
                 num(b.roof.gbps, "%.0f"), num(b.roof.pct_of_roofline, "%.0f"), b.roof.bound});
     };
     for (const SubBlockRow& b : r.subblocks) sub_row(b, subblock_label(b.subblock), phase_label(b.phase));
     sub_row(r.total, "total", "");
     s += st.str();
-    s += "  %roof = floor / time: achieved over the ceiling that bounds the sub-block. GEMM FLOPs against bf16,\n"
+    s += "  ms/step: the mean over the profiled steps; median [min, max]: the sub-block's time in each step.\n"
+         "  %roof = floor / time: achieved over the ceiling that bounds the sub-block. GEMM FLOPs against bf16,\n"
          "  elementwise FLOPs against fp32 (bf16 when unknown); bytes: minimum DRAM traffic (doc/profiling.md).\n";
     s += measured_vs_analytic(r.counters, r.costs, r.has_model);
     return s;
@@ -274,19 +299,24 @@ std::string summary_power(const Report& r) {
     std::string s;
     s += "\n== Power ==\n";
     const PowerSummary& p = r.power;
-    if (p.samples == 0) {
+    if (!std::isfinite(p.energy_j)) {
         s += "  energy, J/token, tokens/J, FLOP/s per W: n/a (" + (p.status.empty() ? "no NVML" : p.status) + ")\n";
-    } else {
-        const char* source = p.counter_steps && p.integrated_steps ? "NVML energy counter where it advanced, else "
-                                                                      "integrated power samples"
-                             : p.counter_steps ? "NVML energy counter"
-                                               : "integrated power samples (the energy counter did not advance)";
+        return s;
+    }
+    if (p.samples > 0)
         s += strprintf("  %zu samples%s: energy %.2f J, average %.0f W, peak %.0f W\n", p.samples,
                        p.reading.empty() ? "" : (" (" + p.reading + " power)").c_str(), p.energy_j, p.avg_w, p.peak_w);
-        s += strprintf("  %s J/token, %s tokens/J, %s GFLOP/s per W\n", num(p.joules_per_token, "%.5f").c_str(),
-                       num(p.tokens_per_j, "%.1f").c_str(), num(p.flops_per_w / 1e9, "%.1f").c_str());
-        s += strprintf("  energy from the %s (%d steps counter, %d integrated)\n", source, p.counter_steps,
-                       p.integrated_steps);
+    else
+        s += strprintf("  energy %.2f J, average %.1f W\n", p.energy_j, p.avg_w);
+    s += strprintf("  %s J/token, %s tokens/J, %s GFLOP/s per W\n", num(p.joules_per_token, "%.5f").c_str(),
+                   num(p.tokens_per_j, "%.1f").c_str(), num(p.flops_per_w / 1e9, "%.1f").c_str());
+    const std::string source = p.counter_steps && p.integrated_steps
+                                   ? p.counter + " where it advanced, else integrated power samples"
+                               : p.counter_steps ? p.counter
+                                                 : "integrated power samples (the energy counter did not advance)";
+    s += strprintf("  energy from the %s (%d steps counter, %d integrated)\n", source.c_str(), p.counter_steps,
+                   p.integrated_steps);
+    if (p.samples > 0) {
         std::string throttled = throttle_names(p.throttle_reasons);
         s += strprintf("  SM clock %d-%d MHz (max %s), max temperature %d C, throttle reasons 0x%llx (%s)\n",
                        p.min_sm_clock_mhz, p.max_sm_clock_mhz,
@@ -322,6 +352,23 @@ std::string format_summary(const Report& r, int top_n) {
     return s + summary_power(r) + summary_findings(r);
 }
 
+std::string format_outcome(const Report& r, const std::string& dir, int max_findings) {
+    std::string s = strprintf("profile: %s/summary.txt: %s tokens/s over %d step%s", dir.c_str(),
+                              num(r.tokens_per_s, "%.0f").c_str(), r.num_steps, r.num_steps == 1 ? "" : "s");
+    if (std::isfinite(r.mfu)) s += strprintf(", MFU %.1f%%", r.mfu);
+    s += "\n";
+    if (r.findings.empty()) return s + "profile: no finding: no rule found time at stake\n";
+    const int shown = std::min<int>(max_findings, (int)r.findings.size());
+    s += strprintf("profile: top %d of %zu findings (evidence and next steps in the summary):\n", shown,
+                   r.findings.size());
+    for (int i = 0; i < shown; i++) {
+        const Finding& f = r.findings[i];
+        s += strprintf("  %d. [%s] %s (~%.3f ms per step at stake)\n", i + 1, f.rule.c_str(), f.what.c_str(),
+                       f.ms_per_step);
+    }
+    return s;
+}
+
 std::string kernels_csv(const Report& r) {
     std::string s = csv_line({"kernel", "subblock", "phase", "category", "calls", "total_us", "avg_us", "pct"});
     for (const KernelRow& k : r.kernels)
@@ -331,10 +378,12 @@ std::string kernels_csv(const Report& r) {
     return s;
 }
 
-// time_us and pct over the window; flops, bytes, rates and the floor per step.
+// time_us and pct over the window; flops, bytes, rates and the floor per step (the mean); the median, minimum
+// and maximum of the sub-block's time in each profiled step.
 std::string subblocks_csv(const Report& r) {
     std::string s = csv_line({"subblock", "phase", "calls", "time_us", "pct", "flops", "bytes", "tflops", "gbps",
-                              "intensity", "bound", "time_per_step_us", "floor_us", "pct_of_roofline"});
+                              "intensity", "bound", "time_per_step_us", "floor_us", "pct_of_roofline",
+                              "step_median_us", "step_min_us", "step_max_us"});
     for (const SubBlockRow& b : r.subblocks) {
         bool modelled = b.cost.flops() > 0 || b.cost.bytes > 0;
         s += csv_line({subblock_label(b.subblock), phase_label(b.phase), std::to_string(b.calls),
@@ -343,13 +392,21 @@ std::string subblocks_csv(const Report& r) {
                        num(b.roof.tflops, "%.4f", ""),
                        num(b.roof.gbps, "%.2f", ""), num(b.roof.intensity, "%.3f", ""), b.roof.bound,
                        num(b.roof.time_s * 1e6, "%.3f", ""), num(b.roof.floor_s * 1e6, "%.3f", ""),
-                       num(b.roof.pct_of_roofline, "%.2f", "")});
+                       num(b.roof.pct_of_roofline, "%.2f", ""), num(b.per_step.median_ms * 1e3, "%.3f", ""),
+                       num(b.per_step.min_ms * 1e3, "%.3f", ""), num(b.per_step.max_ms * 1e3, "%.3f", "")});
     }
     return s;
 }
 
+namespace {
+// The busy-time column: the union of GPU activity, or on the CPU of sub-block executions.
+const char* busy_column(const Report& r) {
+    return r.context.device_kind == DeviceKind::CPU ? "busy_ms" : "gpu_busy_ms";
+}
+} // namespace
+
 std::string steps_csv(const Report& r) {
-    std::string s = csv_line({"step", "wall_ms", "gpu_busy_ms", "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok_s",
+    std::string s = csv_line({"step", "wall_ms", busy_column(r), "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok_s",
                               "energy_j", "avg_power_w", "idle_ms", "idle_gaps", "tokens", "j_per_token",
                               "tokens_per_j", "flops_per_w", "energy_source"});
     for (const StepRow& x : r.steps)
@@ -439,11 +496,12 @@ std::string roofline_csv(const Report& r) {
 
 namespace {
 
-// A trace slice on one track (pid, tid); correlation: the flow endpoint (API call or GPU activity), 0 for none.
+// A trace slice on one track (pid, tid); flow: the correlation id of the launch arrow it starts (a CUDA call)
+// or ends (the GPU work it launched), 0 for none.
 struct Slice {
     int pid;
     uint64_t tid, start, end;
-    uint32_t correlation;
+    uint32_t flow;
     bool gpu;
     std::string name, cat;
     nlohmann::json args;
@@ -456,61 +514,81 @@ nlohmann::json where_args(const Attribution& w) {
                           {"layer", w.layer}, {"step", w.step}};
 }
 
-// The tracks: steps (tid 0), then per CPU thread (in order of id) a track of its Ranges and one of its CUDA
-// calls, then one per (device, stream). t0: the earliest timestamp.
+// The tracks: steps (tid 0), then per CPU thread (in order of id) a track of its Ranges and, where it made
+// CUDA calls, one of those, then one per (device, stream). t0: the earliest timestamp.
 struct TraceTracks {
     std::vector<Slice> slices;
     std::map<uint32_t, uint64_t> range_tid;          // CPU thread -> its Ranges' tid; its CUDA calls' is +1
+    std::set<uint32_t> api_threads;                  // CPU threads with CUDA calls
     std::set<std::pair<uint32_t, uint32_t>> streams; // (device, stream)
     uint64_t t0 = UINT64_MAX;
     void seen(uint64_t t) { t0 = std::min(t0, t); }
 };
 
+/*
+ * Device work in the form PyTorch's profiler (Kineto) writes it, which trace analysers such as Holistic Trace
+ * Analysis read: cat "kernel", "gpu_memcpy" or "gpu_memset"; the kernel's full name, copies named "Memcpy
+ * <kind>" and sets "Memset" (HTA tells memory work from compute by those prefixes); args "device", "stream"
+ * and "correlation" (the CUDA call that launched it, or the CPU trainer's phase range).
+ */
 Slice activity_slice(const Activity& a) {
     nlohmann::json args = where_args(a.where);
-    std::string name = category_name(a.category), cat = name;
+    std::string name, cat;
     if (const KernelRecord* k = a.kernel) {
-        name = short_kernel_name(k->name), cat = "kernel";
-        args["kernel"] = k->name;
+        name = k->name, cat = "kernel";
         args["grid"] = {k->grid[0], k->grid[1], k->grid[2]};
         args["block"] = {k->block[0], k->block[1], k->block[2]};
         args["registers"] = k->registers_per_thread;
         args["static_smem"] = k->static_smem;
         args["dynamic_smem"] = k->dynamic_smem;
     } else if (const MemcpyRecord* m = a.copy) {
-        name = std::string("memcpy ") + copy_kind_name(m->kind);
+        name = std::string("Memcpy ") + copy_kind_name(m->kind), cat = "gpu_memcpy";
         args["bytes"] = m->bytes;
         if (a.end > a.start) args["GB/s"] = (double)m->bytes / (a.end - a.start);
     } else {
+        name = "Memset", cat = "gpu_memset";
         args["bytes"] = a.set->bytes;
     }
+    args["device"] = a.device;
+    args["stream"] = a.stream;
     args["correlation"] = a.correlation;
     return {gpu_pid(a.device), a.stream, a.start, a.end, a.correlation, true, name, cat, args};
 }
 
+/*
+ * Steps are "ProfilerStep#N" and Ranges "user_annotation" slices, CUDA calls "cuda_runtime", as Kineto names
+ * them: HTA numbers iterations by the ProfilerStep slices. Launch arrows go from CUDA calls to GPU work; the
+ * CPU trainer's ops have no launching call, so no arrow: their correlation is their phase range's. Device
+ * work is the tables' (the window's, report.h), so a trace analyser's totals match kernels.csv; CPU ranges
+ * and calls outside it stay, to show the set-up around the steps.
+ */
 TraceTracks trace_tracks(const ProfileRecords& rec) {
     TraceTracks t;
     std::set<uint32_t> threads;
     for (const RangeRecord& x : rec.ranges) threads.insert(x.thread);
-    for (const ApiRecord& x : rec.api) threads.insert(x.thread);
+    for (const ApiRecord& x : rec.api) threads.insert(x.thread), t.api_threads.insert(x.thread);
     uint64_t next_tid = 1;
     for (uint32_t th : threads) t.range_tid[th] = next_tid, next_tid += 2;
     for (const StepRecord& x : rec.steps) {
         t.seen(x.start_ns);
-        t.slices.push_back({0, 0, x.start_ns, x.end_ns, 0, false, strprintf("step %d", x.step), "step",
-                            {{"step", x.step}, {"tokens", x.tokens}}});
+        t.slices.push_back({0, 0, x.start_ns, x.end_ns, 0, false, strprintf("ProfilerStep#%d", x.step),
+                            "user_annotation", {{"step", x.step}, {"tokens", x.tokens}}});
     }
     for (const RangeRecord& x : rec.ranges) {
         t.seen(x.start_ns);
+        nlohmann::json args = where_args(x.where);
+        if (x.correlation) args["correlation"] = x.correlation;
         t.slices.push_back(
-            {0, t.range_tid[x.thread], x.start_ns, x.end_ns, 0, false, x.name, "range", where_args(x.where)});
+            {0, t.range_tid[x.thread], x.start_ns, x.end_ns, 0, false, x.name, "user_annotation", args});
     }
     for (const ApiRecord& x : rec.api) {
         t.seen(x.start_ns);
         t.slices.push_back({0, t.range_tid[x.thread] + 1, x.start_ns, x.end_ns, x.correlation, false, x.name,
-                            "cuda_api", {{"correlation", x.correlation}}});
+                            "cuda_runtime", {{"correlation", x.correlation}}});
     }
+    const StepWindow window(rec.steps);
     for (const Activity& a : gpu_activities(rec)) {
+        if (!window.contains(a.start)) continue; // set-up work: not in the tables, so not in the trace either
         t.seen(a.start);
         t.streams.insert({a.device, a.stream});
         t.slices.push_back(activity_slice(a));
@@ -556,8 +634,11 @@ public:
                {"args", {{"sort_index", sort_index}}}},
               t0_);
     }
-    std::string str() const {
-        std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+    // `header`: the top-level fields before traceEvents, one per line.
+    std::string str(const std::vector<std::string>& header) const {
+        std::string out = "{";
+        for (const std::string& h : header) out += h + ",\n";
+        out += "\"traceEvents\":[\n";
         for (size_t i = 0; i < lines_.size(); i++) out += lines_[i] + (i + 1 < lines_.size() ? ",\n" : "\n");
         return out + "]}\n";
     }
@@ -571,14 +652,15 @@ private:
 std::set<uint32_t> name_tracks(TraceEvents& ev, const TraceTracks& t, const ProfileContext& c, bool has_power) {
     ev.meta("process_name", 0, 0, "CPU: " + (c.program.empty() ? std::string("llmc") : c.program), 0);
     ev.meta("thread_name", 0, 0, "steps", 0);
+    const bool cpu = c.device_kind == DeviceKind::CPU; // the CPU trainer: one track of sub-block executions
     for (auto& [thread, tid] : t.range_tid) {
         ev.meta("thread_name", 0, tid, strprintf("thread %u: ranges", thread), (int)tid);
-        ev.meta("thread_name", 0, tid + 1, strprintf("thread %u: CUDA API", thread), (int)tid + 1);
+        if (t.api_threads.count(thread))
+            ev.meta("thread_name", 0, tid + 1, strprintf("thread %u: CUDA API", thread), (int)tid + 1);
     }
     std::set<uint32_t> devices;
     for (const auto& [device, stream] : t.streams) devices.insert(device);
     if (has_power) devices.insert(devices.empty() ? 0 : *devices.begin());
-    const bool cpu = c.device_kind == DeviceKind::CPU; // the CPU trainer: one track of sub-block executions
     for (uint32_t d : devices)
         ev.meta("process_name", gpu_pid(d), 0, strprintf("%s %u: ", device_kind_name(c.device_kind), d) + c.device,
                 gpu_pid(d));
@@ -589,11 +671,11 @@ std::set<uint32_t> name_tracks(TraceEvents& ev, const TraceTracks& t, const Prof
 }
 
 // The slices, then a flow from each launch to its GPU activity, at the middle of both slices (unambiguous
-// even where slices touch).
+// even where slices touch). Flows are "ac2g", Kineto's category for them.
 void slice_events(TraceEvents& ev, const std::vector<Slice>& slices) {
     std::map<uint32_t, const Slice*> launch, target; // correlation -> API slice, GPU slice
     for (const Slice& x : slices) {
-        if (x.correlation) (x.gpu ? target : launch)[x.correlation] = &x;
+        if (x.flow) (x.gpu ? target : launch)[x.flow] = &x;
         const uint64_t dur = x.end - x.start;
         ev.event({{"name", x.name}, {"cat", x.cat}, {"ph", "X"}, {"pid", x.pid}, {"tid", x.tid}, {"args", x.args}},
                  x.start, &dur);
@@ -602,9 +684,9 @@ void slice_events(TraceEvents& ev, const std::vector<Slice>& slices) {
         auto it = target.find(corr);
         if (it == target.end()) continue;
         const Slice* k = it->second;
-        ev.event({{"name", "launch"}, {"cat", "flow"}, {"ph", "s"}, {"id", corr}, {"pid", 0}, {"tid", api->tid}},
+        ev.event({{"name", "launch"}, {"cat", "ac2g"}, {"ph", "s"}, {"id", corr}, {"pid", 0}, {"tid", api->tid}},
                  api->start + (api->end - api->start) / 2);
-        ev.event({{"name", "launch"}, {"cat", "flow"}, {"ph", "f"}, {"bp", "e"}, {"id", corr}, {"pid", k->pid},
+        ev.event({{"name", "launch"}, {"cat", "ac2g"}, {"ph", "f"}, {"bp", "e"}, {"id", corr}, {"pid", k->pid},
                   {"tid", k->tid}},
                  k->start + (k->end - k->start) / 2);
     }
@@ -621,14 +703,38 @@ void power_events(TraceEvents& ev, const std::vector<PowerSample>& power, int pi
     }
 }
 
+/*
+ * The top-level fields Kineto writes before its events. HTA maps trace files to ranks by matching
+ * `"rank": N` with a space after the colon, so distributedInfo is written by hand in that form: one process,
+ * rank 0 of 1, no collective backend. deviceProperties: each GPU's id, name and, where known, per-SM limits.
+ */
+std::vector<std::string> trace_header(const ProfileContext& c, const std::set<uint32_t>& devices) {
+    std::vector<std::string> h = {"\"schemaVersion\":1", "\"displayTimeUnit\":\"ns\"",
+                                  "\"distributedInfo\": {\"backend\": \"none\", \"rank\": 0, \"world_size\": 1}"};
+    if (c.device_kind == DeviceKind::GPU) {
+        nlohmann::json props = nlohmann::json::array();
+        for (uint32_t d : devices) {
+            nlohmann::json p = {{"id", d}, {"name", c.device}};
+            if (c.sm.known())
+                p.update({{"regsPerMultiprocessor", c.sm.regs}, {"maxThreadsPerMultiProcessor", c.sm.threads},
+                          {"sharedMemPerMultiprocessor", c.sm.smem}});
+            props.push_back(p);
+        }
+        h.push_back("\"deviceProperties\":" + props.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+    return h;
+}
+
 } // namespace
 
 /*
- * Chrome trace event format. Processes: pid 0 is the CPU (a "steps" track, then per CPU thread a track of
- * its Ranges and a track of its CUDA API calls), pid 1 + d is GPU d (one track per stream, and counter
- * tracks for power, clocks and temperature). A flow (ph s on the API call, ph f with bp e on the GPU
- * activity, id = correlation id) links each launch to its kernel, memcpy or memset. Within a track, a slice
- * that would overlap the end of the one enclosing it (timer jitter) is clipped, so slices always nest.
+ * Chrome trace event format, in the dialect PyTorch's profiler writes (doc/profiling.md, "trace.json"), so
+ * Perfetto and Holistic Trace Analysis both read it. Processes: pid 0 is the CPU (a "steps" track, then per
+ * CPU thread a track of its Ranges and, where it made CUDA calls, a track of those), pid 1 + d is GPU d (one
+ * track per stream, and counter tracks for power, clocks and temperature) or, for the CPU trainer, the CPU
+ * running the ops. A flow (ph s on the API call, ph f with bp e on the GPU activity, id = correlation id)
+ * links each launch to its kernel, memcpy or memset. Within a track, a slice that would overlap the end of
+ * the one enclosing it (timer jitter) is clipped, so slices always nest.
  */
 std::string trace_json(const Report& r, const ProfileRecords& rec) {
     TraceTracks tracks = trace_tracks(rec);
@@ -637,7 +743,7 @@ std::string trace_json(const Report& r, const ProfileRecords& rec) {
     std::set<uint32_t> devices = name_tracks(ev, tracks, r.context, !rec.power.empty());
     slice_events(ev, tracks.slices);
     power_events(ev, rec.power, devices.empty() ? 1 : gpu_pid(*devices.begin()));
-    return ev.str();
+    return ev.str(trace_header(r.context, devices));
 }
 
 namespace {
@@ -660,6 +766,15 @@ nlohmann::json cost_json(const OpCost& c, const RooflinePoint& p) {
             {"bound", p.bound}};
 }
 
+// null when the ceilings stand as measured; else the factors, what beat the ceilings, and the measured ones.
+nlohmann::json raised_json(const CeilingRaise& up) {
+    if (!up.raised()) return nullptr;
+    return {{"compute_factor", up.compute}, {"memory_factor", up.memory}, {"compute_by", up.compute_by},
+            {"memory_by", up.memory_by},
+            {"measured", {{"bf16_tflops", up.before.bf16_tflops}, {"fp32_tflops", up.before.fp32_tflops},
+                          {"dram_gbps", up.before.dram_gbps}, {"source", up.before.source}}}};
+}
+
 } // namespace
 
 std::string profile_json(const Report& r) {
@@ -673,7 +788,8 @@ std::string profile_json(const Report& r) {
                                {"padded_vocab_size", m.padded_vocab_size}, {"num_parameters", c.num_parameters}}},
                     {"batch", {{"B", c.B}, {"T", c.T}, {"grad_accum", c.grad_accum}}},
                     {"ceilings", {{"bf16_tflops", c.ceilings.bf16_tflops}, {"fp32_tflops", c.ceilings.fp32_tflops},
-                                  {"dram_gbps", c.ceilings.dram_gbps}, {"source", c.ceilings.source}}},
+                                  {"dram_gbps", c.ceilings.dram_gbps}, {"source", c.ceilings.source},
+                                  {"raised", raised_json(r.ceiling_raise)}}},
                     {"peak_memory_bytes", c.peak_memory_bytes}};
     j["records"] = {{"kernels", r.records.kernels}, {"memcpys", r.records.memcpys}, {"memsets", r.records.memsets},
                     {"api", r.records.api}, {"syncs", r.records.syncs}, {"ranges", r.records.ranges},
@@ -691,12 +807,13 @@ std::string profile_json(const Report& r) {
     json& sb = j["subblocks"] = json::array();
     for (const SubBlockRow& x : r.subblocks)
         sb.push_back({{"subblock", subblock_label(x.subblock)}, {"phase", phase_label(x.phase)}, {"calls", x.calls},
-                      {"time_us", x.time_us}, {"pct", x.pct}, {"roofline", cost_json(x.cost, x.roof)}});
-    j["total"] = {{"calls", r.total.calls}, {"time_us", r.total.time_us},
+                      {"time_us", x.time_us}, {"pct", x.pct}, {"per_step_ms", spread_json(x.per_step)},
+                      {"roofline", cost_json(x.cost, x.roof)}});
+    j["total"] = {{"calls", r.total.calls}, {"time_us", r.total.time_us}, {"per_step_ms", spread_json(r.total.per_step)},
                   {"roofline", cost_json(r.total.cost, r.total.roof)}};
     json& st = j["steps"] = json::array();
     for (const StepRow& x : r.steps) {
-        st.push_back({{"step", x.step}, {"tokens", x.tokens}, {"wall_ms", x.wall_ms}, {"gpu_busy_ms", x.gpu_busy_ms},
+        st.push_back({{"step", x.step}, {"tokens", x.tokens}, {"wall_ms", x.wall_ms}, {busy_column(r), x.gpu_busy_ms},
                       {"idle_ms", x.idle_ms}, {"fwd_ms", x.fwd_ms}, {"bwd_ms", x.bwd_ms}, {"opt_ms", x.opt_ms},
                       {"other_ms", x.other_ms}, {"tok_s", x.tok_s}, {"energy_j", finite_or_null(x.energy_j)},
                       {"avg_power_w", finite_or_null(x.avg_power_w)}, {"j_per_token", finite_or_null(x.j_per_token)},
@@ -745,10 +862,9 @@ std::string profile_json(const Report& r) {
     return j.dump(1) + "\n";
 }
 
-// Writes every file of the profile directory `dir` (created if missing).
-void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec) {
+void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec, int top_n) {
     make_dirs(dir);
-    write_file(dir + "/summary.txt", format_summary(r));
+    write_file(dir + "/summary.txt", format_summary(r, top_n));
     write_file(dir + "/kernels.csv", kernels_csv(r));
     write_file(dir + "/subblocks.csv", subblocks_csv(r));
     write_file(dir + "/steps.csv", steps_csv(r));

@@ -18,6 +18,10 @@ namespace llmc::prof {
 // power, findings.
 std::string format_summary(const Report& r, int top_n = 15);
 
+// What a run prints at its end about the profile written to `dir`: where its summary is, the throughput, and
+// the first `max_findings` findings, one line each (the summary has them with their evidence).
+std::string format_outcome(const Report& r, const std::string& dir, int max_findings = 3);
+
 // One file of the profile directory each.
 std::string kernels_csv(const Report& r);
 std::string subblocks_csv(const Report& r);
@@ -29,7 +33,7 @@ std::string decode_buckets_csv(const Report& r); // inference profiles only
 std::string trace_json(const Report& r, const ProfileRecords& rec);
 std::string profile_json(const Report& r);
 
-// Writes every file of the profile directory `dir` (created if missing).
-void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec);
+// Writes every file of the profile directory `dir` (created if missing); top_n: kernels listed in summary.txt.
+void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec, int top_n = 15);
 
 } // namespace llmc::prof

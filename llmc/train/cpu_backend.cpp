@@ -10,6 +10,7 @@
 #include "llmc/cpu/gpt2.h"
 #include "llmc/dataloader.h"
 #include "llmc/profiler/cpu_source.h"
+#include "llmc/progress.h"
 
 namespace llmc {
 
@@ -19,9 +20,10 @@ class CPUBackend : public TrainBackend {
 public:
     CPUBackend(const GPT2Config& c, const TrainOptions& opt)
         : model_(c), B_(opt.B), T_(opt.T), m_(model_.num_parameters(), 0.0f), v_(m_.size(), 0.0f) {
-        adam_.weight_decay = opt.weight_decay;
+        adam_ = opt.adam;
         if (!opt.profile_dir.empty())
-            profile_ = prof::make_cpu_profile_session({opt.profile_dir, opt.profile_start, opt.profile_steps}, c,
+            // The session counts steps from 0, the flag as the step lines do, from 1.
+            profile_ = prof::make_cpu_profile_session({opt.profile_dir, opt.profile_start - 1, opt.profile_steps}, c,
                                                       opt.B, opt.T, opt.grad_accum,
                                                       &timings_);
     }
@@ -45,11 +47,13 @@ public:
         model_.timings = &timings_;
         model_.zero_grad();
         double loss = 0;
+        Progress progress(strprintf("step %d micro-batches", t)); // a step of many micro-batches can take minutes
         for (int micro = 0; micro < grad_accum; micro++) {
             train.next_batch();
             model_.forward(train.inputs(), train.targets(), B_, T_);
             loss += model_.mean_loss;
             model_.backward(1.0f / grad_accum);
+            progress.tick(micro + 1, grad_accum);
         }
         double norm;
         {
@@ -65,13 +69,14 @@ public:
         return {(float)(loss / grad_accum), (float)norm};
     }
 
-    float val_loss(DataLoader& val, int batches) override {
+    float val_loss(DataLoader& val, int batches, Progress& progress) override {
         val.restore(DataPosition{}); // the same batches every time
         double sum = 0;
         for (int i = 0; i < batches; i++) {
             val.next_batch();
             model_.forward(val.inputs(), val.targets(), B_, T_);
             sum += model_.mean_loss;
+            progress.tick(i + 1, batches);
         }
         return (float)(sum / batches);
     }

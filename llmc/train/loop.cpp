@@ -12,6 +12,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_init.h"
 #include "llmc/profiler/session.h"
+#include "llmc/progress.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
 #include "llmc/schedulers.h"
@@ -89,6 +90,9 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     if (max_steps == 0 && opt.max_steps < 0)
         throw UsageError(strprintf("-d: one step takes %d micro-batches, more than one epoch of %s has (%zu); lower -d "
                                    "or set -x", grad_accum, opt.train_data.c_str(), train.batches_per_epoch()));
+    if (!opt.profile_dir.empty() && opt.profile_start > max_steps)
+        throw UsageError(strprintf("--profile-start: step %d is past the run's last step %d%s", opt.profile_start,
+                                   max_steps, opt.max_steps >= 0 ? " (-x)" : " (one epoch; set -x)"));
     LRScheduler sched{opt.schedule, opt.lr, opt.warmup, opt.final_lr_frac, max_steps};
 
     // The checkpoint's state must be the one its file names say, for this run: nothing is written otherwise.
@@ -144,15 +148,22 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     printf("| val                   | %-40s |\n", val ? strprintf("%s, %d batches", val_spec.c_str(), val_batches).c_str() : "off");
     printf("| steps                 | %-40d |\n", max_steps);
     printf("| lr / schedule         | %-40s |\n", strprintf("%g / %s, warmup %d, final x%g", opt.lr, schedule_name(opt.schedule), opt.warmup, opt.final_lr_frac).c_str());
+    const AdamWConfig& adam = opt.adam;
+    printf("| AdamW b1 b2 eps / wd  | %-40s |\n", strprintf("%g %g %g / %g", adam.beta1, adam.beta2, adam.eps, adam.weight_decay).c_str());
+    printf("| grad clip             | %-40s |\n", adam.grad_clip > 0 ? strprintf("global norm %g", adam.grad_clip).c_str() : "off");
     printf("+-----------------------+------------------------------------------+\n");
     be.print_memory();
 
     int trained = 0;
+    // Steps are numbered as the step lines print them: step N is the N-th, and what is reported "at step N"
+    // (val loss, samples, checkpoints) comes after it (step 0: before training).
+    const auto run_start = Clock::now();
     for (int step = start_step; step <= max_steps; step++) {
         bool last = step == max_steps;
         if (val && (step % opt.val_every == 0 || last)) {
-            float vl = be.val_loss(*val, val_batches);
-            printf("val loss %.6f\n", vl);
+            Progress progress(strprintf("step %d/%d | val loss", step, max_steps));
+            float vl = be.val_loss(*val, val_batches, progress);
+            printf("step %4d/%d | val loss %.6f\n", step, max_steps, vl);
             log.val(step, vl);
         }
         if (opt.sample_every > 0 && step > start_step && (step % opt.sample_every == 0 || last))
@@ -179,12 +190,16 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
             throw Error(strprintf("loss is %f at step %d; stopping (checkpoints in -o are from before this step)",
                                   s.loss, step + 1));
         trained++;
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s%s\n", step + 1, max_steps, s.loss,
-               s.grad_norm, lr, ms, opt.total_batch / (ms / 1e3), be.step_extras(ms, opt.total_batch).c_str());
+        // The ETA counts val losses, samples and checkpoints at the pace they have cost so far.
+        const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s%s | %s\n", step + 1, max_steps,
+               s.loss, s.grad_norm, lr, ms, opt.total_batch / (ms / 1e3), be.step_extras(ms, opt.total_batch).c_str(),
+               elapsed_and_eta(elapsed, trained, max_steps - start_step).c_str());
         log.train(step + 1, s.loss, lr, s.grad_norm);
         if (profile) profile->step_done(step + 1 == max_steps);
     }
     if (const SubBlockTimes* t = be.timings()) print_subblock_table(*t, trained);
+    if (profile) profile->print_outcome();
     return 0;
 }
 

@@ -14,6 +14,7 @@
 namespace llmc {
 
 class DataLoader;
+class Progress;
 struct GPT2Config;
 struct SubBlockTimes;
 namespace prof {
@@ -36,7 +37,7 @@ public:
     virtual void get_moments(std::vector<float>& m, std::vector<float>& v) = 0;
     virtual void set_moments(const std::vector<float>& m, const std::vector<float>& v) = 0;
     virtual StepStats train_step(DataLoader& train, int grad_accum, float lr, int t) = 0; // t: 1-based AdamW step
-    virtual float val_loss(DataLoader& val, int batches) = 0;
+    virtual float val_loss(DataLoader& val, int batches, Progress& progress) = 0; // progress: ticked per batch
     virtual std::vector<float> next_token_probs(const std::vector<int>& ids) = 0; // softmax at the last position
     virtual const SubBlockTimes* timings() const { return nullptr; }  // per-sub-block wall time, or null
     virtual std::string step_extras(double /*ms*/, long /*tokens*/) const { return ""; } // more step-line fields

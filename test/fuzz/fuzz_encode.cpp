@@ -1,4 +1,5 @@
-// GPT-2 encoding of arbitrary bytes with the real vocabulary ($LLMC_DATA/gpt2, default ../shared/data/gpt2):
+// GPT-2 encoding of arbitrary bytes with the real vocabulary ($LLMC_DATA/gpt2, default the repository's
+// dev/data/gpt2; `make fuzz` runs from the repository root):
 // invalid UTF-8 is an llmc::Error; anything accepted gives ids below the vocabulary size and decodes back to
 // the input.
 #include <cstdlib>
@@ -11,7 +12,7 @@ static std::unique_ptr<llmc::GPT2Tokenizer> tokenizer;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
     const char* d = getenv("LLMC_DATA");
-    std::string dir = std::string(d && *d ? d : "../shared/data") + "/gpt2";
+    std::string dir = d && *d ? std::string(d) + "/gpt2" : "dev/data/gpt2";
     tokenizer = std::make_unique<llmc::GPT2Tokenizer>(
         llmc::GPT2Tokenizer::from_gpt2_files(dir + "/encoder.json", dir + "/vocab.bpe"));
     return 0;

@@ -195,20 +195,24 @@ protected:
 } // namespace
 
 TEST_F(TrainGpuProfile, WritesTheWindowOfARealRun) {
-    auto r = train("-x 7 --profile " + (dir / "p") + " --profile-start 2 --profile-steps 3");
+    auto r = train("-x 7 --profile " + (dir / "p") + " --profile-start 3 --profile-steps 3");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("profile: steps 3-5 written to " + (dir / "p")), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("step    7/7"), std::string::npos) << r.output; // training went on after the window
     EXPECT_NE(r.output.find("ms per traced step flushing CUPTI buffers"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("profile: " + (dir / "p") + "/summary.txt: "), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("== Sub-blocks"), std::string::npos) << r.output; // the tables stay in summary.txt
     expect_profile_dir(dir / "p", 3);
 }
 
 TEST_F(TrainGpuProfile, RunEndingInsideTheWindowWritesWhatItTraced) {
-    auto r = train("-x 3 --profile " + (dir / "p") + " --profile-start 1 --profile-steps 5");
+    auto r = train("-x 3 --profile " + (dir / "p") + " --profile-start 2 --profile-steps 5");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("profile: steps 2-3 written to"), std::string::npos) << r.output;
     expect_profile_dir(dir / "p", 2);
+    // A window after the last step is refused before anything runs.
     auto early = train("-x 2 --profile " + (dir / "q") + " --profile-start 5");
-    ASSERT_EQ(early.exit_code, 0) << early.output;
-    EXPECT_NE(early.output.find("the run ended before step 6"), std::string::npos) << early.output;
+    EXPECT_EQ(early.exit_code, 2) << early.output;
+    EXPECT_NE(early.output.find("error: --profile-start: step 5 is past the run's last step 2 (-x)"), std::string::npos)
+        << early.output;
 }

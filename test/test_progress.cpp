@@ -1,0 +1,45 @@
+// Progress lines (llmc/progress.h): durations, the step lines' ETA, and Progress printing at most every few
+// seconds, driven by a fake clock.
+#include <gtest/gtest.h>
+#include <string>
+
+#include "llmc/progress.h"
+#include "test/test_util.h"
+
+using namespace llmc;
+
+TEST(Progress, Durations) {
+    EXPECT_EQ(format_duration(0.04), "0.0 s");
+    EXPECT_EQ(format_duration(9.94), "9.9 s");
+    EXPECT_EQ(format_duration(42.4), "42 s");
+    EXPECT_EQ(format_duration(185), "3m 05s");
+    EXPECT_EQ(format_duration(7620), "2h 07m");
+    EXPECT_EQ(format_duration(-1), "-");
+    EXPECT_EQ(format_duration(NAN), "-");
+}
+
+TEST(Progress, EtaAtTheMeanPace) {
+    // 3 of 12 done in 30 s: 9 left at 10 s each.
+    EXPECT_EQ(elapsed_and_eta(30, 3, 12), "30 s elapsed, ETA 1m 30s");
+    EXPECT_EQ(elapsed_and_eta(30, 12, 12), "30 s elapsed, ETA 0.0 s");
+    EXPECT_EQ(elapsed_and_eta(0.5, 0, 12), "0.5 s elapsed"); // no pace yet
+}
+
+// A line at most every `every` seconds of the fake clock, none for the last item or for quick work.
+TEST(Progress, PrintsAtMostEverySoOften) {
+    testutil::TempDir dir;
+    FILE* f = fopen((dir / "out").c_str(), "w+");
+    ASSERT_TRUE(f);
+    double now = 100;
+    Progress p("val loss", 5.0, f, [&] { return now; });
+    for (int i = 1; i <= 10; i++) {
+        now += 2; // 2 s per item: lines after items 3 (6 s), 6 (12 s) and 9 (18 s)
+        p.tick(i, 10);
+    }
+    Progress quick("quick", 5.0, f, [&] { return now; });
+    for (int i = 1; i <= 10; i++) quick.tick(i, 10); // the clock stands still
+    fclose(f);
+    EXPECT_EQ(testutil::slurp(dir / "out"), "val loss: 3/10, 6.0 s elapsed, ETA 14 s\n"
+                                            "val loss: 6/10, 12 s elapsed, ETA 8.0 s\n"
+                                            "val loss: 9/10, 18 s elapsed, ETA 2.0 s\n");
+}

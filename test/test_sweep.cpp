@@ -1,0 +1,294 @@
+// scripts/sweep.py end to end: a tiny CPU training sweep through ./train_gpt2 (rows checked against each run's
+// own log, a failing configuration recorded as a row, resume, the plots), the inference path through a stand-in
+// for the inference programs (test/fake_infer.py: oom, timeout, the --json summary), and the script's errors.
+// The sweeps plot, so they need matplotlib (LLMC_SKIP_PLOT_TESTS=1 skips them, as test_plots.cpp's).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "llmc/checkpoint.h"
+#include "llmc/cpu/gpt2.h"
+#include "llmc/formats.h"
+#include "llmc/gpt2_config.h"
+#include "test/test_util.h"
+
+using testutil::has;
+using testutil::is_png;
+using testutil::read_csv;
+using testutil::run;
+using testutil::RunResult;
+using testutil::slurp;
+using testutil::TempDir;
+
+namespace {
+
+// Relative tolerance of a number the sweep wrote (6 significant digits) against the one it was read from.
+constexpr double kCsvRel = 1e-5;
+
+void expect_near_rel(double got, double want, const std::string& what) {
+    EXPECT_NEAR(got, want, kCsvRel * std::fabs(want) + 1e-9) << what;
+}
+
+// A V=60 toy vocabulary: train and val shards, two model files (1 and 2 layers) and a truncated one.
+class Sweep : public testing::Test {
+protected:
+    void SetUp() override {
+        std::mt19937 g(std::random_device{}());
+        auto tokens = [&](size_t n) {
+            std::vector<uint16_t> t(n);
+            for (auto& x : t) x = (uint16_t)(g() % 60);
+            return t;
+        };
+        (void)!system(("mkdir -p " + (dir / "data")).c_str());
+        llmc::write_shard(dir / "data/toy_train.bin", tokens(8000));
+        llmc::write_shard(dir / "data/toy_val.bin", tokens(2000));
+        for (int L : {1, 2}) {
+            llmc::GPT2CPU<float> m(config(L));
+            m.init_random((uint64_t)g());
+            llmc::save_model(model(L), config(L), m.params_memory.data());
+        }
+        std::string whole = slurp(model(1));
+        FILE* f = fopen((dir / "bad.bin").c_str(), "wb");
+        fwrite(whole.data(), 1, whole.size() / 2, f);
+        fclose(f);
+    }
+    static llmc::GPT2Config config(int L) {
+        llmc::GPT2Config c;
+        c.max_seq_len = 32, c.vocab_size = 60, c.padded_vocab_size = 64, c.num_layers = L, c.num_heads = 2;
+        c.channels = 32;
+        return c;
+    }
+    std::string model(int L) const { return dir / ("toy" + std::to_string(L) + ".bin"); }
+    std::string out() const { return dir / "out"; }
+    TempDir dir;
+};
+
+RunResult sweep(const std::string& args) { return run("python3 scripts/sweep.py " + args); }
+
+// The step lines' "X ms" and "loss X" fields, and the last val loss, from a trainer's log.
+struct TrainLog {
+    std::vector<double> ms, loss;
+    double val_loss = NAN;
+};
+TrainLog read_train_log(const std::string& text) {
+    TrainLog t;
+    std::regex step(R"(step +\d+/\d+ \| loss ([0-9.]+) \|.*?\| ([0-9.]+) ms\b)"), val(R"(val loss ([0-9.]+))");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), step); it != std::sregex_iterator(); ++it)
+        t.loss.push_back(std::stod((*it)[1])), t.ms.push_back(std::stod((*it)[2]));
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), val); it != std::sregex_iterator(); ++it)
+        t.val_loss = std::stod((*it)[1]);
+    return t;
+}
+
+int count_lines(const std::string& text, const std::string& pattern) {
+    std::regex re(pattern);
+    int n = 0;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it) n++;
+    return n;
+}
+
+} // namespace
+
+TEST_F(Sweep, TrainRowsAgreeWithTheirLogsAndResumeAddsAFailingModel) {
+    REQUIRE_MATPLOTLIB();
+    const std::string grid = "--cpu --mode train --batch 1,2 --seq 16 --warmup 1 --steps 3 -i " + (dir / "data") +
+                             " -o " + out() + " --models ";
+    auto r = sweep(grid + model(1) + "," + model(2));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    // One progress line per configuration, with its result and the time left.
+    EXPECT_EQ(count_lines(r.output, R"(\n?\[[1-4]/4\] train cpu \S+ B=[12] T=16: ok, [0-9.]+ ms/step, [0-9]+ tok/s, )"
+                                    R"([0-9]+ MiB; [0-9]+m[0-9]{2}s left\n)"), 4) << r.output;
+    // The columns doc/sweeps.md documents, in its order (rows are read by these names below).
+    const std::string csv = slurp(out() + "/sweep.csv");
+    EXPECT_EQ(csv.substr(0, csv.find('\n') + 1),
+              "mode,device,model,params,B,T,prompt_len,gen_len,status,ms_per_step,tok_s,peak_mem_mib,mem_limit_mib,"
+              "mfu_pct,avg_power_w,j_per_token,flops_per_w,train_loss,val_loss,fwd_ms,bwd_ms,opt_ms,ttft_ms,"
+              "prefill_tok_s,decode_tok_s,latency_p50_ms,latency_p90_ms,log,profile\n");
+    auto rows = read_csv(out() + "/sweep.csv");
+    ASSERT_EQ(rows.size(), 4u);
+    int i = 0;
+    for (int L : {1, 2})
+        for (int B : {1, 2}) {
+            auto& row = rows[i++];
+            std::string what = "L=" + std::to_string(L) + " B=" + std::to_string(B);
+            EXPECT_EQ(row["mode"], "train") << what;
+            EXPECT_EQ(row["device"], "cpu") << what;
+            EXPECT_EQ(row["model"], model(L)) << what;
+            EXPECT_EQ(row["B"], std::to_string(B)) << what;
+            EXPECT_EQ(row["T"], "16") << what;
+            EXPECT_EQ(row["status"], "ok") << what;
+            EXPECT_EQ(row["params"], std::to_string(llmc::num_parameters(config(L)))) << what;
+            // Timed steps are the ones after the warmup; tok/s is B*T tokens over their mean time.
+            TrainLog log = read_train_log(slurp(out() + "/" + row["log"]));
+            ASSERT_EQ(log.ms.size(), 4u) << what;
+            double ms = (log.ms[1] + log.ms[2] + log.ms[3]) / 3;
+            expect_near_rel(std::stod(row["ms_per_step"]), ms, what + " ms_per_step");
+            expect_near_rel(std::stod(row["tok_s"]), B * 16 * 1e3 / ms, what + " tok_s");
+            expect_near_rel(std::stod(row["train_loss"]), log.loss.back(), what + " train_loss");
+            expect_near_rel(std::stod(row["val_loss"]), log.val_loss, what + " val_loss");
+            // Max RSS of the trainer: more than its parameters, gradients and AdamW state, less than the machine.
+            double params_mib = 16.0 * llmc::num_parameters(config(L)) / 1048576;
+            EXPECT_GT(std::stod(row["peak_mem_mib"]), params_mib) << what;
+            EXPECT_LT(std::stod(row["peak_mem_mib"]), std::stod(row["mem_limit_mib"])) << what;
+            EXPECT_EQ(row["avg_power_w"], "") << what; // not measured on the CPU
+            EXPECT_EQ(row["profile"], "") << what;
+        }
+    for (const char* png : {"train_throughput.png", "train_memory.png", "train_efficiency.png", "train_phases.png"})
+        EXPECT_TRUE(is_png(out() + "/" + png)) << png;
+
+    // Again with a damaged model file added: the four rows are kept as they are, the new model's two
+    // configurations run, fail, and are rows with the trainer's error line.
+    const std::string before = slurp(out() + "/sweep.csv");
+    auto again = sweep(grid + model(1) + "," + model(2) + "," + (dir / "bad.bin"));
+    ASSERT_EQ(again.exit_code, 0) << again.output;
+    EXPECT_TRUE(has(again.output, "resuming: 4 configuration(s) already in")) << again.output;
+    EXPECT_EQ(count_lines(again.output, R"(\[[12]/2\] train cpu \S+bad.bin B=[12] T=16: error: )"), 2) << again.output;
+    const std::string after = slurp(out() + "/sweep.csv");
+    EXPECT_EQ(after.substr(0, before.size()), before);
+    rows = read_csv(out() + "/sweep.csv");
+    ASSERT_EQ(rows.size(), 6u);
+    for (int k : {4, 5}) {
+        EXPECT_EQ(rows[k]["model"], dir / "bad.bin");
+        EXPECT_EQ(rows[k]["status"].rfind("error: ", 0), 0u) << rows[k]["status"];
+        EXPECT_TRUE(has(rows[k]["status"], "bad.bin")) << rows[k]["status"];
+        EXPECT_EQ(rows[k]["ms_per_step"], "");
+        EXPECT_TRUE(has(slurp(out() + "/" + rows[k]["log"]), rows[k]["status"]));
+    }
+}
+
+TEST_F(Sweep, ProfiledTrainingRowsSplitTheStepByPhase) {
+    REQUIRE_MATPLOTLIB();
+    auto r = sweep("--cpu --models " + model(1) + " --batch 2 --seq 16 --warmup 1 --steps 2 --profile -i " +
+                   (dir / "data") + " -o " + out());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto rows = read_csv(out() + "/sweep.csv");
+    ASSERT_EQ(rows.size(), 1u);
+    auto& row = rows[0];
+    ASSERT_EQ(row["status"], "ok");
+    // The phases are the profile's per-step means; they add up to no more than the step's wall time.
+    std::string json = slurp(out() + "/" + row["profile"] + "/profile.json");
+    ASSERT_FALSE(json.empty()) << "profile column: '" << row["profile"] << "'";
+    auto prof = nlohmann::json::parse(json);
+    ASSERT_EQ(prof["steps"].size(), 2u);
+    double sum = 0;
+    for (const char* ph : {"fwd", "bwd", "opt"}) {
+        std::string key = std::string(ph) + "_ms";
+        double want = (prof["steps"][0][key].get<double>() + prof["steps"][1][key].get<double>()) / 2;
+        expect_near_rel(std::stod(row[key]), want, key);
+        sum += std::stod(row[key]);
+    }
+    EXPECT_LE(sum, std::stod(row["ms_per_step"]) * 1.05);
+    EXPECT_TRUE(is_png(out() + "/train_phases.png"));
+}
+
+TEST_F(Sweep, InferenceRowsFromTheJsonSummaryWithOomAndTimeout) {
+    REQUIRE_MATPLOTLIB();
+    // -b 4 does not fit, -b 8 never finishes (stopped by the 1 s limit).
+    auto r = run("FAKE_INFER_MAX_BATCH=2 FAKE_INFER_HANG_BATCH=8 python3 scripts/sweep.py --gpu --mode infer "
+                 "--program test/fake_infer.py --models d1 --batch 1,2,4,8 --prompt-len 8,16 --gen-len 4 "
+                 "--timeout 1 -o " + out());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto rows = read_csv(out() + "/sweep.csv");
+    ASSERT_EQ(rows.size(), 8u);
+    const double params = (double)llmc::num_parameters(llmc::gpt2_config_for_depth(1));
+    for (auto& row : rows) {
+        std::string what = "B=" + row["B"] + " prompt=" + row["prompt_len"];
+        EXPECT_EQ(row["mode"], "infer");
+        EXPECT_EQ(row["gen_len"], "4");
+        EXPECT_EQ(row["T"], "");
+        int B = std::stoi(row["B"]);
+        if (B == 4) { // the refusal names the free device memory: the row's limit
+            EXPECT_EQ(row["status"], "oom") << what;
+            std::smatch free;
+            std::string log = slurp(out() + "/" + row["log"]);
+            ASSERT_TRUE(std::regex_search(log, free, std::regex(R"(MiB of GPU memory, ([0-9]+) MiB are free)"))) << log;
+            EXPECT_EQ(row["mem_limit_mib"], free[1].str()) << what;
+            continue;
+        }
+        if (B == 8) {
+            EXPECT_EQ(row["status"], "timeout") << what;
+            continue;
+        }
+        ASSERT_EQ(row["status"], "ok") << what;
+        // The summary line of the program's own output, and what the sweep derives from it.
+        std::string log = slurp(out() + "/" + row["log"]);
+        size_t at = log.rfind("{\"summary\"");
+        ASSERT_NE(at, std::string::npos) << log;
+        auto s = nlohmann::json::parse(log.substr(at, log.find('\n', at) - at))["summary"];
+        for (const char* k : {"ttft_ms", "prefill_tok_s", "decode_tok_s", "latency_p50_ms", "latency_p90_ms",
+                              "peak_mem_mib", "avg_power_w", "j_per_token"})
+            expect_near_rel(std::stod(row[k]), s[k].get<double>(), what + " " + k);
+        expect_near_rel(std::stod(row["tok_s"]), s["decode_tok_s"].get<double>(), what + " tok_s");
+        expect_near_rel(std::stod(row["ms_per_step"]), B * 1e3 / s["decode_tok_s"].get<double>(), what + " ms");
+        expect_near_rel(std::stod(row["flops_per_w"]), 2 * params / s["j_per_token"].get<double>(), what + " FLOP/W");
+        EXPECT_EQ(row["params"], std::to_string((size_t)params));
+    }
+    for (const char* png : {"infer_throughput.png", "infer_ttft.png", "infer_memory.png", "infer_efficiency.png"})
+        EXPECT_TRUE(is_png(out() + "/" + png)) << png;
+}
+
+// The sweep counts parameters itself (a configuration that fails before the program prints its table still has
+// them): the same count as the trainers' for every kind of dN.
+TEST(SweepParams, DepthDescriptorsCountAsTheTrainersDo) {
+    for (int depth : {1, 3, 12, 24, 36, 48}) {
+        auto r = run("python3 -c 'import sys; sys.path.insert(0, \"scripts\"); import sweep; "
+                     "print(sweep.model_params(\"d" + std::to_string(depth) + "\"))'");
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_EQ(r.output, std::to_string(llmc::num_parameters(llmc::gpt2_config_for_depth(depth))) + "\n")
+            << "d" << depth;
+    }
+}
+
+// Step lines are read field by field: fields added to the line (elapsed time, ETA, ...) leave the others as they
+// were, wherever they stand.
+TEST(SweepParse, StepLineFieldsWhateverElseTheLineCarries) {
+    std::mt19937 g(std::random_device{}());
+    std::uniform_real_distribution<double> u(0.5, 5000);
+    double loss = u(g) / 1000, ms = u(g), tok = std::round(u(g)), mfu = u(g) / 100, mem = u(g) / 1000;
+    char line[512];
+    snprintf(line, sizeof(line),
+             "step    3/8 | loss %.6f | norm 1.0 | lr 3.00e-04 | %.2f ms (elapsed 37 s, ETA 1m02s) | %.0f tok/s | "
+             "elapsed 12 s | MFU %.1f%% | ETA 3m20s | mem %.2f GiB",
+             loss, ms, tok, mfu, mem);
+    auto r = run(std::string("python3 -c 'import sys, json; sys.path.insert(0, \"scripts\"); import sweep; "
+                             "print(json.dumps(sweep.step_fields(sys.argv[1])))' '") + line + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto f = nlohmann::json::parse(r.output);
+    EXPECT_NEAR(f["loss"].get<double>(), loss, 1e-6) << line;
+    EXPECT_NEAR(f["ms"].get<double>(), ms, 0.005) << line;
+    EXPECT_EQ(f["tok/s"].get<double>(), tok) << line;
+    EXPECT_NEAR(f["MFU"].get<double>(), mfu, 0.05) << line;
+    EXPECT_NEAR(f["mem"].get<double>(), mem, 0.005) << line;
+    EXPECT_FALSE(f.contains("ETA")) << line; // not a number
+}
+
+TEST_F(Sweep, ClearErrors) {
+    auto one_line = [](const RunResult& r, int code, const std::string& part) {
+        EXPECT_EQ(r.exit_code, code) << r.output;
+        EXPECT_EQ(r.output.rfind("sweep.py: error: ", 0), 0u) << r.output;
+        EXPECT_TRUE(has(r.output, part)) << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    };
+    const std::string data = " -i " + (dir / "data") + " -o " + out();
+    one_line(sweep("--models d1" + data), 2, "--cpu");
+    one_line(sweep("--cpu --gpu --models d1" + data), 2, "--gpu");
+    one_line(sweep("--cpu --models d1 --batch 0" + data), 2, "--batch: '0'");
+    one_line(sweep("--cpu --models d1 --seq 16,x" + data), 2, "--seq: '16,x'");
+    one_line(sweep("--cpu --models gpt5" + data), 2, "--models: 'gpt5' is neither dN");
+    one_line(sweep("--cpu --models d1 --steps 0" + data), 2, "--steps");
+    one_line(sweep("--cpu --models d1 -i " + (dir / "nodata") + " -o " + out()), 1, "nodata' not found");
+    one_line(sweep("--cpu --models d1 --program " + (dir / "none") + data), 1, "--program");
+    // A CSV from something else is not appended to.
+    (void)!system(("mkdir -p " + out() + " && echo a,b > " + out() + "/sweep.csv").c_str());
+    one_line(sweep("--cpu --models d1" + data), 1, "sweep.csv: its columns are not this sweep's");
+    EXPECT_EQ(slurp(out() + "/sweep.csv"), "a,b\n");
+    auto plot = run("python3 scripts/plot_sweep.py " + (dir / "data"));
+    EXPECT_EQ(plot.exit_code, 2);
+    EXPECT_TRUE(has(plot.output, "plot_sweep.py: error: no sweep.csv in")) << plot.output;
+}
