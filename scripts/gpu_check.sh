@@ -167,7 +167,7 @@ $(tool_line ncu "$NCU")
 $(tool_line nsys "$NSYS")
 $(tool_line compute-sanitizer "$SANITIZER")"
 CMD[build]="make -j$JOBS $targets"
-CMD[gpu_tests]="LLMC_DATA=$(q "$data_root") ./build/run_tests --gtest_filter='$gpu_filter'"
+CMD[gpu_tests]="${data_root:+LLMC_DATA=$(q "$data_root") }./build/run_tests --gtest_filter='$gpu_filter'"
 for tool in memcheck racecheck synccheck initcheck; do
     CMD[$tool]="$(q "${SANITIZER:-compute-sanitizer}") --tool $tool --error-exitcode 1 ./build/run_tests --gtest_filter='$san_filter'"
 done

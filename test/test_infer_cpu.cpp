@@ -322,13 +322,14 @@ TEST(InferProfile, DecodeCostsGrowWithContextAndBatch) {
     }
 }
 
-// Steps 1.. of an inference profile are decode steps: grouped in order, each group's context range and sums.
+// Steps 2.. of an inference profile (step 1 is the prefill) are decode steps: grouped in order, each group's
+// context range and sums.
 TEST(InferProfile, DecodeBuckets) {
     prof::Report r;
     r.context.T = 10;
     for (int i = 0; i <= 5; i++) {
         prof::StepRow s;
-        s.step = i, s.tokens = i == 0 ? 20 : 2, s.wall_ms = i, s.decode_ms = i == 0 ? 0 : i - 0.5;
+        s.step = prof::PREFILL_STEP + i, s.tokens = i == 0 ? 20 : 2, s.wall_ms = i, s.decode_ms = i == 0 ? 0 : i - 0.5;
         r.steps.push_back(s);
     }
     prof::fill_decode_buckets(r, 2);

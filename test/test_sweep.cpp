@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -228,6 +229,34 @@ TEST_F(Sweep, InferenceRowsFromTheJsonSummaryWithOomAndTimeout) {
         expect_near_rel(std::stod(row["ms_per_step"]), B * 1e3 / s["decode_tok_s"].get<double>(), what + " ms");
         expect_near_rel(std::stod(row["flops_per_w"]), 2 * params / s["j_per_token"].get<double>(), what + " FLOP/W");
         EXPECT_EQ(row["params"], std::to_string((size_t)params));
+    }
+    for (const char* png : {"infer_throughput.png", "infer_ttft.png", "infer_memory.png", "infer_efficiency.png"})
+        EXPECT_TRUE(is_png(out() + "/" + png)) << png;
+}
+
+// The inference mode through the real CPU program, ./infer_gpt2: each row is its run's --json summary line.
+TEST_F(Sweep, InferenceRowsFromInferGpt2) {
+    REQUIRE_MATPLOTLIB();
+    auto r = sweep("--cpu --mode infer --models " + model(1) + " --batch 1,2 --prompt-len 4 --gen-len 3 -o " + out());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto rows = read_csv(out() + "/sweep.csv");
+    ASSERT_EQ(rows.size(), 2u) << r.output;
+    for (auto& row : rows) {
+        const std::string what = "B=" + row["B"];
+        EXPECT_EQ(row["status"], "ok") << what;
+        EXPECT_EQ(row["prompt_len"], "4") << what;
+        EXPECT_EQ(row["gen_len"], "3") << what;
+        nlohmann::json summary;
+        std::istringstream log(slurp(out() + "/" + row["log"]));
+        for (std::string line; std::getline(log, line);)
+            if (line.rfind("{\"summary\"", 0) == 0) summary = nlohmann::json::parse(line)["summary"];
+        ASSERT_TRUE(summary.is_object()) << what;
+        EXPECT_EQ(summary["B"].get<int>(), std::stoi(row["B"])) << what;
+        for (const char* k : {"ttft_ms", "prefill_tok_s", "decode_tok_s", "latency_p50_ms", "latency_p90_ms"})
+            expect_near_rel(std::stod(row[k]), summary[k].get<double>(), what + " " + k);
+        // A decode step makes one token for each of the B sequences.
+        expect_near_rel(std::stod(row["ms_per_step"]), std::stoi(row["B"]) * 1e3 / summary["decode_tok_s"].get<double>(),
+                        what + " ms_per_step");
     }
     for (const char* png : {"infer_throughput.png", "infer_ttft.png", "infer_memory.png", "infer_efficiency.png"})
         EXPECT_TRUE(is_png(out() + "/" + png)) << png;

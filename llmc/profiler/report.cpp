@@ -518,7 +518,7 @@ void fill_phase_table(Report& r) {
         for (const SubBlockRow& b : r.subblocks)
             if (b.phase == p) row.time_us += b.time_us, row.cost += b.cost;
         for (const StepRow& s : r.steps)
-            if ((p == (int)Phase::prefill) == (s.step == 0)) row.steps++, row.tokens += s.tokens, row.wall_ms += s.wall_ms;
+            if ((p == (int)Phase::prefill) == (s.step == PREFILL_STEP)) row.steps++, row.tokens += s.tokens, row.wall_ms += s.wall_ms;
         row.roof = roofline_point(row.cost, row.time_us * 1e-6 / steps_div, r.context.ceilings);
         r.phases.push_back(row);
     }
@@ -527,11 +527,11 @@ void fill_phase_table(Report& r) {
 void fill_decode_buckets(Report& r, int buckets) {
     std::vector<const StepRow*> decode;
     for (const StepRow& s : r.steps)
-        if (s.step > 0) decode.push_back(&s);
+        if (s.step > PREFILL_STEP) decode.push_back(&s);
     if (decode.empty() || buckets < 1) return;
     const size_t n = decode.size(), per = (n + buckets - 1) / buckets;
     // Decode step k (from 1) appends the token after the longest prompt's T + k - 1 positions: it attends T + k.
-    auto context = [&](const StepRow* s) { return r.context.T + s->step; };
+    auto context = [&](const StepRow* s) { return r.context.T + s->step - PREFILL_STEP; };
     for (size_t i = 0; i < n; i += per) {
         DecodeBucket b;
         b.first_pos = context(decode[i]);

@@ -162,6 +162,10 @@ struct Finding {
     double ms_per_step = 0; // estimated GPU or wall time at stake per step
 };
 
+// An inference profile's steps are numbered as a run's are, from 1: step 1 is the prefill, step 1 + k the k-th
+// decode step.
+constexpr int PREFILL_STEP = 1;
+
 // One phase of the window (inference: prefill, decode): its sub-block rows summed, and their roofline.
 struct PhaseRow {
     int phase = -1;
