@@ -344,3 +344,102 @@ TEST_F(TrainCpu, ExplicitValDataMustExist) {
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.output.find("no_such_val.bin: no such file or directory"), std::string::npos) << r.output;
 }
+
+// ---- data parallelism (llmc/train/dist.h): two ranks of train_gpt2 under mpirun, one OpenMP thread each ----
+
+namespace {
+bool have_mpirun() { return testutil::run("command -v mpirun").exit_code == 0; }
+// --oversubscribe: two ranks even on a one-core machine; --allow-run-as-root: CI containers run as root.
+const std::string MPIRUN = "OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -q ";
+int count(const std::string& text, const std::string& part) {
+    int n = 0;
+    for (size_t p = text.find(part); p != std::string::npos; p = text.find(part, p + 1)) n++;
+    return n;
+}
+} // namespace
+#define SKIP_WITHOUT_MPIRUN() \
+    if (!have_mpirun()) GTEST_SKIP() << "mpirun not found (Debian: openmpi-bin, libopenmpi-dev)"
+
+TEST_F(TrainCpu, TwoRanksMatchOneProcess) {
+    SKIP_WITHOUT_MPIRUN();
+    // -d 128 = 4 micro-batches of 2x16: one process runs all four, each rank two of them.
+    const std::string flags = "-x 4 -v 0 -b 2 -l 1e-3 -d 128";
+    auto one = run(train(flags));
+    auto two = run(MPIRUN + "-np 2 " + train(flags));
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_TRUE(testutil::has(two.output, "| data-parallel ranks   | 2 ")) << two.output;
+    EXPECT_TRUE(testutil::has(two.output, "| B / T / grad accum    | 2 / 16 / 2 ")) << two.output;
+    EXPECT_EQ(count(two.output, "step    1/4"), 1) << "rank 0 alone prints\n" << two.output;
+    auto a = parse_steps(one.output), b = parse_steps(two.output);
+    ASSERT_EQ(a.size(), 4u);
+    ASSERT_EQ(b.size(), 4u);
+    for (int i = 0; i < 4; i++) {
+        // The same four micro-batches and the same math; only the order of the fp32 gradient sum differs
+        // ((g0+g2)+(g1+g3) against ((g0+g1)+g2)+g3), a few ulps per element that AdamW carries into the next
+        // steps: the bound of the gradient-accumulation test.
+        EXPECT_NEAR(a[i].loss, b[i].loss, 1e-4 * a[i].loss) << i;
+        EXPECT_NEAR(a[i].norm, b[i].norm, 1e-3 * a[i].norm) << i;
+    }
+}
+
+// ZeRO-1 reduces into shards and updates each shard on its own rank; every element meets the same operations
+// in the same order as under plain data parallelism, so the runs agree bit for bit.
+TEST_F(TrainCpu, ShardedOptimizerMatchesPlainDataParallel) {
+    SKIP_WITHOUT_MPIRUN();
+    const std::string flags = " -x 4 -v 0 -b 2 -l 1e-3 -c 0.1 -d 64 -n 4 ";
+    auto plain = run(MPIRUN + "-np 2 " + train(flags + "-z 0 -o " + (dir / "z0")));
+    auto zero = run(MPIRUN + "-np 2 " + train(flags + "-z 1 -o " + (dir / "z1")));
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    ASSERT_EQ(zero.exit_code, 0) << zero.output;
+    EXPECT_TRUE(testutil::has(zero.output, "optimizer sharded (ZeRO-1)")) << zero.output;
+    auto a = parse_steps(plain.output), b = parse_steps(zero.output);
+    ASSERT_EQ(a.size(), 4u);
+    ASSERT_EQ(b.size(), 4u);
+    for (int i = 0; i < 4; i++) EXPECT_EQ(a[i].line_without_timing, b[i].line_without_timing);
+    EXPECT_EQ(slurp(dir / "z0/model_00000004.bin"), slurp(dir / "z1/model_00000004.bin"));
+    // The state file holds every rank's shard of the moments: the whole of them, as -z 0 has.
+    EXPECT_EQ(slurp(dir / "z0/state_00000004.bin"), slurp(dir / "z1/state_00000004.bin"));
+}
+
+TEST_F(TrainCpu, TwoRankResumeIsBitExact) {
+    SKIP_WITHOUT_MPIRUN();
+    const std::string flags = " -x 6 -v 0 -b 2 -l 1e-3 -d 64 -z 1 -n 3 ";
+    auto straight = run(MPIRUN + "-np 2 " + train(flags + "-o " + (dir / "a")));
+    ASSERT_EQ(straight.exit_code, 0) << straight.output;
+    ASSERT_EQ(run("mkdir -p " + (dir / "b") + " && cp " + (dir / "a/model_00000003.bin") + " " +
+                  (dir / "a/state_00000003.bin") + " " + (dir / "b/"))
+                  .exit_code,
+              0);
+    auto resumed = run(MPIRUN + "-np 2 " + train(flags + "-y 1 -o " + (dir / "b")));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    auto a = parse_steps(straight.output), b = parse_steps(resumed.output);
+    ASSERT_EQ(a.size(), 6u);
+    ASSERT_EQ(b.size(), 3u);
+    for (int i = 0; i < 3; i++) EXPECT_EQ(a[3 + i].line_without_timing, b[i].line_without_timing);
+    EXPECT_EQ(slurp(dir / "a/model_00000006.bin"), slurp(dir / "b/model_00000006.bin"));
+    EXPECT_EQ(slurp(dir / "a/state_00000006.bin"), slurp(dir / "b/state_00000006.bin"));
+    // The same checkpoint with another rank count is refused, by rank 0 on one line.
+    auto single = run(train(flags + "-y 1 -o " + (dir / "b")));
+    EXPECT_EQ(single.exit_code, 2) << single.output;
+    EXPECT_TRUE(testutil::has(single.output, "written by 2 data-parallel ranks, this run has 1")) << single.output;
+}
+
+// Errors every rank meets: one line, from rank 0, and a non-zero exit.
+TEST_F(TrainCpu, DataParallelUsageErrors) {
+    SKIP_WITHOUT_MPIRUN();
+    // 3 micro-batches of 2x16 for 2 ranks.
+    auto odd = run(MPIRUN + "-np 2 " + train("-x 1 -v 0 -b 2 -d 96"));
+    EXPECT_NE(odd.exit_code, 0) << odd.output;
+    EXPECT_EQ(count(odd.output, "error:"), 1) << odd.output;
+    EXPECT_TRUE(testutil::has(odd.output, "error: -d: total batch 96 tokens is 3 micro-batches of B*T = 32, which 2 "
+                                          "ranks cannot share"))
+        << odd.output;
+    // Rank 1 with another learning rate (mpirun's MPMD form: one command per rank).
+    auto mixed = run(MPIRUN + "-np 1 " + train("-x 1 -v 0 -b 2 -d 64") + " : -np 1 " +
+                     train("-x 1 -v 0 -b 2 -d 64 -l 0.5"));
+    EXPECT_NE(mixed.exit_code, 0) << mixed.output;
+    EXPECT_EQ(count(mixed.output, "error:"), 1) << mixed.output;
+    EXPECT_TRUE(testutil::has(mixed.output, "error: 1 of 2 ranks were started with flags different from rank 0's"))
+        << mixed.output;
+}

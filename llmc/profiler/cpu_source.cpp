@@ -15,7 +15,8 @@ namespace llmc::prof {
 std::string cpu_op_name(SubBlock s) {
     static constexpr const char* ops[] = {"encoder", "layernorm", "matmul",     "attention", "matmul",
                                           "residual", "layernorm", "matmul",     "gelu",      "matmul",
-                                          "residual", "layernorm", "classifier", "adamw",     "global_norm"};
+                                          "residual", "layernorm", "classifier", "adamw",     "global_norm",
+                                          "mpi"};
     std::string op = enum_table<SubBlock>(ops)[(int)s], name = subblock_name(s);
     return "cpu:" + op + (op == name ? "" : " " + name);
 }

@@ -16,6 +16,7 @@
 #include "llmc/sampler.h"
 #include "llmc/schedulers.h"
 #include "llmc/train/common.h"
+#include "llmc/train/dist.h"
 
 namespace llmc {
 
@@ -47,12 +48,22 @@ void print_sample(TrainBackend& be, const GPT2Config& cfg, Rng& rng, const Train
 int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
                  BackendFactory make_backend) {
     using Clock = std::chrono::steady_clock;
+    // Data parallelism (llmc/train/dist.h): every rank runs this loop on its part of each batch; rank 0 alone
+    // prints, logs, samples, evaluates and writes files.
+    std::unique_ptr<Communicator> comm = make_communicator();
+    check_same_args(*comm, argc, argv);
+    const int rank = comm->rank(), world = comm->world();
     TrainOptions opt = parse_train_options(argc, argv, defaults);
     if (opt.help) {
         printf("%s", usage(program, defaults).c_str());
         return 0;
     }
-    if (!opt.output_dir.empty()) make_dirs(opt.output_dir);
+    if (opt.grad_accum % world != 0)
+        throw UsageError(strprintf("-d: total batch %ld tokens is %d micro-batches of B*T = %ld, which %d ranks cannot "
+                                   "share; make it a multiple of B*T*%d", opt.total_batch, opt.grad_accum,
+                                   (long)opt.B * opt.T, world, world));
+    if (world > 1 && !opt.profile_dir.empty()) opt.profile_dir += strprintf("/rank%d", rank);
+    if (!opt.output_dir.empty() && rank == 0) make_dirs(opt.output_dir);
 
     // ---- every input is checked before the model is allocated: model shape, data, checkpoint ----
     // The model: random init (dN), a model file, or the latest checkpoint when resuming.
@@ -76,19 +87,19 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
         throw UsageError(strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));
     size_t nparams = num_parameters(cfg);
 
-    DataLoader train(opt.train_data, "train", opt.B, opt.T, cfg.vocab_size, opt.overfit);
+    DataLoader train(opt.train_data, "train", opt.B, opt.T, cfg.vocab_size, opt.overfit, rank, world);
     std::string val_spec = find_val_spec(opt, train.files()[0]);
     std::unique_ptr<DataLoader> val;
-    if (!val_spec.empty() && opt.val_every > 0)
+    if (!val_spec.empty() && opt.val_every > 0 && rank == 0)
         val = std::make_unique<DataLoader>(val_spec, "val", opt.B, opt.T, cfg.vocab_size);
     int val_batches = val ? (int)std::min<size_t>(opt.val_batches, val->batches_per_epoch()) : 0;
     std::unique_ptr<GPT2Tokenizer> tokenizer = opt.sample_every > 0 ? find_sample_tokenizer(train.files()[0]) : nullptr;
-    const int grad_accum = opt.grad_accum;
+    const int grad_accum = opt.grad_accum / world; // this rank's micro-batches per step
     int max_steps = opt.max_steps >= 0 ? opt.max_steps
                                        : (int)std::min<size_t>(train.batches_per_epoch() / grad_accum, INT32_MAX);
     if (max_steps == 0 && opt.max_steps < 0)
         throw UsageError(strprintf("-d: one step takes %d micro-batches, more than one epoch of %s has (%zu); lower -d "
-                                   "or set -x", grad_accum, opt.train_data.c_str(), train.batches_per_epoch()));
+                                   "or set -x", opt.grad_accum, opt.train_data.c_str(), train.batches_per_epoch()));
     LRScheduler sched{opt.schedule, opt.lr, opt.warmup, opt.final_lr_frac, max_steps};
 
     // The checkpoint's state must be the one its file names say, for this run: nothing is written otherwise.
@@ -98,6 +109,9 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
         if (st.B != opt.B || st.T != opt.T)
             throw UsageError(strprintf("-b/-t: checkpoint was written with B=%d T=%d; resume with the same shape",
                                        st.B, st.T));
+        if (st.world != world)
+            throw UsageError(strprintf("-y: the checkpoint in %s was written by %d data-parallel ranks, this run has "
+                                       "%d; resume with the same number", opt.output_dir.c_str(), st.world, world));
         if (resume_step > max_steps)
             throw UsageError(strprintf("-x: the checkpoint in %s is at step %lld, past this run's last step %d",
                                        opt.output_dir.c_str(), (long long)resume_step, max_steps));
@@ -117,7 +131,7 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
         weights = std::move(mf.params);
     }
     mf = ModelFile();
-    std::unique_ptr<TrainBackend> backend = make_backend(cfg, opt);
+    std::unique_ptr<TrainBackend> backend = make_backend(cfg, opt, *comm);
     TrainBackend& be = *backend;
     prof::ProfileSession* profile = be.profile_session();
     Rng sample_rng(opt.seed);
@@ -131,7 +145,7 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     }
     be.load_weights(weights);
     weights = std::vector<float>(); // the backend holds them now
-    TrainLog log(opt.output_dir, resume_step);
+    TrainLog log(rank == 0 ? opt.output_dir : "", resume_step);
 
     printf("+-----------------------+------------------------------------------+\n");
     printf("| trainer               | %-40s |\n", be.name());
@@ -140,6 +154,7 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     printf("| maxT / V / Vp         | %-40s |\n", strprintf("%d / %d / %d", cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size).c_str());
     printf("| parameters            | %-40zu |\n", nparams);
     printf("| B / T / grad accum    | %-40s |\n", strprintf("%d / %d / %d", opt.B, opt.T, grad_accum).c_str());
+    printf("| data-parallel ranks   | %-40s |\n", strprintf("%d%s", world, opt.zero_stage ? ", optimizer sharded (ZeRO-1)" : "").c_str());
     printf("| train tokens / shards | %-40s |\n", strprintf("%zu / %zu", train.total_tokens(), train.files().size()).c_str());
     printf("| val                   | %-40s |\n", val ? strprintf("%s, %d batches", val_spec.c_str(), val_batches).c_str() : "off");
     printf("| steps                 | %-40d |\n", max_steps);
@@ -158,16 +173,20 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
             printf("val loss %.6f\n", vl);
             log.val(step, vl);
         }
-        if (opt.sample_every > 0 && step > start_step && (step % opt.sample_every == 0 || last))
+        if (opt.sample_every > 0 && step > start_step && (step % opt.sample_every == 0 || last) && rank == 0)
             print_sample(be, cfg, sample_rng, opt, tokenizer.get());
         if (opt.checkpoint_every > 0 && step > start_step && (step % opt.checkpoint_every == 0 || last)) {
+            // Every rank takes part in gathering the moments; rank 0 writes them all, and the data position,
+            // which is the same on every rank.
             std::vector<float> w = be.weights();
-            save_model(checkpoint_model_path(opt.output_dir, step), cfg, w.data(), be.model_file_version());
-            TrainState st{step, sample_rng.state, train.position(), opt.B, opt.T, {}, {}, {}};
+            TrainState st{step, sample_rng.state, train.position(), opt.B, opt.T, world, {}, {}, {}};
             be.get_moments(st.m, st.v);
-            if (be.model_file_version() != MODEL_VERSION_FP32) st.master = std::move(w);
-            save_state(checkpoint_state_path(opt.output_dir, step), st);
-            printf("checkpoint: %s\n", checkpoint_model_path(opt.output_dir, step).c_str());
+            if (rank == 0) {
+                save_model(checkpoint_model_path(opt.output_dir, step), cfg, w.data(), be.model_file_version());
+                if (be.model_file_version() != MODEL_VERSION_FP32) st.master = std::move(w);
+                save_state(checkpoint_state_path(opt.output_dir, step), st);
+                printf("checkpoint: %s\n", checkpoint_model_path(opt.output_dir, step).c_str());
+            }
         }
         if (last) break;
 
