@@ -443,3 +443,23 @@ TEST_F(TrainCpu, DataParallelUsageErrors) {
     EXPECT_TRUE(testutil::has(mixed.output, "error: 1 of 2 ranks were started with flags different from rank 0's"))
         << mixed.output;
 }
+
+// --profile under two ranks: a profile directory per rank, and rank 0's merged summary of communication and
+// step times.
+TEST_F(TrainCpu, TwoRankProfileShowsCommunication) {
+    SKIP_WITHOUT_MPIRUN();
+    const std::string prof = dir / "prof";
+    auto r = run(MPIRUN + "-np 2 " + train("-x 3 -v 0 -b 2 -d 64 --profile " + prof + " --profile-start 1 --profile-steps 2"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (const char* rank : {"rank0", "rank1"}) {
+        auto rows = testutil::read_csv(prof + "/" + rank + "/subblocks.csv");
+        bool comm = false;
+        for (auto& row : rows) comm |= row["subblock"] == "comm";
+        EXPECT_TRUE(comm) << rank << ": no comm row in subblocks.csv";
+    }
+    std::string merged = slurp(prof + "/distributed.txt");
+    EXPECT_TRUE(testutil::has(merged, "data-parallel profile: 2 ranks")) << merged;
+    EXPECT_TRUE(testutil::has(merged, "all_reduce")) << merged;
+    EXPECT_TRUE(testutil::has(merged, "% of it hidden behind compute")) << merged;
+    EXPECT_EQ(count(merged, "<- straggler"), 1) << merged;
+}

@@ -11,6 +11,7 @@
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_init.h"
+#include "llmc/profiler/distributed.h"
 #include "llmc/profiler/session.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
@@ -62,6 +63,7 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
         throw UsageError(strprintf("-d: total batch %ld tokens is %d micro-batches of B*T = %ld, which %d ranks cannot "
                                    "share; make it a multiple of B*T*%d", opt.total_batch, opt.grad_accum,
                                    (long)opt.B * opt.T, world, world));
+    const std::string profile_root = opt.profile_dir;
     if (world > 1 && !opt.profile_dir.empty()) opt.profile_dir += strprintf("/rank%d", rank);
     if (!opt.output_dir.empty() && rank == 0) make_dirs(opt.output_dir);
 
@@ -166,6 +168,7 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     be.print_memory();
 
     int trained = 0;
+    double trained_seconds = 0;
     for (int step = start_step; step <= max_steps; step++) {
         bool last = step == max_steps;
         if (val && (step % opt.val_every == 0 || last)) {
@@ -201,12 +204,30 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
             throw Error(strprintf("loss is %f at step %d; stopping (checkpoints in -o are from before this step)",
                                   s.loss, step + 1));
         trained++;
+        trained_seconds += ms / 1e3;
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s%s\n", step + 1, max_steps, s.loss,
                s.grad_norm, lr, ms, opt.total_batch / (ms / 1e3), be.step_extras(ms, opt.total_batch).c_str());
         log.train(step + 1, s.loss, lr, s.grad_norm);
         if (profile) profile->step_done(step + 1 == max_steps);
     }
     if (const SubBlockTimes* t = be.timings()) print_subblock_table(*t, trained);
+    if (world > 1 && !profile_root.empty()) {
+        // The ranks' step times and communication side by side, written by rank 0 beside the rank<r>/ profiles.
+        // The collectives are blocking: every second of them is exposed.
+        const CommStats& cs = comm->stats();
+        double comm_seconds = 0;
+        for (double x : cs.seconds) comm_seconds += x;
+        prof::RankRecord mine{rank, trained, trained_seconds, comm_seconds, cs};
+        std::vector<prof::RankRecord> all = prof::gather_rank_records(*comm, mine);
+        if (rank == 0) {
+            std::string text = prof::format_distributed(prof::summarize_ranks(all));
+            make_dirs(profile_root);
+            AtomicFile f(profile_root + "/distributed.txt");
+            f.write(text.data(), text.size());
+            f.commit();
+            printf("\n%s", text.c_str());
+        }
+    }
     return 0;
 }
 
