@@ -65,6 +65,14 @@ MPI_LIBS := $(addprefix -L,$(shell $(MPICXX) --showme:libdirs)) \
 $(BUILD)/llmc/train/dist.o: override CXXFLAGS += -DLLMC_HAVE_MPI
 $(BUILD)/llmc/train/dist_mpi.o: override CXXFLAGS += $(MPI_CFLAGS)
 endif
+# NCCL (the GPU trainer's collectives, llmc/train/dist_nccl.cuh): its header and library in the CUDA toolkit or
+# NCCL_HOME; used only with MPI, which bootstraps it.
+NCCL_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
+HAVE_NCCL := $(if $(HAVE_MPI),$(if $(HAVE_NVCC),$(wildcard $(NCCL_HOME)/include/nccl.h)))
+ifneq ($(HAVE_NCCL),)
+NCCL_LIBS := -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -lnccl
+$(BUILD)/train_gpt2.cu.o: override NVCCFLAGS += -DLLMC_HAVE_NCCL -I$(NCCL_HOME)/include
+endif
 
 .PHONY: all test clean tinyshakespeare deps dev_cuda sample_profile fuzz
 all: $(BIN)train_gpt2 $(BIN)prepare_data
@@ -100,7 +108,7 @@ $(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
 train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(LIBS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) -lgomp
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
 profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) -lgomp

@@ -23,6 +23,9 @@
 #include "llmc/profiler/device_specs.h"
 #include "llmc/train/dist.h"
 #include "llmc/train/loop.h"
+#ifdef LLMC_HAVE_NCCL
+#include "llmc/train/dist_nccl.cuh"
+#endif
 
 using namespace llmc;
 
@@ -43,12 +46,19 @@ std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, 
 
 class GPUBackend : public TrainBackend {
 public:
-    GPUBackend(const GPT2Config& c, const TrainOptions& opt)
+    GPUBackend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm)
         : profile_(opt.profile_dir.empty() ? nullptr : make_profile_session(c, opt)),
           model_(c, opt.B, opt.T), B_(opt.B), T_(opt.T) {
         adam_ = opt.adam;
+#ifdef LLMC_HAVE_NCCL
+        if (comm.world() > 1) nccl_ = std::make_unique<NcclCommunicator>(comm, model_.stream);
+#else
+        (void)comm;
+#endif
+        int device;
+        CUDA_CHECK(cudaGetDevice(&device));
         cudaDeviceProp p;
-        CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+        CUDA_CHECK(cudaGetDeviceProperties(&p, device));
         name_ = strprintf("GPU bf16, %s", p.name);
         spec_ = lookup_device_spec(p.name);
     }
@@ -90,6 +100,17 @@ public:
             train.next_batch();
             return std::make_pair(train.inputs(), train.targets());
         };
+#ifdef LLMC_HAVE_NCCL
+        if (nccl_) {
+            // One all-reduce of the whole bf16 gradient after the last backward, and of the loss beside it.
+            auto reduce = [this](floatX* grads, size_t n, float* loss) {
+                nccl_->all_reduce_sum(grads, n);
+                nccl_->all_reduce_sum(loss, 1);
+            };
+            auto [loss, norm] = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), reduce);
+            return {loss, norm};
+        }
+#endif
         auto [loss, norm] = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t);
         return {loss, norm};
     }
@@ -123,18 +144,32 @@ public:
 private:
     std::unique_ptr<prof::ProfileSession> profile_; // before model_: the ceilings are measured before it is allocated
     GPT2GPU model_;
+#ifdef LLMC_HAVE_NCCL
+    std::unique_ptr<NcclCommunicator> nccl_; // data-parallel runs only; after model_: it queues on model_.stream
+#endif
     int B_, T_;
     AdamWConfig adam_;
     std::string name_;
     const DeviceSpec* spec_ = nullptr;
 };
 
+/*
+ * Data parallelism over NCCL (doc/distributed.md): one GPU per rank, chosen by local rank; the gradients are
+ * all-reduced once per step after backward. ZeRO-1 and the bucketed all-reduce that overlaps backward are not
+ * written for the GPU yet, and none of this has run on GPUs.
+ */
 std::unique_ptr<TrainBackend> make_gpu_backend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm) {
-    // The NCCL communicator is not written yet (doc/distributed.md): one GPU per run.
-    if (comm.world() > 1)
-        throw UsageError(strprintf("started as %d ranks: train_gpt2cu trains on one GPU; data parallelism runs in "
-                                   "train_gpt2 (CPU) for now", comm.world()));
-    return std::make_unique<GPUBackend>(c, opt);
+    if (comm.world() > 1) {
+#ifdef LLMC_HAVE_NCCL
+        if (opt.zero_stage)
+            throw UsageError("-z 1: the sharded optimizer is not written for train_gpt2cu yet; use -z 0 (or train_gpt2)");
+        select_device(comm);
+#else
+        throw UsageError(strprintf("started as %d ranks, but train_gpt2cu was built without NCCL (or MPI): rebuild "
+                                   "where both are found (doc/distributed.md)", comm.world()));
+#endif
+    }
+    return std::make_unique<GPUBackend>(c, opt, comm);
 }
 
 int main(int argc, char** argv) {

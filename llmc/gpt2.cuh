@@ -423,18 +423,26 @@ public:
      * One optimizer step, as every program trains: grad_accum micro-batches of (B, T) from next_batch(), which
      * returns {inputs, targets} host pointers; forward and backward each, then the global norm and AdamW.
      * Returns {mean loss, grad norm}; reading them is the step's one synchronisation.
+     *
+     * Data parallelism (llmc/train/dist.h): this is one of `ranks` processes, each with grad_accum micro-batches;
+     * every micro-batch weighs 1/(all of them), and reduce(grads, n, loss) sums the bf16 gradients and the fp32
+     * loss (device pointers) over the ranks, on this stream, before the norm and the update.
      */
-    template <typename NextBatch>
+    template <typename NextBatch, typename Reduce = void (*)(floatX*, size_t, float*)>
     std::pair<float, float> train_step(NextBatch&& next_batch, int b, int t, int grad_accum, float lr,
-                                       const AdamWConfig& adam, int step) {
+                                       const AdamWConfig& adam, int step, int ranks = 1, Reduce reduce = nullptr) {
         Range r("step");
         zero_grad();
         zero_loss();
-        float scale = 1.0f / ((float)b * t * grad_accum); // mean over every position of every micro-batch
+        float scale = 1.0f / ((float)b * t * grad_accum * ranks); // mean over every position of every micro-batch
         for (int micro = 0; micro < grad_accum; micro++) {
             auto [inputs, targets] = next_batch();
             forward(inputs, targets, b, t, scale, scale);
             backward();
+        }
+        if (ranks > 1) {
+            Range comm(SubBlock::comm, Phase::bwd);
+            reduce(grads_memory, num_params, acts.scalars);
         }
         {
             Range opt("optimizer", -1, Phase::opt);

@@ -94,7 +94,8 @@ void CpuEventSource::end_step(long tokens) {
 }
 
 std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, const GPT2Config& c, int B, int T,
-                                                         int grad_accum, SubBlockTimes* timings) {
+                                                         int grad_accum, SubBlockTimes* timings, int rank,
+                                                         int world_size) {
     ProfileContext ctx;
     ctx.program = "train_gpt2";
     ctx.device_kind = DeviceKind::CPU;
@@ -103,6 +104,7 @@ std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& o
     ctx.model = c;
     ctx.num_parameters = num_parameters(c);
     ctx.B = B, ctx.T = T, ctx.grad_accum = grad_accum;
+    ctx.rank = rank, ctx.world_size = world_size;
     ctx.ceilings = measure_cpu_ceilings();
     printf("profile: %s into %s/; ceilings fp32 %.3f TFLOP/s, memory %.0f GB/s (%s)\n",
            ProfileSchedule(opt.first_step, opt.steps).window().c_str(), opt.dir.c_str(), ctx.ceilings.fp32_tflops,

@@ -58,8 +58,10 @@ private:
     int64_t step_start_ = 0;
 };
 
-// train_gpt2's session: the CPU source over `timings`, the measured ceilings, and the CPU's context.
+// train_gpt2's session: the CPU source over `timings`, the measured ceilings, and the CPU's context, for
+// data-parallel rank `rank` of `world_size`.
 std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, const GPT2Config& c, int B, int T,
-                                                         int grad_accum, SubBlockTimes* timings);
+                                                         int grad_accum, SubBlockTimes* timings, int rank = 0,
+                                                         int world_size = 1);
 
 } // namespace llmc::prof

@@ -153,6 +153,7 @@ struct ProfileContext {
     Ceilings ceilings;
     SmLimits sm;              // the GPU's per-SM limits (occupancy)
     size_t peak_memory_bytes = 0;
+    int rank = 0, world_size = 1; // data-parallel rank of the process profiled, of how many (trace.json distributedInfo)
 };
 
 struct ProfileRecords {

@@ -501,8 +501,10 @@ public:
                {"args", {{"sort_index", sort_index}}}},
               t0_);
     }
-    std::string str() const {
-        std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+    // distributedInfo: which rank's trace this is, for HTA's analyses over the traces of a data-parallel run.
+    std::string str(const ProfileContext& c) const {
+        std::string out = strprintf("{\"displayTimeUnit\":\"ns\",\"distributedInfo\":{\"rank\":%d,\"world_size\":%d},"
+                                    "\"traceEvents\":[\n", c.rank, c.world_size);
         for (size_t i = 0; i < lines_.size(); i++) out += lines_[i] + (i + 1 < lines_.size() ? ",\n" : "\n");
         return out + "]}\n";
     }
@@ -582,7 +584,7 @@ std::string trace_json(const Report& r, const ProfileRecords& rec) {
     std::set<uint32_t> devices = name_tracks(ev, tracks, r.context, !rec.power.empty());
     slice_events(ev, tracks.slices);
     power_events(ev, rec.power, devices.empty() ? 1 : gpu_pid(*devices.begin()));
-    return ev.str();
+    return ev.str(r.context);
 }
 
 namespace {
@@ -619,7 +621,7 @@ std::string profile_json(const Report& r) {
                     {"batch", {{"B", c.B}, {"T", c.T}, {"grad_accum", c.grad_accum}}},
                     {"ceilings", {{"bf16_tflops", c.ceilings.bf16_tflops}, {"fp32_tflops", c.ceilings.fp32_tflops},
                                   {"dram_gbps", c.ceilings.dram_gbps}, {"source", c.ceilings.source}}},
-                    {"peak_memory_bytes", c.peak_memory_bytes}};
+                    {"peak_memory_bytes", c.peak_memory_bytes}, {"rank", c.rank}, {"world_size", c.world_size}};
     j["records"] = {{"kernels", r.records.kernels}, {"memcpys", r.records.memcpys}, {"memsets", r.records.memsets},
                     {"api", r.records.api}, {"syncs", r.records.syncs}, {"ranges", r.records.ranges},
                     {"power", r.records.power}, {"dropped", r.dropped_records},

@@ -24,8 +24,8 @@ public:
         adam_ = opt.adam;
         if (!opt.profile_dir.empty())
             profile_ = prof::make_cpu_profile_session({opt.profile_dir, opt.profile_start, opt.profile_steps}, c,
-                                                      opt.B, opt.T, opt.grad_accum,
-                                                      &timings_);
+                                                      opt.B, opt.T, opt.grad_accum / dp_.world(), &timings_,
+                                                      dp_.rank(), dp_.world());
     }
     const char* name() const override { return "CPU fp32"; }
     void load_weights(const std::vector<float>& w) override {
