@@ -367,9 +367,19 @@ TEST_F(TrainCpu, ExplicitValDataMustExist) {
 // ---- data parallelism (llmc/train/dist.h): two ranks of train_gpt2 under mpirun, one OpenMP thread each ----
 
 namespace {
-bool have_mpirun() { return testutil::run("command -v mpirun").exit_code == 0; }
 // --oversubscribe: two ranks even on a one-core machine; --allow-run-as-root: CI containers run as root.
 const std::string MPIRUN = "OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -q ";
+// "" when two ranks of ./train_gpt2 can run, else why not: no mpirun, or a trainer built without MPI (SAN=1
+// builds leave it out), which refuses them.
+std::string mpi_missing() {
+    static const std::string why = [] {
+        if (testutil::run("command -v mpirun").exit_code != 0) return std::string("mpirun not found (Debian: openmpi-bin)");
+        if (testutil::run(MPIRUN + "-np 2 ./train_gpt2 --help").exit_code != 0)
+            return std::string("./train_gpt2 was built without MPI (Debian: libopenmpi-dev; not under SAN=1)");
+        return std::string();
+    }();
+    return why;
+}
 int count(const std::string& text, const std::string& part) {
     int n = 0;
     for (size_t p = text.find(part); p != std::string::npos; p = text.find(part, p + 1)) n++;
@@ -377,7 +387,7 @@ int count(const std::string& text, const std::string& part) {
 }
 } // namespace
 #define SKIP_WITHOUT_MPIRUN() \
-    if (!have_mpirun()) GTEST_SKIP() << "mpirun not found (Debian: openmpi-bin, libopenmpi-dev)"
+    if (!mpi_missing().empty()) GTEST_SKIP() << mpi_missing()
 
 TEST_F(TrainCpu, TwoRanksMatchOneProcess) {
     SKIP_WITHOUT_MPIRUN();
@@ -465,4 +475,15 @@ TEST_F(TrainCpu, TwoRankProfileShowsCommunication) {
     EXPECT_TRUE(testutil::has(merged, "all_reduce")) << merged;
     EXPECT_TRUE(testutil::has(merged, "% of it hidden behind compute")) << merged;
     EXPECT_EQ(count(merged, "<- straggler"), 1) << merged;
+}
+
+// A trainer built without MPI (SAN=1 builds, or no libopenmpi-dev) run by a launcher of several ranks: one line
+// saying so, never N independent runs writing the same files.
+TEST_F(TrainCpu, BuildWithoutMpiRefusesSeveralRanks) {
+    if (mpi_missing().find("without MPI") == std::string::npos)
+        GTEST_SKIP() << "./train_gpt2 has MPI here (TwoRanks* test it)";
+    auto r = run("PMI_SIZE=2 " + train("-x 1 -v 0"));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(r.output.rfind("error: started as 2 ranks, but this build has no MPI", 0), 0u) << r.output;
+    EXPECT_EQ(count(r.output, "\n"), 1) << r.output;
 }
