@@ -33,10 +33,12 @@ using namespace llmc;
  * --profile DIR: the steps its schedule selects traced with CUPTI (llmc/profiler/session.h). The ceilings are
  * measured (or read from their cache) here, before the model takes the device memory.
  */
-std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, const TrainOptions& opt) {
+std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, const TrainOptions& opt,
+                                                           const Communicator& comm) {
     prof::SessionOptions so{opt.profile_dir, opt.profile_start, opt.profile_steps};
-    int grad_accum = opt.grad_accum;
+    int grad_accum = opt.grad_accum / comm.world(); // this rank's micro-batches
     prof::ProfileContext ctx = prof::gpu_profile_context("train_gpt2cu", c, opt.B, opt.T, grad_accum);
+    ctx.rank = comm.rank(), ctx.world_size = comm.world();
     ctx.ceilings = prof::measure_ceilings(true);
     printf("profile: %s into %s/; ceilings bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n",
            prof::ProfileSchedule(so.first_step, so.steps).window().c_str(), so.dir.c_str(), ctx.ceilings.bf16_tflops,
@@ -47,7 +49,7 @@ std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, 
 class GPUBackend : public TrainBackend {
 public:
     GPUBackend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm)
-        : profile_(opt.profile_dir.empty() ? nullptr : make_profile_session(c, opt)),
+        : profile_(opt.profile_dir.empty() ? nullptr : make_profile_session(c, opt, comm)),
           model_(c, opt.B, opt.T), B_(opt.B), T_(opt.T) {
         adam_ = opt.adam;
 #ifdef LLMC_HAVE_NCCL
