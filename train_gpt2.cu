@@ -53,7 +53,12 @@ public:
           model_(c, opt.B, opt.T), B_(opt.B), T_(opt.T) {
         adam_ = opt.adam;
 #ifdef LLMC_HAVE_NCCL
-        if (comm.world() > 1) nccl_ = std::make_unique<NcclCommunicator>(comm, model_.stream);
+        if (comm.world() > 1) {
+            CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+            CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+            nccl_ = std::make_unique<NcclCommunicator>(comm, comm_stream_);
+        }
 #else
         (void)comm;
 #endif
@@ -104,12 +109,8 @@ public:
         };
 #ifdef LLMC_HAVE_NCCL
         if (nccl_) {
-            // One all-reduce of the whole bf16 gradient after the last backward, and of the loss beside it.
-            auto reduce = [this](floatX* grads, size_t n, float* loss) {
-                nccl_->all_reduce_sum(grads, n);
-                nccl_->all_reduce_sum(loss, 1);
-            };
-            auto [loss, norm] = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), reduce);
+            BucketedAllReduce buckets(*nccl_, model_.stream, model_.config, model_.grads_memory, ready_, done_);
+            auto [loss, norm] = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), buckets);
             return {loss, norm};
         }
 #endif
@@ -147,7 +148,10 @@ private:
     std::unique_ptr<prof::ProfileSession> profile_; // before model_: the ceilings are measured before it is allocated
     GPT2GPU model_;
 #ifdef LLMC_HAVE_NCCL
-    std::unique_ptr<NcclCommunicator> nccl_; // data-parallel runs only; after model_: it queues on model_.stream
+    // Data-parallel runs only: the gradient buckets' all-reduces run on comm_stream_ beside model_.stream.
+    cudaStream_t comm_stream_ = nullptr;
+    cudaEvent_t ready_ = nullptr, done_ = nullptr;
+    std::unique_ptr<NcclCommunicator> nccl_;
 #endif
     int B_, T_;
     AdamWConfig adam_;
@@ -156,9 +160,9 @@ private:
 };
 
 /*
- * Data parallelism over NCCL (doc/distributed.md): one GPU per rank, chosen by local rank; the gradients are
- * all-reduced once per step after backward. ZeRO-1 and the bucketed all-reduce that overlaps backward are not
- * written for the GPU yet, and none of this has run on GPUs.
+ * Data parallelism over NCCL (doc/distributed.md): one GPU per rank, chosen by local rank; each layer's gradients
+ * are all-reduced on a stream of their own as soon as backward has finished them. ZeRO-1 is not written for the
+ * GPU yet, and none of this has run on GPUs.
  */
 std::unique_ptr<TrainBackend> make_gpu_backend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm) {
     if (comm.world() > 1) {

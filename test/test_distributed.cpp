@@ -1,8 +1,9 @@
-// The data-parallel layer's transport-free parts: shards, and the merged profile's analysis (llmc/train/dist.h,
-// llmc/profiler/distributed.h). The runs under mpirun are in test_train_cpu.cpp.
+// The data-parallel layer's transport-free parts: shards, gradient buckets, and the merged profile's analysis
+// (llmc/train/dist.h, llmc/gpt2_config.h, llmc/profiler/distributed.h). The runs under mpirun are in test_train_cpu.cpp.
 #include <gtest/gtest.h>
 #include <random>
 
+#include "llmc/gpt2_config.h"
 #include "llmc/profiler/distributed.h"
 #include "test/test_util.h"
 
@@ -64,4 +65,25 @@ TEST(Distributed, SummaryNamesTheStragglerAndTheHiddenShare) {
     EXPECT_TRUE(testutil::has(text, "rank " + std::to_string(slowest))) << text;
     EXPECT_TRUE(testutil::has(text, "<- straggler")) << text;
     EXPECT_TRUE(testutil::has(text, "all_reduce")) << text;
+}
+
+// The gradient buckets: every parameter in exactly one, each layer's ranges inside its tensors.
+TEST(Distributed, LayerBucketsCoverEveryParameterOnce) {
+    std::mt19937 g(3);
+    for (int trial = 0; trial < 20; trial++) {
+        GPT2Config c;
+        c.num_layers = 1 + (int)(g() % 6);
+        c.channels = 8 * (1 + (int)(g() % 8));
+        c.num_heads = 1;
+        c.max_seq_len = 1 + (int)(g() % 64);
+        c.vocab_size = 1 + (int)(g() % 300);
+        c.padded_vocab_size = c.vocab_size + (int)(g() % 64);
+        std::vector<int> owner(num_parameters(c), 0);
+        for (int l = -1; l < c.num_layers; l++)
+            for (const ParamRange& r : layer_parameter_ranges(c, l))
+                for (size_t i = r.offset; i < r.offset + r.count; i++) owner.at(i)++;
+        for (size_t i = 0; i < owner.size(); i++) ASSERT_EQ(owner[i], 1) << "parameter " << i << ", trial " << trial;
+        EXPECT_EQ(layer_parameter_ranges(c, 0).size(), 12u);
+        EXPECT_EQ(layer_parameter_ranges(c, -1).size(), 4u);
+    }
 }

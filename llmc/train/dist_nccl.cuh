@@ -13,6 +13,7 @@
 #include <nccl.h>
 
 #include "llmc/cuda_common.cuh"
+#include "llmc/gpt2_config.h"
 #include "llmc/train/dist.h"
 
 namespace llmc {
@@ -55,12 +56,15 @@ public:
     }
     ~NcclCommunicator() override { ncclCommDestroy(comm_); }
     void barrier() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-    // The bf16 gradients, in place on the device. Queued on the stream: CommStats times the enqueue only; the
-    // NCCL kernels' own time is in the CUPTI profile, under the comm sub-block.
-    void all_reduce_sum(__nv_bfloat16* buf, size_t n) {
-        NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, comm_, stream_));
+    cudaStream_t stream() const { return stream_; }
+    // Slices of a bf16 buffer on the device, summed in place, as one NCCL group. Queued on the stream: CommStats
+    // do not see it; the NCCL kernels' time is in the CUPTI profile, under the comm sub-block.
+    void all_reduce_group(__nv_bfloat16* buf, const std::vector<ParamRange>& ranges) {
+        NCCL_CHECK(ncclGroupStart());
+        for (const ParamRange& r : ranges)
+            NCCL_CHECK(ncclAllReduce(buf + r.offset, buf + r.offset, r.count, ncclBfloat16, ncclSum, comm_, stream_));
+        NCCL_CHECK(ncclGroupEnd());
     }
-    using Communicator::all_reduce_sum;
 
 protected:
     void all_reduce_impl(float* buf, size_t n) override {
@@ -91,6 +95,41 @@ private:
     }
     cudaStream_t stream_;
     ncclComm_t comm_ = nullptr;
+};
+
+/*
+ * The bucketed gradient all-reduce GPT2GPU::train_step drives (llmc/gpt2.cuh): each bucket (one layer's gradient
+ * slices, then the embeddings and lnf: layer_parameter_ranges) is all-reduced on the communicator's own stream as
+ * soon as the compute stream has queued its last gradient kernel, so NCCL runs while backward goes on with the
+ * layers below. finish() adds the loss and makes the compute stream wait for all of it.
+ */
+class BucketedAllReduce {
+public:
+    BucketedAllReduce(NcclCommunicator& nccl, cudaStream_t compute, const GPT2Config& c, __nv_bfloat16* grads,
+                      cudaEvent_t ready, cudaEvent_t done)
+        : nccl_(nccl), compute_(compute), config_(c), grads_(grads), ready_(ready), done_(done) {}
+    void layer_done(int layer) {
+        follow_compute();
+        nccl_.all_reduce_group(grads_, layer_parameter_ranges(config_, layer));
+    }
+    void finish(float* loss) {
+        follow_compute();
+        nccl_.all_reduce_sum(loss, 1);
+        CUDA_CHECK(cudaEventRecord(done_, nccl_.stream()));
+        CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
+    }
+
+private:
+    // The communication stream starts after what the compute stream has queued so far.
+    void follow_compute() {
+        CUDA_CHECK(cudaEventRecord(ready_, compute_));
+        CUDA_CHECK(cudaStreamWaitEvent(nccl_.stream(), ready_, 0));
+    }
+    NcclCommunicator& nccl_;
+    cudaStream_t compute_;
+    GPT2Config config_;
+    __nv_bfloat16* grads_;
+    cudaEvent_t ready_, done_;
 };
 
 } // namespace llmc
