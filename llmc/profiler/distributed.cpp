@@ -69,7 +69,7 @@ DistributedSummary summarize_ranks(const std::vector<RankRecord>& ranks) {
 }
 
 std::string format_distributed(const DistributedSummary& s) {
-    std::string out = strprintf("data-parallel profile: %d ranks\n\ncommunication (per rank, over the profiled steps)\n",
+    std::string out = strprintf("data-parallel profile: %d ranks\n\ncommunication (per rank, over the whole run)\n",
                                 s.world);
     out += strprintf("%-15s %8s %14s %12s %12s\n", "collective", "calls", "bytes/rank", "ms/rank", "bus GB/s");
     for (const CollectiveRow& r : s.collectives)
@@ -77,7 +77,7 @@ std::string format_distributed(const DistributedSummary& s) {
                          (long long)(r.bytes / s.world), 1e3 * r.seconds, r.bus_gbps);
     out += strprintf("\ncommunication per step: %.3f ms per rank, %.1f%% of it hidden behind compute\n",
                      1e3 * s.comm_seconds, 100 * s.hidden_share);
-    out += "\nstep time per rank (mean ms)\n";
+    out += "\nstep time per rank (mean ms over the run)\n";
     for (size_t r = 0; r < s.step_ms.size(); r++)
         out += strprintf("rank %-4zu %10.3f%s\n", r, s.step_ms[r], (int)r == s.straggler ? "  <- straggler" : "");
     return out;
