@@ -405,6 +405,18 @@ TEST_F(TrainCpu, TwoRanksMatchOneProcess) {
     expect_same_up_to_summation_order(one.output, two.output, 4);
 }
 
+// Without -x a run is one epoch of the train data, however many ranks share it.
+TEST_F(TrainCpu, TwoRanksTrainOneEpochByDefault) {
+    SKIP_WITHOUT_MPIRUN();
+    const std::string flags = "-v 0 -b 32 -t 16 -d 1024"; // 20000 tokens: 39 batches of 512, 19 steps of 2
+    auto one = run(train(flags)), two = run(MPIRUN + "-np 2 " + train(flags));
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    const size_t epoch = (20000 - 1) / 512 / 2;
+    EXPECT_EQ(parse_steps(one.output).size(), epoch);
+    EXPECT_EQ(parse_steps(two.output).size(), epoch);
+}
+
 // ZeRO-1 reduces into shards and updates each shard on its own rank; every element meets the same operations
 // in the same order as under plain data parallelism, so the runs agree bit for bit.
 TEST_F(TrainCpu, ShardedOptimizerMatchesPlainDataParallel) {

@@ -98,7 +98,7 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     std::unique_ptr<GPT2Tokenizer> tokenizer = opt.sample_every > 0 ? find_sample_tokenizer(train.files()[0]) : nullptr;
     const int grad_accum = opt.grad_accum / world; // this rank's micro-batches per step
     int max_steps = opt.max_steps >= 0 ? opt.max_steps
-                                       : (int)std::min<size_t>(train.batches_per_epoch() / grad_accum, INT32_MAX);
+                                       : (int)std::min<size_t>(train.batches_per_epoch() / opt.grad_accum, INT32_MAX);
     if (max_steps == 0 && opt.max_steps < 0)
         throw UsageError(strprintf("-d: one step takes %d micro-batches, more than one epoch of %s has (%zu); lower -d "
                                    "or set -x", opt.grad_accum, opt.train_data.c_str(), train.batches_per_epoch()));
