@@ -53,6 +53,30 @@ override CXXFLAGS += -g -fno-omit-frame-pointer -fsanitize=address,undefined -fn
                      -Wno-maybe-uninitialized
 endif
 
+# ---- MPI: data-parallel training (llmc/train/dist.h, doc/distributed.md) when an MPI C++ wrapper is found
+# (Debian: libopenmpi-dev); without it the trainers are single-process and refuse an mpirun of several ranks.
+# Not under SAN=1: Open MPI's own allocations outlive MPI_Finalize and LeakSanitizer would fail every run (the
+# sanitized trainer still runs the data-parallel code as one process; the MPI tests skip there) ----
+MPICXX ?= mpicxx
+HAVE_MPI := $(if $(SAN),,$(shell command -v $(MPICXX) 2>/dev/null))
+ifneq ($(HAVE_MPI),)
+# MPI's C API only: the deprecated C++ bindings would warn and need one more library.
+MPI_CFLAGS := $(shell $(MPICXX) --showme:compile) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
+# -L and -l only, which both g++ and nvcc take at the link.
+MPI_LIBS := $(addprefix -L,$(shell $(MPICXX) --showme:libdirs)) \
+            $(addprefix -l,$(filter-out mpi_cxx,$(shell $(MPICXX) --showme:libs)))
+$(BUILD)/llmc/train/dist.o: override CXXFLAGS += -DLLMC_HAVE_MPI
+$(BUILD)/llmc/train/dist_mpi.o: override CXXFLAGS += $(MPI_CFLAGS)
+endif
+# NCCL (the GPU trainer's collectives, llmc/train/dist_nccl.cuh): its header and library in the CUDA toolkit or
+# NCCL_HOME; used only with MPI, which bootstraps it.
+NCCL_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
+HAVE_NCCL := $(if $(HAVE_MPI),$(if $(HAVE_NVCC),$(wildcard $(NCCL_HOME)/include/nccl.h)))
+ifneq ($(HAVE_NCCL),)
+NCCL_LIBS := -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -lnccl
+$(BUILD)/train_gpt2.cu.o: override NVCCFLAGS += -DLLMC_HAVE_NCCL -I$(NCCL_HOME)/include
+endif
+
 .PHONY: all test clean tinyshakespeare deps dev_cuda sample_profile fuzz
 all: $(BIN)train_gpt2 $(BIN)prepare_data $(BIN)infer_gpt2
 ifneq ($(HAVE_NVCC),)
@@ -68,7 +92,8 @@ $(BUILD)/%.cu.o: %.cu
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 # ---- libraries: the training loop; the profiler's session, CPU source, analysis and writers ----
-TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/schedulers.o
+TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/train/dist.o $(BUILD)/llmc/schedulers.o \
+              $(if $(HAVE_MPI),$(BUILD)/llmc/train/dist_mpi.o)
 PROFILER_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/profiler/*.cpp))
 TRAIN_LIB := $(BUILD)/libllmc_train.a
 PROFILER_LIB := $(BUILD)/libllmc_profiler.a
@@ -80,7 +105,7 @@ LIBS := $(TRAIN_LIB) $(PROFILER_LIB)
 
 # ---- programs ----
 $(BIN)train_gpt2: $(BUILD)/train_gpt2.o $(BUILD)/llmc/train/cpu_backend.o $(LIBS)
-	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE) $(MPI_LIBS)
 
 $(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(PROFILER_LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
@@ -89,10 +114,10 @@ $(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
 train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(LIBS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
 profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(LIBS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) -lgomp
 
 # The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
 $(BUILD)/sample_profile: $(BUILD)/dev/sample_profile.o $(PROFILER_LIB)
@@ -117,11 +142,11 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
 $(BUILD)/test/test_counters.o: override CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
 GPU_TEST_OBJS := $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard test/gpu/test_*.cu))
 $(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS) $(LIBS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) -lgomp -lpthread
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) $(MPI_LIBS) -lgomp -lpthread
 else
 $(BUILD)/run_tests: $(TEST_OBJS) $(LIBS)
 	@echo "note: nvcc not found; building the CPU tests only"
-	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) -lpthread
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(MPI_LIBS) -lpthread
 endif
 
 # ---- emulated GPU tier (test/emu/, doc/testing.md): the real llmc/*.cuh and the GPU tests of test/gpu/, built by

@@ -22,7 +22,11 @@
 #include "llmc/profiler/cupti_source.cuh"
 #include "llmc/profiler/device_specs.h"
 #include "llmc/progress.h"
+#include "llmc/train/dist.h"
 #include "llmc/train/loop.h"
+#ifdef LLMC_HAVE_NCCL
+#include "llmc/train/dist_nccl.cuh"
+#endif
 
 using namespace llmc;
 
@@ -30,11 +34,13 @@ using namespace llmc;
  * --profile DIR: the steps its schedule selects traced with CUPTI (llmc/profiler/session.h). The ceilings are
  * measured (or read from their cache) here, before the model takes the device memory.
  */
-std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, const TrainOptions& opt) {
+std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, const TrainOptions& opt,
+                                                           const Communicator& comm) {
     // The session counts steps from 0, the flag as the step lines do, from 1.
     prof::SessionOptions so{opt.profile_dir, opt.profile_start - 1, opt.profile_steps};
-    int grad_accum = opt.grad_accum;
+    int grad_accum = opt.grad_accum / comm.world(); // this rank's micro-batches
     prof::ProfileContext ctx = prof::gpu_profile_context("train_gpt2cu", c, opt.B, opt.T, grad_accum);
+    ctx.rank = comm.rank(), ctx.world_size = comm.world();
     ctx.ceilings = prof::measure_ceilings(true);
     printf("profile: %s into %s/; ceilings bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n",
            prof::ProfileSchedule(so.first_step, so.steps).window().c_str(), so.dir.c_str(), ctx.ceilings.bf16_tflops,
@@ -44,12 +50,24 @@ std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, 
 
 class GPUBackend : public TrainBackend {
 public:
-    GPUBackend(const GPT2Config& c, const TrainOptions& opt)
-        : profile_(opt.profile_dir.empty() ? nullptr : make_profile_session(c, opt)),
+    GPUBackend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm)
+        : profile_(opt.profile_dir.empty() ? nullptr : make_profile_session(c, opt, comm)),
           model_(c, opt.B, opt.T), B_(opt.B), T_(opt.T) {
         adam_ = opt.adam;
+#ifdef LLMC_HAVE_NCCL
+        if (comm.world() > 1) {
+            CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+            CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+            nccl_ = std::make_unique<NcclCommunicator>(comm, comm_stream_);
+        }
+#else
+        (void)comm;
+#endif
+        int device;
+        CUDA_CHECK(cudaGetDevice(&device));
         cudaDeviceProp p;
-        CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+        CUDA_CHECK(cudaGetDeviceProperties(&p, device));
         name_ = strprintf("GPU bf16, %s", p.name);
         spec_ = lookup_device_spec(p.name);
     }
@@ -91,6 +109,13 @@ public:
             train.next_batch();
             return std::make_pair(train.inputs(), train.targets());
         };
+#ifdef LLMC_HAVE_NCCL
+        if (nccl_) {
+            BucketedAllReduce buckets(*nccl_, model_.stream, model_.config, model_.grads_memory, ready_, done_);
+            auto [loss, norm] = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), buckets);
+            return {loss, norm};
+        }
+#endif
         auto [loss, norm] = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t);
         return {loss, norm};
     }
@@ -125,14 +150,35 @@ public:
 private:
     std::unique_ptr<prof::ProfileSession> profile_; // before model_: the ceilings are measured before it is allocated
     GPT2GPU model_;
+#ifdef LLMC_HAVE_NCCL
+    // Data-parallel runs only: the gradient buckets' all-reduces run on comm_stream_ beside model_.stream.
+    cudaStream_t comm_stream_ = nullptr;
+    cudaEvent_t ready_ = nullptr, done_ = nullptr;
+    std::unique_ptr<NcclCommunicator> nccl_;
+#endif
     int B_, T_;
     AdamWConfig adam_;
     std::string name_;
     const DeviceSpec* spec_ = nullptr;
 };
 
-std::unique_ptr<TrainBackend> make_gpu_backend(const GPT2Config& c, const TrainOptions& opt) {
-    return std::make_unique<GPUBackend>(c, opt);
+/*
+ * Data parallelism over NCCL (doc/distributed.md): one GPU per rank, chosen by local rank; each layer's gradients
+ * are all-reduced on a stream of their own as soon as backward has finished them. ZeRO-1 is not written for the
+ * GPU yet, and none of this has run on GPUs.
+ */
+std::unique_ptr<TrainBackend> make_gpu_backend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm) {
+    if (comm.world() > 1) {
+#ifdef LLMC_HAVE_NCCL
+        if (opt.zero_stage)
+            throw UsageError("-z 1: the sharded optimizer is not written for train_gpt2cu yet; use -z 0 (or train_gpt2)");
+        select_device(comm);
+#else
+        throw UsageError(strprintf("started as %d ranks, but train_gpt2cu was built without NCCL (or MPI): rebuild "
+                                   "where both are found (doc/distributed.md)", comm.world()));
+#endif
+    }
+    return std::make_unique<GPUBackend>(c, opt, comm);
 }
 
 int main(int argc, char** argv) {

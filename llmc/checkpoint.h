@@ -102,11 +102,12 @@ struct TrainState {
     uint64_t rng_state = 0; // sampler RNG
     DataPosition data;      // train loader position for the next step
     int B = 0, T = 0;       // micro-batch shape the data position refers to
+    int world = 1;          // data-parallel ranks that trained it (m and v are whole: every rank's shard)
     std::vector<float> m, v, master;
 };
 
 // Header fields of the state file; 64-bit values take two int32 slots (low word first).
-enum StateField { ST_STEP = 2, ST_RNG = 4, ST_SHARD = 6, ST_OFFSET = 8, ST_NPARAMS = 10, ST_HAS_MASTER = 12, ST_B, ST_T };
+enum StateField { ST_STEP = 2, ST_RNG = 4, ST_SHARD = 6, ST_OFFSET = 8, ST_NPARAMS = 10, ST_HAS_MASTER = 12, ST_B, ST_T, ST_WORLD };
 inline void header_set64(Header& h, int i, uint64_t v) {
     h[i] = (int32_t)(uint32_t)v;
     h[i + 1] = (int32_t)(uint32_t)(v >> 32);
@@ -124,6 +125,7 @@ inline void save_state(const std::string& path, const TrainState& s) {
     h[ST_HAS_MASTER] = s.master.empty() ? 0 : 1;
     h[ST_B] = s.B;
     h[ST_T] = s.T;
+    h[ST_WORLD] = s.world;
     AtomicFile f(path);
     f.write(h.data(), HEADER_BYTES);
     f.write(s.m.data(), n * 4);
@@ -159,6 +161,8 @@ inline TrainState load_state(const std::string& path, size_t expected_params, in
     s.data.offset = (int64_t)header_get64(h, ST_OFFSET);
     s.B = h[ST_B];
     s.T = h[ST_T];
+    s.world = h[ST_WORLD] == 0 ? 1 : h[ST_WORLD]; // 0: written before data parallelism, by one process
+    if (s.world < 0) throw Error(strprintf("%s: negative rank count %d in header", path.c_str(), s.world));
     s.m.resize(n);
     s.v.resize(n);
     f.read(s.m.data(), n * 4, "first moments");

@@ -37,6 +37,7 @@ struct TrainOptions {
     int checkpoint_every = 0;                         // -n
     bool resume = false;                              // -y
     bool overfit = false;                             // -a
+    int zero_stage = 0;                               // -z: 1 = shard the optimizer across data-parallel ranks
     unsigned long long seed = 1337;                   // --seed: init and sampling
     float temperature = 1.0f;                         // --temperature
     int top_k = 0;                                    // --top-k
@@ -58,7 +59,7 @@ inline std::string usage(const char* program, const TrainOptions& d) {
                program, d.train_data.c_str(), d.model.c_str()) +
            strprintf("  -b, --batch N              micro-batch size [%d]\n"
                      "  -t, --seq-len N            sequence length [%d]\n"
-                     "  -d, --total-batch N        tokens per step, a multiple of B*T (gradient accumulation) [B*T]\n"
+                     "  -d, --total-batch N        tokens per step over all ranks, a multiple of B*T*ranks [B*T]\n"
                      "  -l, --lr X                 learning rate [%g]\n"
                      "  -u, --warmup N             warmup steps [%d]\n"
                      "  -q, --final-lr-frac X      final LR as a fraction of -l [%g]\n"
@@ -78,6 +79,7 @@ inline std::string usage(const char* program, const TrainOptions& d) {
                      "  -n, --checkpoint-every N   checkpoint into -o every N steps and at the end, 0 = never [%d]\n"
                      "  -y, --resume 0|1           resume from the latest checkpoint in -o [0]\n"
                      "  -a, --overfit 0|1          every step uses the first batch of the first shard [0]\n"
+                     "  -z, --zero 0|1             under mpirun: 1 = shard AdamW state across ranks (ZeRO-1) [0]\n"
                      "      --seed N               seed for init and sampling [%llu]\n"
                      "      --temperature X        sampling temperature [%g]\n"
                      "      --top-k N              sample from the N most likely tokens, 0 = all [%d]\n",
@@ -145,6 +147,7 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
             {"-u", "--warmup"},       {"-q", "--final-lr-frac"}, {"-k", "--scheduler"},      {"-c", "--weight-decay"},
             {"-x", "--max-steps"},    {"-v", "--val-every"},    {"-m", "--val-batches"},     {"-s", "--sample-every"},
             {"-g", "--gen-tokens"},   {"-n", "--checkpoint-every"}, {"-y", "--resume"},      {"-a", "--overfit"},
+            {"-z", "--zero"},
             {"--seed", "--seed"},     {"--temperature", "--temperature"}, {"--top-k", "--top-k"},
             {"--beta1", "--beta1"},   {"--beta2", "--beta2"},   {"--eps", "--eps"},          {"--grad-clip", "--grad-clip"},
             {"--profile", "--profile"}, {"--profile-start", "--profile-start"}, {"--profile-steps", "--profile-steps"}};
@@ -179,6 +182,7 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
         else if (k == "-n") opt.checkpoint_every = (int)parse_long(flag, value, 0, IMAX);
         else if (k == "-y") opt.resume = parse_long(flag, value, 0, 1) != 0;
         else if (k == "-a") opt.overfit = parse_long(flag, value, 0, 1) != 0;
+        else if (k == "-z") opt.zero_stage = (int)parse_long(flag, value, 0, 1);
         else if (k == "--seed") opt.seed = (unsigned long long)parse_long(flag, value, 0, IMAX);
         else if (k == "--temperature") opt.temperature = parse_float(flag, value, 1e-3f, 100.0f);
         else if (k == "--top-k") opt.top_k = (int)parse_long(flag, value, 0, IMAX);

@@ -9,6 +9,11 @@
  * Batches follow llm.c: B*T+1 consecutive tokens give inputs [0, B*T) and targets [1, B*T]; the position
  * then advances by B*T; a shard with too few tokens left moves on to the next one, wrapping after the last.
  * One shard is resident at a time. position()/restore() make resume exact.
+ *
+ * Data-parallel rank `rank` of `world` (llmc/train/dist.h) takes the rank-th of every `world` consecutive
+ * batches of that sequence, so the ranks together read the batches one process would, in the same shards at
+ * rank-specific positions. The position is the sequence's, past the last batch any rank has taken: the same on
+ * every rank after each step.
  */
 #pragma once
 #include <algorithm>
@@ -88,8 +93,10 @@ struct DataPosition {
 class DataLoader {
 public:
     // `overfit`: every batch is the first B*T+1 tokens of the first shard (-a 1).
-    DataLoader(const std::string& spec, const std::string& split, int B, int T, int vocab_size, bool overfit = false)
-        : B_(B), T_(T), vocab_size_(vocab_size), overfit_(overfit), files_(resolve_shards(spec, split)) {
+    DataLoader(const std::string& spec, const std::string& split, int B, int T, int vocab_size, bool overfit = false,
+               int rank = 0, int world = 1)
+        : B_(B), T_(T), vocab_size_(vocab_size), rank_(rank), world_(world), overfit_(overfit),
+          files_(resolve_shards(spec, split)) {
         size_t need = (size_t)B * T + 1;
         for (const auto& f : files_) {
             size_t n = validate_shard_header(f);
@@ -123,21 +130,25 @@ public:
         pos_ = p;
     }
 
-    // Fills inputs()/targets() with the next (B, T) batch.
+    // Fills inputs()/targets() with this rank's next (B, T) batch, passing over the other ranks' ones.
     void next_batch() {
         size_t bt = (size_t)B_ * T_;
-        if (overfit_) pos_ = DataPosition{};
-        if ((size_t)pos_.offset + bt + 1 > shard_tokens_[pos_.shard]) {
-            pos_.shard = (pos_.shard + 1) % (int64_t)files_.size();
-            pos_.offset = 0;
+        for (int r = 0; r < world_; r++) {
+            if (overfit_) pos_ = DataPosition{};
+            if ((size_t)pos_.offset + bt + 1 > shard_tokens_[pos_.shard]) {
+                pos_.shard = (pos_.shard + 1) % (int64_t)files_.size();
+                pos_.offset = 0;
+            }
+            if (r == rank_) {
+                load_shard(pos_.shard);
+                const uint16_t* src = tokens_.data() + pos_.offset;
+                for (size_t i = 0; i < bt; i++) {
+                    inputs_[i] = src[i];
+                    targets_[i] = src[i + 1];
+                }
+            }
+            pos_.offset += (int64_t)bt;
         }
-        load_shard(pos_.shard);
-        const uint16_t* src = tokens_.data() + pos_.offset;
-        for (size_t i = 0; i < bt; i++) {
-            inputs_[i] = src[i];
-            targets_[i] = src[i + 1];
-        }
-        pos_.offset += (int64_t)bt;
     }
     const int* inputs() const { return inputs_.data(); }
     const int* targets() const { return targets_.data(); }
@@ -157,7 +168,7 @@ private:
         loaded_ = idx;
     }
 
-    int B_, T_, vocab_size_;
+    int B_, T_, vocab_size_, rank_, world_;
     bool overfit_;
     std::vector<std::string> files_;
     std::vector<size_t> shard_tokens_;

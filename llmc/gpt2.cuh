@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "llmc/adamw.cuh"
@@ -327,8 +328,28 @@ public:
         }
     }
 
-    // Backward of the last forward (which must have run with dloss > 0); parameter gradients accumulate.
-    void backward() {
+    // What train_step calls, for data parallelism: nothing, on one process.
+    struct NoReduce {
+        void layer_done(int) {}
+        void finish(float*) {}
+    };
+
+    /*
+     * Backward of the last forward (which must have run with dloss > 0); parameter gradients accumulate.
+     * buckets.layer_done(l) is called, on the host, once the kernels that finish layer l's parameter gradients
+     * are queued (layers L-1 down to 0, then -1 for wte, wpe and lnf: layer_parameter_ranges), so a data-parallel
+     * trainer can start reducing them while backward goes on.
+     */
+    template <typename Buckets = NoReduce> void backward(Buckets&& buckets = Buckets{}) {
+        // A profile sees the collectives' launches under the comm sub-block; one process adds no range at all.
+        auto bucket_done = [](auto& bk, int layer) {
+            if constexpr (!std::is_same_v<std::decay_t<Buckets>, NoReduce>) {
+                Range r(SubBlock::comm, Phase::bwd, layer);
+                bk.layer_done(layer);
+            } else {
+                (void)bk, (void)layer;
+            }
+        };
         if (!backward_ready_) throw Error("backward() without a forward() with targets and dloss > 0 before it");
         backward_ready_ = false; // dlogits are consumed: a second backward would read them as logits
         const int L = config.num_layers, C = config.channels, NH = config.num_heads, Vp = config.padded_vocab_size;
@@ -393,11 +414,13 @@ public:
                 layernorm_backward(a.dresidual, grads.ln1w + l * C, grads.ln1b + l * C, a.scratch, a.dbtc, residual,
                                    params.ln1w + l * C, a.ln1_mean + l * slab, a.ln1_rstd + l * slab, BT, C, stream);
             }
+            bucket_done(buckets, l);
         }
         {
             Range r(SubBlock::encoder, Phase::bwd);
             encoder_backward(grads.wte, grads.wpe, *encoder_scratch_, a.dresidual, a.inputs, b, t, C, stream);
         }
+        bucket_done(buckets, -1);
     }
 
     void zero_grad() { CUDA_CHECK(cudaMemsetAsync(grads_memory, 0, memory.grads, stream)); }
@@ -423,18 +446,29 @@ public:
      * One optimizer step, as every program trains: grad_accum micro-batches of (B, T) from next_batch(), which
      * returns {inputs, targets} host pointers; forward and backward each, then the global norm and AdamW.
      * Returns {mean loss, grad norm}; reading them is the step's one synchronisation.
+     *
+     * Data parallelism (llmc/train/dist.h): this is one of `ranks` processes, each with grad_accum micro-batches;
+     * every micro-batch weighs 1/(all of them). The last micro-batch's backward hands each finished bucket of
+     * gradients to reduce.layer_done (see backward), which starts summing it over the ranks; reduce.finish(loss)
+     * sums the fp32 loss (a device pointer) and makes this stream wait for every reduction, before the norm and
+     * the update.
      */
-    template <typename NextBatch>
+    template <typename NextBatch, typename Reduce = NoReduce>
     std::pair<float, float> train_step(NextBatch&& next_batch, int b, int t, int grad_accum, float lr,
-                                       const AdamWConfig& adam, int step) {
+                                       const AdamWConfig& adam, int step, int ranks = 1, Reduce&& reduce = Reduce{}) {
         Range r("step");
         zero_grad();
         zero_loss();
-        float scale = 1.0f / ((float)b * t * grad_accum); // mean over every position of every micro-batch
+        float scale = 1.0f / ((float)b * t * grad_accum * ranks); // mean over every position of every micro-batch
         for (int micro = 0; micro < grad_accum; micro++) {
             auto [inputs, targets] = next_batch();
             forward(inputs, targets, b, t, scale, scale);
-            backward();
+            if (ranks > 1 && micro == grad_accum - 1) backward(reduce);
+            else backward();
+        }
+        if (ranks > 1) {
+            Range comm(SubBlock::comm, Phase::bwd);
+            reduce.finish(acts.scalars);
         }
         {
             Range opt("optimizer", -1, Phase::opt);

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "llmc/formats.h"
 #include "llmc/utils.h"
@@ -66,6 +67,32 @@ inline std::array<size_t, NUM_PARAMETER_TENSORS> parameter_sizes(const GPT2Confi
     size_t Vp = c.padded_vocab_size, C = c.channels, maxT = c.max_seq_len, L = c.num_layers;
     return {Vp * C,        maxT * C,  L * C,         L * C,     L * 3 * C * C, L * 3 * C, L * C * C, L * C,
             L * C,         L * C,     L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C,     C,         C};
+}
+
+/*
+ * The gradient buckets of data-parallel training (doc/distributed.md): where in the flat llm.c-order buffer the
+ * parameters of layer `layer` lie, one (offset, count) range per per-layer tensor; layer -1 gives the tensors
+ * outside the layers (wte, wpe, lnfw, lnfb). Backward finishes layer L-1 first and the embeddings last (wte's
+ * gradient gathers from the classifier and the encoder), so the buckets are ready in the order L-1, ..., 0, -1.
+ */
+struct ParamRange {
+    size_t offset, count;
+};
+inline std::vector<ParamRange> layer_parameter_ranges(const GPT2Config& c, int layer) {
+    auto sizes = parameter_sizes(c);
+    std::vector<ParamRange> out;
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        bool per_layer = i != WTE && i != WPE && i != LNFW && i != LNFB;
+        if (per_layer && layer >= 0) {
+            size_t each = sizes[i] / c.num_layers;
+            out.push_back({offset + (size_t)layer * each, each});
+        } else if (!per_layer && layer < 0) {
+            out.push_back({offset, sizes[i]});
+        }
+        offset += sizes[i];
+    }
+    return out;
 }
 
 inline size_t num_parameters(const GPT2Config& c) {

@@ -9,7 +9,9 @@ namespace llmc {
 
 enum class SubBlock {
     encoder, ln1, qkv, attention, attn_proj, residual1, ln2, fc, gelu, fc_proj, residual2, lnf, classifier,
-    optimizer, grad_norm, COUNT
+    optimizer, grad_norm,
+    comm, // data-parallel communication (llmc/train/dist.h): gradient reduction, parameter gathering
+    COUNT
 };
 // Training runs fwd, bwd and opt; inference (infer_gpt2) prefill (the prompts) and decode (one token per step).
 enum class Phase { fwd, bwd, opt, prefill, decode, COUNT };
@@ -27,7 +29,8 @@ template <typename Enum, typename T, int N> constexpr const T* enum_table(const 
 inline const char* subblock_name(SubBlock s) {
     static constexpr const char* names[] = {"encoder",   "ln1",       "qkv", "attention", "attn_proj",
                                             "residual1", "ln2",       "fc",  "gelu",      "fc_proj",
-                                            "residual2", "lnf",       "classifier", "optimizer", "grad_norm"};
+                                            "residual2", "lnf",       "classifier", "optimizer", "grad_norm",
+                                            "comm"};
     return enum_table<SubBlock>(names)[(int)s];
 }
 inline const char* phase_name(Phase p) {

@@ -164,21 +164,30 @@ inline void make_dirs(const std::string& path) {
 }
 
 // Program entry: runs fn, turning errors into one line on stderr and exit 2 (usage) or 1 (anything else).
+/*
+ * Data-parallel ranks other than 0 set this (llmc/train/dist.h): rank 0 prints the one error line for all of
+ * them, and the others still exit with the status.
+ */
+inline bool& errors_quiet() {
+    static bool quiet = false;
+    return quiet;
+}
+
 template <typename Fn> int main_guard(Fn&& fn) {
     try {
         return fn();
     } catch (const UsageError& e) {
-        fprintf(stderr, "error: %s\n", e.what());
+        if (!errors_quiet()) fprintf(stderr, "error: %s\n", e.what());
         return 2;
     } catch (const Error& e) {
-        fprintf(stderr, "error: %s\n", e.what());
+        if (!errors_quiet()) fprintf(stderr, "error: %s\n", e.what());
         return 1;
     } catch (const std::bad_alloc&) {
-        fprintf(stderr, "error: out of memory (try a smaller -b, -t or model)\n");
+        if (!errors_quiet()) fprintf(stderr, "error: out of memory (try a smaller -b, -t or model)\n");
         return 1;
     } catch (const std::exception& e) {
         // Not one of ours (std::length_error, std::filesystem_error, ...): still one line and exit 1.
-        fprintf(stderr, "error: %s\n", e.what());
+        if (!errors_quiet()) fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
 }

@@ -3,7 +3,8 @@
 # The README's commands start with it, `make deps` runs it, and so does CI.
 #
 #   Debian packages: the compiler and make, GoogleTest, PCRE2, nlohmann/json, Boost.Context, curl (for
-#     `make tinyshakespeare`), clang and its runtime (the fuzz targets), python3.
+#     `make tinyshakespeare`), clang and its runtime (the fuzz targets), python3, Open MPI (data-parallel
+#     training and its tests, doc/distributed.md).
 #   Python packages from PyPI: matplotlib (the plot scripts) and HolisticTraceAnalysis (the trace tests); where
 #     they go is said below. The Makefile puts .venv/bin first on PATH when there is one.
 #   Not installed: the CUDA toolkit. Without nvcc the GPU programs and the emulated GPU tests are not built.
@@ -12,7 +13,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-DEBS=(g++ make libgtest-dev libpcre2-dev nlohmann-json3-dev libboost-context-dev curl clang libclang-rt-dev python3)
+DEBS=(g++ make libgtest-dev libpcre2-dev nlohmann-json3-dev libboost-context-dev curl clang libclang-rt-dev python3
+      libopenmpi-dev openmpi-bin)
 
 as_root() {
     if [ "$(id -u)" = 0 ]; then

@@ -2,6 +2,8 @@
 // and every error path on bad files.
 #include <climits>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <random>
@@ -55,6 +57,35 @@ TEST(DataLoader, BatchesAreConsecutiveWindowsAcrossShards) {
         for (int i = 0; i < 20; i++) {
             ASSERT_EQ(dl.inputs()[i], (*expect_src[k])[expect_off[k] + i]) << "batch " << k;
             ASSERT_EQ(dl.targets()[i], (*expect_src[k])[expect_off[k] + i + 1]) << "batch " << k;
+        }
+    }
+}
+
+// Data-parallel ranks (llmc/train/dist.h): rank r of N takes the r-th of every N batches one loader reads, shard
+// changes and epoch wrap included, and all ranks stand at that loader's position after each round.
+TEST(DataLoader, RanksShareTheBatchesOfOneLoader) {
+    TempDir d;
+    write_shard(d / "r_train_000.bin", random_tokens(173, 500, 11));
+    write_shard(d / "r_train_001.bin", random_tokens(97, 500, 12));
+    write_shard(d / "r_train_002.bin", random_tokens(131, 500, 13));
+    for (int world : {2, 3}) {
+        DataLoader one(d.path, "train", 2, 10, 500);
+        std::vector<DataLoader> ranks;
+        for (int r = 0; r < world; r++) ranks.emplace_back(d.path, "train", 2, 10, 500, false, r, world);
+        for (int round = 0; round < 12; round++) {
+            for (int r = 0; r < world; r++) {
+                one.next_batch();
+                ranks[r].next_batch();
+                ASSERT_EQ(std::vector<int>(ranks[r].inputs(), ranks[r].inputs() + 20),
+                          std::vector<int>(one.inputs(), one.inputs() + 20))
+                    << "world " << world << " round " << round << " rank " << r;
+                ASSERT_EQ(std::vector<int>(ranks[r].targets(), ranks[r].targets() + 20),
+                          std::vector<int>(one.targets(), one.targets() + 20));
+            }
+            for (int r = 0; r < world; r++) {
+                EXPECT_EQ(ranks[r].position().shard, one.position().shard);
+                EXPECT_EQ(ranks[r].position().offset, one.position().offset);
+            }
         }
     }
 }
@@ -201,10 +232,12 @@ TEST(Checkpoint, StateRoundTripWithAndWithoutMaster) {
     s.data = {3, 4000000000LL};
     s.B = 4;
     s.T = 64;
+    s.world = 8;
     s.m = random_floats(100, 1);
     s.v = random_floats(100, 2);
     save_state(d / "s.bin", s);
     TrainState r = load_state(d / "s.bin", 100, s.step);
+    EXPECT_EQ(r.world, 8);
     EXPECT_EQ(r.step, s.step);
     EXPECT_EQ(r.rng_state, s.rng_state);
     EXPECT_EQ(r.data.shard, 3);
@@ -218,6 +251,15 @@ TEST(Checkpoint, StateRoundTripWithAndWithoutMaster) {
     save_state(d / "s2.bin", s);
     EXPECT_EQ(load_state(d / "s2.bin", 100, s.step).master, s.master);
     expect_error([&] { load_state(d / "s.bin", 99, s.step); }, {"s.bin", "100 parameters", "99"});
+    // A state file from before data parallelism (0 in the rank-count field) was written by one process; a
+    // negative count is damage.
+    std::string bytes = testutil::slurp(d / "s.bin");
+    for (int32_t world : {0, -2}) {
+        memcpy(&bytes[ST_WORLD * 4], &world, 4);
+        std::ofstream(d / "s3.bin", std::ios::binary) << bytes;
+        if (world == 0) EXPECT_EQ(load_state(d / "s3.bin", 100, s.step).world, 1);
+        else expect_error([&] { load_state(d / "s3.bin", 100, s.step); }, {"s3.bin", "negative rank count -2"});
+    }
 }
 
 // A state file's step must be the one its name says: a damaged step (0, negative, huge) is refused.

@@ -37,6 +37,20 @@ std::vector<Step> parse_steps(const std::string& out) {
     return steps;
 }
 
+/*
+ * Two runs over the same tokens and math whose fp32 sums are taken in different orders: losses within 1e-4 and
+ * norms within 1e-3 relative, the few ulps per element that AdamW carries into later steps.
+ */
+void expect_same_up_to_summation_order(const std::string& out_a, const std::string& out_b, size_t steps) {
+    auto a = parse_steps(out_a), b = parse_steps(out_b);
+    ASSERT_EQ(a.size(), steps) << out_a;
+    ASSERT_EQ(b.size(), steps) << out_b;
+    for (size_t i = 0; i < steps; i++) {
+        EXPECT_NEAR(a[i].loss, b[i].loss, 1e-4 * a[i].loss) << i;
+        EXPECT_NEAR(a[i].norm, b[i].norm, 1e-3 * a[i].norm) << i;
+    }
+}
+
 std::vector<double> parse_val(const std::string& out) {
     std::vector<double> v;
     std::regex re(R"(val loss ([0-9.]+))");
@@ -70,6 +84,29 @@ protected:
         save_model(model_path(), c, m.params_memory.data());
     }
     std::string model_path() const { return dir / "toy_model.bin"; }
+    /*
+     * `launch` + train(flags) straight into dir/a (`last` steps, a checkpoint at `mid`), then again from that
+     * checkpoint alone in dir/b: the resumed steps and the last checkpoint must be the straight run's, bit for bit.
+     * The two outputs come back in *straight and *resumed.
+     */
+    void expect_resume_bit_exact(const std::string& launch, const std::string& flags, int mid, int last,
+                                 std::string* straight, std::string* resumed) const {
+        auto a_run = run(launch + train(flags + "-o " + (dir / "a")));
+        ASSERT_EQ(a_run.exit_code, 0) << a_run.output;
+        ASSERT_EQ(run("mkdir -p " + (dir / "b") + " && cp " + checkpoint_model_path(dir / "a", mid) + " " +
+                      checkpoint_state_path(dir / "a", mid) + " " + (dir / "b/"))
+                      .exit_code,
+                  0);
+        auto b_run = run(launch + train(flags + "-y 1 -o " + (dir / "b")));
+        ASSERT_EQ(b_run.exit_code, 0) << b_run.output;
+        auto a = parse_steps(a_run.output), b = parse_steps(b_run.output);
+        ASSERT_EQ(a.size(), (size_t)last);
+        ASSERT_EQ(b.size(), (size_t)(last - mid));
+        for (int i = 0; i < last - mid; i++) EXPECT_EQ(a[mid + i].line_without_timing, b[i].line_without_timing);
+        EXPECT_EQ(slurp(checkpoint_model_path(dir / "a", last)), slurp(checkpoint_model_path(dir / "b", last)));
+        EXPECT_EQ(slurp(checkpoint_state_path(dir / "a", last)), slurp(checkpoint_state_path(dir / "b", last)));
+        *straight = a_run.output, *resumed = b_run.output;
+    }
     std::string train(const std::string& args) const {
         return "./train_gpt2 -i " + dir.path + " -e " + model_path() + " -b 4 -t 16 -s 0 " + args;
     }
@@ -253,42 +290,24 @@ TEST_F(TrainCpu, GradientAccumulationMatchesTheBigBatch) {
     ASSERT_EQ(big.exit_code, 0) << big.output;
     ASSERT_EQ(acc.exit_code, 0) << acc.output;
     EXPECT_NE(acc.output.find("| B / T / grad accum    | 2 / 16 / 2"), std::string::npos);
-    auto a = parse_steps(big.output), b = parse_steps(acc.output);
-    ASSERT_EQ(a.size(), 3u);
-    ASSERT_EQ(b.size(), 3u);
-    for (int i = 0; i < 3; i++) {
-        // Same tokens, same math, different summation order: fp32 rounding only.
-        EXPECT_NEAR(a[i].loss, b[i].loss, 1e-4 * a[i].loss) << i;
-        EXPECT_NEAR(a[i].norm, b[i].norm, 1e-3 * a[i].norm) << i;
-    }
+    expect_same_up_to_summation_order(big.output, acc.output, 3);
 }
 
 TEST_F(TrainCpu, ResumeIsBitExact) {
     // N steps straight, checkpointing at N/2 ...
-    std::string flags = " -x 8 -l 1e-3 -u 2 -k cosine -q 0.1 -c 0.1 -v 4 -s 4 -g 8 -n 4 ";
-    auto straight = run(train(flags + "-o " + (dir / "a")));
-    ASSERT_EQ(straight.exit_code, 0) << straight.output;
     // ... against N/2 steps, save, resume from that checkpoint alone, N/2 more steps.
-    ASSERT_EQ(run("mkdir -p " + (dir / "b") + " && cp " + (dir / "a/model_00000004.bin") + " " +
-                  (dir / "a/state_00000004.bin") + " " + (dir / "b/"))
-                  .exit_code,
-              0);
-    auto resumed = run(train(flags + "-y 1 -o " + (dir / "b")));
-    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-    EXPECT_NE(resumed.output.find("resumed from"), std::string::npos);
-    auto a = parse_steps(straight.output), b = parse_steps(resumed.output);
-    ASSERT_EQ(a.size(), 8u);
-    ASSERT_EQ(b.size(), 4u);
-    for (int i = 0; i < 4; i++) EXPECT_EQ(a[4 + i].line_without_timing, b[i].line_without_timing);
-    EXPECT_EQ(slurp(dir / "a/model_00000008.bin"), slurp(dir / "b/model_00000008.bin"));
-    EXPECT_EQ(slurp(dir / "a/state_00000008.bin"), slurp(dir / "b/state_00000008.bin"));
+    std::string straight, resumed;
+    expect_resume_bit_exact("", " -x 8 -l 1e-3 -u 2 -k cosine -q 0.1 -c 0.1 -v 4 -s 4 -g 8 -n 4 ", 4, 8, &straight,
+                            &resumed);
+    if (HasFatalFailure()) return;
+    EXPECT_NE(resumed.find("resumed from"), std::string::npos);
     // Samples after the resume point use the restored RNG: the step-8 sample is the same text.
     auto last_sample = [](const std::string& out) {
         size_t begin = out.rfind("---- sample ----"), end = out.find("----------------", begin + 16);
         return out.substr(begin, end - begin);
     };
-    EXPECT_NE(last_sample(straight.output).size(), 0u);
-    EXPECT_EQ(last_sample(straight.output), last_sample(resumed.output));
+    EXPECT_NE(last_sample(straight).size(), 0u);
+    EXPECT_EQ(last_sample(straight), last_sample(resumed));
 }
 
 // A run killed after its last checkpoint, resumed: main.log reads as if the run had never stopped.
@@ -367,4 +386,140 @@ TEST_F(TrainCpu, ExplicitValDataMustExist) {
     auto r = run(train("-x 1 -j " + (dir / "no_such_val.bin")));
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.output.find("no_such_val.bin: no such file or directory"), std::string::npos) << r.output;
+}
+
+// ---- data parallelism (llmc/train/dist.h): two ranks of train_gpt2 under mpirun, one OpenMP thread each ----
+
+namespace {
+// --oversubscribe: two ranks even on a one-core machine; --allow-run-as-root: CI containers run as root.
+const std::string MPIRUN = "OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -q ";
+// "" when two ranks of ./train_gpt2 can run, else why not: no mpirun, or a trainer built without MPI (SAN=1
+// builds leave it out), which refuses them.
+std::string mpi_missing() {
+    static const std::string why = [] {
+        if (testutil::run("command -v mpirun").exit_code != 0) return std::string("mpirun not found (Debian: openmpi-bin)");
+        if (testutil::run(MPIRUN + "-np 2 ./train_gpt2 --help").exit_code != 0)
+            return std::string("./train_gpt2 was built without MPI (Debian: libopenmpi-dev; not under SAN=1)");
+        return std::string();
+    }();
+    return why;
+}
+int count(const std::string& text, const std::string& part) {
+    int n = 0;
+    for (size_t p = text.find(part); p != std::string::npos; p = text.find(part, p + 1)) n++;
+    return n;
+}
+} // namespace
+#define SKIP_WITHOUT_MPIRUN() \
+    if (!mpi_missing().empty()) GTEST_SKIP() << mpi_missing()
+
+TEST_F(TrainCpu, TwoRanksMatchOneProcess) {
+    SKIP_WITHOUT_MPIRUN();
+    // -d 128 = 4 micro-batches of 2x16: one process runs all four, each rank two of them.
+    const std::string flags = "-x 4 -v 0 -b 2 -l 1e-3 -d 128";
+    auto one = run(train(flags));
+    auto two = run(MPIRUN + "-np 2 " + train(flags));
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_TRUE(testutil::has(two.output, "| data-parallel ranks   | 2 ")) << two.output;
+    EXPECT_TRUE(testutil::has(two.output, "| B / T / grad accum    | 2 / 16 / 2 ")) << two.output;
+    EXPECT_EQ(count(two.output, "step    1/4"), 1) << "rank 0 alone prints\n" << two.output;
+    // The same four micro-batches and the same math; only the order of the fp32 gradient sum differs
+    // ((g0+g2)+(g1+g3) against ((g0+g1)+g2)+g3).
+    expect_same_up_to_summation_order(one.output, two.output, 4);
+}
+
+// Without -x a run is one epoch of the train data, however many ranks share it.
+TEST_F(TrainCpu, TwoRanksTrainOneEpochByDefault) {
+    SKIP_WITHOUT_MPIRUN();
+    const std::string flags = "-v 0 -b 32 -t 16 -d 1024"; // 20000 tokens: 39 batches of 512, 19 steps of 2
+    auto one = run(train(flags)), two = run(MPIRUN + "-np 2 " + train(flags));
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    const size_t epoch = (20000 - 1) / 512 / 2;
+    EXPECT_EQ(parse_steps(one.output).size(), epoch);
+    EXPECT_EQ(parse_steps(two.output).size(), epoch);
+}
+
+// ZeRO-1 reduces into shards and updates each shard on its own rank; every element meets the same operations
+// in the same order as under plain data parallelism, so the runs agree bit for bit.
+TEST_F(TrainCpu, ShardedOptimizerMatchesPlainDataParallel) {
+    SKIP_WITHOUT_MPIRUN();
+    const std::string flags = " -x 4 -v 0 -b 2 -l 1e-3 -c 0.1 -d 64 -n 4 ";
+    auto plain = run(MPIRUN + "-np 2 " + train(flags + "-z 0 -o " + (dir / "z0")));
+    auto zero = run(MPIRUN + "-np 2 " + train(flags + "-z 1 -o " + (dir / "z1")));
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    ASSERT_EQ(zero.exit_code, 0) << zero.output;
+    EXPECT_TRUE(testutil::has(zero.output, "optimizer sharded (ZeRO-1)")) << zero.output;
+    auto a = parse_steps(plain.output), b = parse_steps(zero.output);
+    ASSERT_EQ(a.size(), 4u);
+    ASSERT_EQ(b.size(), 4u);
+    for (int i = 0; i < 4; i++) EXPECT_EQ(a[i].line_without_timing, b[i].line_without_timing);
+    EXPECT_EQ(slurp(dir / "z0/model_00000004.bin"), slurp(dir / "z1/model_00000004.bin"));
+    // The state file holds every rank's shard of the moments: the whole of them, as -z 0 has.
+    EXPECT_EQ(slurp(dir / "z0/state_00000004.bin"), slurp(dir / "z1/state_00000004.bin"));
+}
+
+TEST_F(TrainCpu, TwoRankResumeIsBitExact) {
+    SKIP_WITHOUT_MPIRUN();
+    const std::string flags = " -x 6 -v 0 -b 2 -l 1e-3 -d 64 -z 1 -n 3 ";
+    std::string straight, resumed;
+    expect_resume_bit_exact(MPIRUN + "-np 2 ", flags, 3, 6, &straight, &resumed);
+    if (HasFatalFailure()) return;
+    // The same checkpoint with another rank count is refused, by rank 0 on one line.
+    auto single = run(train(flags + "-y 1 -o " + (dir / "b")));
+    EXPECT_EQ(single.exit_code, 2) << single.output;
+    EXPECT_TRUE(testutil::has(single.output, "written by 2 data-parallel ranks, this run has 1")) << single.output;
+}
+
+// Errors every rank meets: one line, from rank 0, and a non-zero exit.
+TEST_F(TrainCpu, DataParallelUsageErrors) {
+    SKIP_WITHOUT_MPIRUN();
+    // 3 micro-batches of 2x16 for 2 ranks.
+    auto odd = run(MPIRUN + "-np 2 " + train("-x 1 -v 0 -b 2 -d 96"));
+    EXPECT_NE(odd.exit_code, 0) << odd.output;
+    EXPECT_EQ(count(odd.output, "error:"), 1) << odd.output;
+    EXPECT_TRUE(testutil::has(odd.output, "error: -d: total batch 96 tokens is 3 micro-batches of B*T = 32, which 2 "
+                                          "ranks cannot share"))
+        << odd.output;
+    // Rank 1 with another learning rate (mpirun's MPMD form: one command per rank).
+    auto mixed = run(MPIRUN + "-np 1 " + train("-x 1 -v 0 -b 2 -d 64") + " : -np 1 " +
+                     train("-x 1 -v 0 -b 2 -d 64 -l 0.5"));
+    EXPECT_NE(mixed.exit_code, 0) << mixed.output;
+    EXPECT_EQ(count(mixed.output, "error:"), 1) << mixed.output;
+    EXPECT_TRUE(testutil::has(mixed.output, "error: 1 of 2 ranks were started with flags different from rank 0's"))
+        << mixed.output;
+}
+
+// --profile under two ranks: a profile directory per rank, and rank 0's merged summary of communication and
+// step times.
+TEST_F(TrainCpu, TwoRankProfileShowsCommunication) {
+    SKIP_WITHOUT_MPIRUN();
+    const std::string prof = dir / "prof";
+    auto r = run(MPIRUN + "-np 2 " + train("-x 3 -v 0 -b 2 -d 64 --profile " + prof + " --profile-start 1 --profile-steps 2"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (const char* rank : {"rank0", "rank1"}) {
+        auto rows = testutil::read_csv(prof + "/" + rank + "/subblocks.csv");
+        bool comm = false;
+        for (auto& row : rows) comm |= row["subblock"] == "comm";
+        EXPECT_TRUE(comm) << rank << ": no comm row in subblocks.csv";
+    }
+    // Each rank's trace names its rank, so HTA can analyse the set of traces together.
+    EXPECT_TRUE(testutil::has(slurp(prof + "/rank1/trace.json"), "\"distributedInfo\":{\"rank\":1,\"world_size\":2}"));
+    std::string merged = slurp(prof + "/distributed.txt");
+    EXPECT_TRUE(testutil::has(merged, "data-parallel profile: 2 ranks")) << merged;
+    EXPECT_TRUE(testutil::has(merged, "all_reduce")) << merged;
+    EXPECT_TRUE(testutil::has(merged, "% of it hidden behind compute")) << merged;
+    EXPECT_EQ(count(merged, "<- straggler"), 1) << merged;
+}
+
+// A trainer built without MPI (SAN=1 builds, or no libopenmpi-dev) run by a launcher of several ranks: one line
+// saying so, never N independent runs writing the same files.
+TEST_F(TrainCpu, BuildWithoutMpiRefusesSeveralRanks) {
+    if (mpi_missing().find("without MPI") == std::string::npos)
+        GTEST_SKIP() << "./train_gpt2 has MPI here (TwoRanks* test it)";
+    auto r = run("PMI_SIZE=2 " + train("-x 1 -v 0"));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(r.output.rfind("error: started as 2 ranks, but this build has no MPI", 0), 0u) << r.output;
+    EXPECT_EQ(count(r.output, "\n"), 1) << r.output;
 }

@@ -3,7 +3,9 @@
  * decoupled weight decay only on tensors where parameter_decays()).
  */
 #pragma once
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "llmc/gpt2_config.h"
@@ -12,10 +14,10 @@
 namespace llmc::cpu {
 
 /*
- * Global L2 norm of the gradient. Partial sums are taken over fixed chunks and added in chunk order, so the
+ * Sum of the squared gradients. Partial sums are taken over fixed chunks and added in chunk order, so the
  * result is bitwise the same whatever the thread count (an OpenMP reduction would not promise that).
  */
-template <typename T> double global_norm(const T* grads, size_t n) {
+template <typename T> double sum_of_squares(const T* grads, size_t n) {
     constexpr size_t CHUNK = 1 << 16;
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
     std::vector<double> partial(nchunks, 0.0);
@@ -28,16 +30,22 @@ template <typename T> double global_norm(const T* grads, size_t n) {
     }
     double total = 0.0;
     for (double s : partial) total += s;
-    return std::sqrt(total);
+    return total;
 }
 
+// Global L2 norm of the gradient (data-parallel runs sum the squares over ranks: llmc/train/dist.h).
+template <typename T> double global_norm(const T* grads, size_t n) { return std::sqrt(sum_of_squares(grads, n)); }
+
 /*
- * One AdamW step over all parameter tensors. `t` is the 1-based step count for bias correction; `grad_norm`
- * the global norm, from which the clip factor follows. m and v are (num_parameters) fp32 moments.
+ * One AdamW step over the parameters [begin, end) of the flat llm.c-order buffer (a data-parallel rank's
+ * shard under ZeRO-1; all of them by default). `t` is the 1-based step count for bias correction; `grad_norm`
+ * the global norm, from which the clip factor follows. m and v hold the fp32 moments of [begin, end) only:
+ * m[0] is parameter `begin`'s. Each element's update depends on that element alone, so updating a shard gives
+ * the same bits as updating everything.
  */
 template <typename T>
 void adamw_update(T* params, const T* grads, float* m, float* v, const GPT2Config& config, const AdamWConfig& opt,
-                  float lr, int t, double grad_norm) {
+                  float lr, int t, double grad_norm, size_t begin = 0, size_t end = SIZE_MAX) {
     float scale = (opt.grad_clip > 0.0f && grad_norm > opt.grad_clip) ? (float)(opt.grad_clip / grad_norm) : 1.0f;
     float bc1 = 1.0f - std::pow(opt.beta1, (float)t);
     float bc2 = 1.0f - std::pow(opt.beta2, (float)t);
@@ -45,19 +53,19 @@ void adamw_update(T* params, const T* grads, float* m, float* v, const GPT2Confi
     size_t offset = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         float wd = parameter_decays(k) ? opt.weight_decay : 0.0f;
-        size_t end = offset + sizes[k];
+        size_t lo = std::max(offset, begin), hi = std::min(offset + sizes[k], end);
 #pragma omp parallel for schedule(static)
-        for (size_t i = offset; i < end; i++) {
+        for (size_t i = lo; i < hi; i++) {
             float g = (float)grads[i] * scale;
-            float mi = opt.beta1 * m[i] + (1.0f - opt.beta1) * g;
-            float vi = opt.beta2 * v[i] + (1.0f - opt.beta2) * g * g;
-            m[i] = mi;
-            v[i] = vi;
+            float mi = opt.beta1 * m[i - begin] + (1.0f - opt.beta1) * g;
+            float vi = opt.beta2 * v[i - begin] + (1.0f - opt.beta2) * g * g;
+            m[i - begin] = mi;
+            v[i - begin] = vi;
             float mhat = mi / bc1, vhat = vi / bc2;
             float p = (float)params[i];
             params[i] = (T)(p - lr * (mhat / (std::sqrt(vhat) + opt.eps) + wd * p));
         }
-        offset = end;
+        offset += sizes[k];
     }
 }
 

@@ -17,7 +17,8 @@ namespace llmc::prof {
 std::string cpu_op_name(SubBlock s, SubBlockPart part) {
     static constexpr const char* ops[] = {"encoder", "layernorm", "matmul", "attention", "matmul",
                                           "residual", "layernorm", "matmul", "gelu",      "matmul",
-                                          "residual", "layernorm", "matmul", "adamw",     "global_norm"};
+                                          "residual", "layernorm", "matmul", "adamw",     "global_norm",
+                                          "mpi"};
     std::string op = part == SubBlockPart::softmax_loss ? "softmax_loss" : enum_table<SubBlock>(ops)[(int)s];
     std::string name = subblock_name(s);
     return "cpu:" + op + (op == name ? "" : " " + name);
@@ -219,9 +220,11 @@ std::unique_ptr<ProfileSession> cpu_session(const SessionOptions& opt, ProfileCo
 } // namespace
 
 std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, const GPT2Config& c, int B, int T,
-                                                         int grad_accum, SubBlockTimes* timings) {
+                                                         int grad_accum, SubBlockTimes* timings, int rank,
+                                                         int world_size) {
     ProfileContext ctx = cpu_context("train_gpt2", c);
     ctx.B = B, ctx.T = T, ctx.grad_accum = grad_accum;
+    ctx.rank = rank, ctx.world_size = world_size;
     return cpu_session(opt, std::move(ctx), timings);
 }
 

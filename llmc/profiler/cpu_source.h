@@ -97,13 +97,15 @@ private:
     int64_t step_start_ = 0;
 };
 
-// train_gpt2's session: the CPU source over `timings`, the measured ceilings, and the CPU's context. RAPL is
-// read under $LLMC_POWERCAP_ROOT when set, else /sys/class/powercap.
+// train_gpt2's session: the CPU source over `timings`, the measured ceilings, and the CPU's context, for
+// data-parallel rank `rank` of `world_size`. RAPL is read under $LLMC_POWERCAP_ROOT when set, else
+// /sys/class/powercap.
 std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, const GPT2Config& c, int B, int T,
-                                                         int grad_accum, SubBlockTimes* timings);
+                                                         int grad_accum, SubBlockTimes* timings, int rank = 0,
+                                                         int world_size = 1);
 
 /*
- * infer_gpt2's session: the same source and ceilings; step 0 is the prefill, each later step one decode step
+ * infer_gpt2's session: the same source and ceilings; step 1 is the prefill, each later step one decode step
  * (phases Phase::prefill and Phase::decode). `shape` must hold at least the sequences and the prompt tokens
  * (InferenceShape::active); the run completes the decode counts through before_report. prompt_len: the
  * longest prompt (the context's T).

@@ -177,6 +177,7 @@ struct ProfileContext {
     SmLimits sm;              // the GPU's per-SM limits (occupancy)
     size_t peak_memory_bytes = 0;
     InferenceShape inference; // inference runs only; B is then the sequences, T the longest prompt
+    int rank = 0, world_size = 1; // data-parallel rank of the process profiled, of how many (trace.json distributedInfo)
 };
 
 struct ProfileRecords {

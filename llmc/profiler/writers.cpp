@@ -705,12 +705,15 @@ void power_events(TraceEvents& ev, const std::vector<PowerSample>& power, int pi
 
 /*
  * The top-level fields Kineto writes before its events. HTA maps trace files to ranks by matching
- * `"rank": N` with a space after the colon, so distributedInfo is written by hand in that form: one process,
- * rank 0 of 1, no collective backend. deviceProperties: each GPU's id, name and, where known, per-SM limits.
+ * `"rank": N` with a space after the colon, so distributedInfo is written by hand in that form: the process's
+ * rank in a data-parallel run (HTA's analyses then run over the set of traces), or rank 0 of 1 with no
+ * collective backend. deviceProperties: each GPU's id, name and, where known, per-SM limits.
  */
 std::vector<std::string> trace_header(const ProfileContext& c, const std::set<uint32_t>& devices) {
+    const char* backend = c.world_size <= 1 ? "none" : c.device_kind == DeviceKind::GPU ? "nccl" : "mpi";
     std::vector<std::string> h = {"\"schemaVersion\":1", "\"displayTimeUnit\":\"ns\"",
-                                  "\"distributedInfo\": {\"backend\": \"none\", \"rank\": 0, \"world_size\": 1}"};
+                                  strprintf("\"distributedInfo\": {\"backend\": \"%s\", \"rank\": %d, \"world_size\": %d}",
+                                            backend, c.rank, c.world_size)};
     if (c.device_kind == DeviceKind::GPU) {
         nlohmann::json props = nlohmann::json::array();
         for (uint32_t d : devices) {
@@ -790,7 +793,7 @@ std::string profile_json(const Report& r) {
                     {"ceilings", {{"bf16_tflops", c.ceilings.bf16_tflops}, {"fp32_tflops", c.ceilings.fp32_tflops},
                                   {"dram_gbps", c.ceilings.dram_gbps}, {"source", c.ceilings.source},
                                   {"raised", raised_json(r.ceiling_raise)}}},
-                    {"peak_memory_bytes", c.peak_memory_bytes}};
+                    {"peak_memory_bytes", c.peak_memory_bytes}, {"rank", c.rank}, {"world_size", c.world_size}};
     j["records"] = {{"kernels", r.records.kernels}, {"memcpys", r.records.memcpys}, {"memsets", r.records.memsets},
                     {"api", r.records.api}, {"syncs", r.records.syncs}, {"ranges", r.records.ranges},
                     {"power", r.records.power}, {"dropped", r.dropped_records},

@@ -11,6 +11,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/profiler/cpu_source.h"
 #include "llmc/progress.h"
+#include "llmc/train/dist.h"
 
 namespace llmc {
 
@@ -18,14 +19,15 @@ namespace {
 
 class CPUBackend : public TrainBackend {
 public:
-    CPUBackend(const GPT2Config& c, const TrainOptions& opt)
-        : model_(c), B_(opt.B), T_(opt.T), m_(model_.num_parameters(), 0.0f), v_(m_.size(), 0.0f) {
+    CPUBackend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm)
+        : model_(c), B_(opt.B), T_(opt.T), dp_(comm, model_.num_parameters(), opt.zero_stage),
+          m_(dp_.update_range().size(), 0.0f), v_(m_.size(), 0.0f) {
         adam_ = opt.adam;
         if (!opt.profile_dir.empty())
             // The session counts steps from 0, the flag as the step lines do, from 1.
             profile_ = prof::make_cpu_profile_session({opt.profile_dir, opt.profile_start - 1, opt.profile_steps}, c,
-                                                      opt.B, opt.T, opt.grad_accum,
-                                                      &timings_);
+                                                      opt.B, opt.T, opt.grad_accum / dp_.world(), &timings_,
+                                                      dp_.rank(), dp_.world());
     }
     const char* name() const override { return "CPU fp32"; }
     void load_weights(const std::vector<float>& w) override {
@@ -33,40 +35,56 @@ public:
     }
     std::vector<float> weights() override { return model_.params_memory; }
     int model_file_version() const override { return MODEL_VERSION_FP32; }
-    void get_moments(std::vector<float>& m, std::vector<float>& v) override { m = m_, v = v_; }
-    void set_moments(const std::vector<float>& m, const std::vector<float>& v) override { m_ = m, v_ = v; }
+    void get_moments(std::vector<float>& m, std::vector<float>& v) override {
+        m = dp_.gather_moments(m_), v = dp_.gather_moments(v_);
+    }
+    void set_moments(const std::vector<float>& m, const std::vector<float>& v) override {
+        m_ = dp_.local_moments(m), v_ = dp_.local_moments(v);
+    }
     const SubBlockTimes* timings() const override { return &timings_; }
     void print_memory() const override {
         size_t n = model_.num_parameters();
         printf("memory: params %.1f MiB, grads %.1f MiB, AdamW state %.1f MiB\n", n * 4 / 1048576.0,
-               n * 4 / 1048576.0, n * 8 / 1048576.0);
+               n * 4 / 1048576.0, m_.size() * 8 / 1048576.0);
     }
     prof::ProfileSession* profile_session() override { return profile_.get(); }
 
     StepStats train_step(DataLoader& train, int grad_accum, float lr, int t) override {
         model_.timings = &timings_;
         model_.zero_grad();
+        // Each micro-batch of every rank weighs 1/(all of them): the ranks' gradients then sum to the mean.
+        const int micro_batches = grad_accum * dp_.world();
         double loss = 0;
         Progress progress(strprintf("step %d micro-batches", t)); // a step of many micro-batches can take minutes
         for (int micro = 0; micro < grad_accum; micro++) {
             train.next_batch();
             model_.forward(train.inputs(), train.targets(), B_, T_);
             loss += model_.mean_loss;
-            model_.backward(1.0f / grad_accum);
+            model_.backward(1.0f / micro_batches);
             progress.tick(micro + 1, grad_accum);
+        }
+        {
+            ScopedSubBlockTimer timer(&timings_, SubBlock::comm, Phase::bwd);
+            dp_.reduce_gradients(model_.grads_memory.data());
+            loss = dp_.sum_loss(loss);
         }
         double norm;
         {
             ScopedSubBlockTimer timer(&timings_, SubBlock::grad_norm, Phase::opt);
-            norm = cpu::global_norm(model_.grads_memory.data(), model_.num_parameters());
+            norm = dp_.grad_norm(model_.grads_memory.data());
         }
         {
             ScopedSubBlockTimer timer(&timings_, SubBlock::optimizer, Phase::opt);
+            Shard s = dp_.update_range();
             cpu::adamw_update(model_.params_memory.data(), model_.grads_memory.data(), m_.data(), v_.data(),
-                              model_.config, adam_, lr, t, norm);
+                              model_.config, adam_, lr, t, norm, s.begin, s.end);
+        }
+        {
+            ScopedSubBlockTimer timer(&timings_, SubBlock::comm, Phase::opt);
+            dp_.gather_params(model_.params_memory.data());
         }
         model_.timings = nullptr;
-        return {(float)(loss / grad_accum), (float)norm};
+        return {(float)(loss / micro_batches), (float)norm};
     }
 
     float val_loss(DataLoader& val, int batches, Progress& progress) override {
@@ -91,7 +109,8 @@ public:
 private:
     GPT2CPU<float> model_;
     int B_, T_;
-    std::vector<float> m_, v_;
+    DataParallel dp_;
+    std::vector<float> m_, v_; // AdamW moments of dp_.update_range()
     AdamWConfig adam_;
     SubBlockTimes timings_;
     std::unique_ptr<prof::ProfileSession> profile_; // records into timings_: declared after it
@@ -99,8 +118,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<TrainBackend> make_cpu_backend(const GPT2Config& c, const TrainOptions& opt) {
-    return std::make_unique<CPUBackend>(c, opt);
+std::unique_ptr<TrainBackend> make_cpu_backend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm) {
+    return std::make_unique<CPUBackend>(c, opt, comm);
 }
 
 } // namespace llmc

@@ -6,6 +6,6 @@
 
 namespace llmc {
 
-std::unique_ptr<TrainBackend> make_cpu_backend(const GPT2Config& c, const TrainOptions& opt);
+std::unique_ptr<TrainBackend> make_cpu_backend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm);
 
 } // namespace llmc

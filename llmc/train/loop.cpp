@@ -11,12 +11,14 @@
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_init.h"
+#include "llmc/profiler/distributed.h"
 #include "llmc/profiler/session.h"
 #include "llmc/progress.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
 #include "llmc/schedulers.h"
 #include "llmc/train/common.h"
+#include "llmc/train/dist.h"
 
 namespace llmc {
 
@@ -48,12 +50,23 @@ void print_sample(TrainBackend& be, const GPT2Config& cfg, Rng& rng, const Train
 int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
                  BackendFactory make_backend) {
     using Clock = std::chrono::steady_clock;
+    // Data parallelism (llmc/train/dist.h): every rank runs this loop on its part of each batch; rank 0 alone
+    // prints, logs, samples, evaluates and writes files.
+    std::unique_ptr<Communicator> comm = make_communicator();
+    check_same_args(*comm, argc, argv);
+    const int rank = comm->rank(), world = comm->world();
     TrainOptions opt = parse_train_options(argc, argv, defaults);
     if (opt.help) {
         printf("%s", usage(program, defaults).c_str());
         return 0;
     }
-    if (!opt.output_dir.empty()) make_dirs(opt.output_dir);
+    if (opt.grad_accum % world != 0)
+        throw UsageError(strprintf("-d: total batch %ld tokens is %d micro-batches of B*T = %ld, which %d ranks cannot "
+                                   "share; make it a multiple of B*T*%d", opt.total_batch, opt.grad_accum,
+                                   (long)opt.B * opt.T, world, world));
+    const std::string profile_root = opt.profile_dir;
+    if (world > 1 && !opt.profile_dir.empty()) opt.profile_dir += strprintf("/rank%d", rank);
+    if (!opt.output_dir.empty() && rank == 0) make_dirs(opt.output_dir);
 
     // ---- every input is checked before the model is allocated: model shape, data, checkpoint ----
     // The model: random init (dN), a model file, or the latest checkpoint when resuming.
@@ -77,19 +90,19 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
         throw UsageError(strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));
     size_t nparams = num_parameters(cfg);
 
-    DataLoader train(opt.train_data, "train", opt.B, opt.T, cfg.vocab_size, opt.overfit);
+    DataLoader train(opt.train_data, "train", opt.B, opt.T, cfg.vocab_size, opt.overfit, rank, world);
     std::string val_spec = find_val_spec(opt, train.files()[0]);
     std::unique_ptr<DataLoader> val;
-    if (!val_spec.empty() && opt.val_every > 0)
+    if (!val_spec.empty() && opt.val_every > 0 && rank == 0)
         val = std::make_unique<DataLoader>(val_spec, "val", opt.B, opt.T, cfg.vocab_size);
     int val_batches = val ? (int)std::min<size_t>(opt.val_batches, val->batches_per_epoch()) : 0;
     std::unique_ptr<GPT2Tokenizer> tokenizer = opt.sample_every > 0 ? find_sample_tokenizer(train.files()[0]) : nullptr;
-    const int grad_accum = opt.grad_accum;
+    const int grad_accum = opt.grad_accum / world; // this rank's micro-batches per step
     int max_steps = opt.max_steps >= 0 ? opt.max_steps
-                                       : (int)std::min<size_t>(train.batches_per_epoch() / grad_accum, INT32_MAX);
+                                       : (int)std::min<size_t>(train.batches_per_epoch() / opt.grad_accum, INT32_MAX);
     if (max_steps == 0 && opt.max_steps < 0)
         throw UsageError(strprintf("-d: one step takes %d micro-batches, more than one epoch of %s has (%zu); lower -d "
-                                   "or set -x", grad_accum, opt.train_data.c_str(), train.batches_per_epoch()));
+                                   "or set -x", opt.grad_accum, opt.train_data.c_str(), train.batches_per_epoch()));
     if (!opt.profile_dir.empty() && opt.profile_start > max_steps)
         throw UsageError(strprintf("--profile-start: step %d is past the run's last step %d%s", opt.profile_start,
                                    max_steps, opt.max_steps >= 0 ? " (-x)" : " (one epoch; set -x)"));
@@ -102,6 +115,9 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
         if (st.B != opt.B || st.T != opt.T)
             throw UsageError(strprintf("-b/-t: checkpoint was written with B=%d T=%d; resume with the same shape",
                                        st.B, st.T));
+        if (st.world != world)
+            throw UsageError(strprintf("-y: the checkpoint in %s was written by %d data-parallel ranks, this run has "
+                                       "%d; resume with the same number", opt.output_dir.c_str(), st.world, world));
         if (resume_step > max_steps)
             throw UsageError(strprintf("-x: the checkpoint in %s is at step %lld, past this run's last step %d",
                                        opt.output_dir.c_str(), (long long)resume_step, max_steps));
@@ -121,7 +137,7 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
         weights = std::move(mf.params);
     }
     mf = ModelFile();
-    std::unique_ptr<TrainBackend> backend = make_backend(cfg, opt);
+    std::unique_ptr<TrainBackend> backend = make_backend(cfg, opt, *comm);
     TrainBackend& be = *backend;
     prof::ProfileSession* profile = be.profile_session();
     Rng sample_rng(opt.seed);
@@ -135,7 +151,7 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     }
     be.load_weights(weights);
     weights = std::vector<float>(); // the backend holds them now
-    TrainLog log(opt.output_dir, resume_step);
+    TrainLog log(rank == 0 ? opt.output_dir : "", resume_step);
 
     printf("+-----------------------+------------------------------------------+\n");
     printf("| trainer               | %-40s |\n", be.name());
@@ -144,6 +160,7 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     printf("| maxT / V / Vp         | %-40s |\n", strprintf("%d / %d / %d", cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size).c_str());
     printf("| parameters            | %-40zu |\n", nparams);
     printf("| B / T / grad accum    | %-40s |\n", strprintf("%d / %d / %d", opt.B, opt.T, grad_accum).c_str());
+    printf("| data-parallel ranks   | %-40s |\n", strprintf("%d%s", world, opt.zero_stage ? ", optimizer sharded (ZeRO-1)" : "").c_str());
     printf("| train tokens / shards | %-40s |\n", strprintf("%zu / %zu", train.total_tokens(), train.files().size()).c_str());
     printf("| val                   | %-40s |\n", val ? strprintf("%s, %d batches", val_spec.c_str(), val_batches).c_str() : "off");
     printf("| steps                 | %-40d |\n", max_steps);
@@ -158,6 +175,7 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     // Steps are numbered as the step lines print them: step N is the N-th, and what is reported "at step N"
     // (val loss, samples, checkpoints) comes after it (step 0: before training).
     const auto run_start = Clock::now();
+    double trained_seconds = 0;
     for (int step = start_step; step <= max_steps; step++) {
         bool last = step == max_steps;
         if (val && (step % opt.val_every == 0 || last)) {
@@ -166,16 +184,20 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
             printf("step %4d/%d | val loss %.6f\n", step, max_steps, vl);
             log.val(step, vl);
         }
-        if (opt.sample_every > 0 && step > start_step && (step % opt.sample_every == 0 || last))
+        if (opt.sample_every > 0 && step > start_step && (step % opt.sample_every == 0 || last) && rank == 0)
             print_sample(be, cfg, sample_rng, opt, tokenizer.get());
         if (opt.checkpoint_every > 0 && step > start_step && (step % opt.checkpoint_every == 0 || last)) {
+            // Every rank takes part in gathering the moments; rank 0 writes them all, and the data position,
+            // which is the same on every rank.
             std::vector<float> w = be.weights();
-            save_model(checkpoint_model_path(opt.output_dir, step), cfg, w.data(), be.model_file_version());
-            TrainState st{step, sample_rng.state, train.position(), opt.B, opt.T, {}, {}, {}};
+            TrainState st{step, sample_rng.state, train.position(), opt.B, opt.T, world, {}, {}, {}};
             be.get_moments(st.m, st.v);
-            if (be.model_file_version() != MODEL_VERSION_FP32) st.master = std::move(w);
-            save_state(checkpoint_state_path(opt.output_dir, step), st);
-            printf("checkpoint: %s\n", checkpoint_model_path(opt.output_dir, step).c_str());
+            if (rank == 0) {
+                save_model(checkpoint_model_path(opt.output_dir, step), cfg, w.data(), be.model_file_version());
+                if (be.model_file_version() != MODEL_VERSION_FP32) st.master = std::move(w);
+                save_state(checkpoint_state_path(opt.output_dir, step), st);
+                printf("checkpoint: %s\n", checkpoint_model_path(opt.output_dir, step).c_str());
+            }
         }
         if (last) break;
 
@@ -195,11 +217,31 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s%s | %s\n", step + 1, max_steps,
                s.loss, s.grad_norm, lr, ms, opt.total_batch / (ms / 1e3), be.step_extras(ms, opt.total_batch).c_str(),
                elapsed_and_eta(elapsed, trained, max_steps - start_step).c_str());
+        trained_seconds += ms / 1e3;
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s%s\n", step + 1, max_steps, s.loss,
+               s.grad_norm, lr, ms, opt.total_batch / (ms / 1e3), be.step_extras(ms, opt.total_batch).c_str());
         log.train(step + 1, s.loss, lr, s.grad_norm);
         if (profile) profile->step_done(step + 1 == max_steps);
     }
     if (const SubBlockTimes* t = be.timings()) print_subblock_table(*t, trained);
     if (profile) profile->print_outcome();
+    if (world > 1 && !profile_root.empty()) {
+        // The ranks' step times and communication side by side, written by rank 0 beside the rank<r>/ profiles.
+        // The collectives are blocking: every second of them is exposed.
+        const CommStats& cs = comm->stats();
+        double comm_seconds = 0;
+        for (double x : cs.seconds) comm_seconds += x;
+        prof::RankRecord mine{rank, trained, trained_seconds, comm_seconds, cs};
+        std::vector<prof::RankRecord> all = prof::gather_rank_records(*comm, mine);
+        if (rank == 0) {
+            std::string text = prof::format_distributed(prof::summarize_ranks(all));
+            make_dirs(profile_root);
+            AtomicFile f(profile_root + "/distributed.txt");
+            f.write(text.data(), text.size());
+            f.commit();
+            printf("\n%s", text.c_str());
+        }
+    }
     return 0;
 }
 

@@ -13,6 +13,7 @@
 
 namespace llmc {
 
+class Communicator;
 class DataLoader;
 class Progress;
 struct GPT2Config;
@@ -26,7 +27,9 @@ struct StepStats {
     float grad_norm;
 };
 
-// Where the model runs. Constructed for micro-batch (B, T) by the program's BackendFactory.
+// Where the model runs. Constructed for micro-batch (B, T) by the program's BackendFactory, as one of the
+// communicator's data-parallel ranks (llmc/train/dist.h): train_step's loss and norm are over all ranks, and
+// get_moments/set_moments take the whole moments on every rank.
 class TrainBackend {
 public:
     virtual ~TrainBackend() = default;
@@ -36,7 +39,8 @@ public:
     virtual int model_file_version() const = 0;                        // 3 (fp32) or 5 (bf16 + master in state)
     virtual void get_moments(std::vector<float>& m, std::vector<float>& v) = 0;
     virtual void set_moments(const std::vector<float>& m, const std::vector<float>& v) = 0;
-    virtual StepStats train_step(DataLoader& train, int grad_accum, float lr, int t) = 0; // t: 1-based AdamW step
+    // grad_accum: this rank's micro-batches; t: 1-based AdamW step
+    virtual StepStats train_step(DataLoader& train, int grad_accum, float lr, int t) = 0;
     virtual float val_loss(DataLoader& val, int batches, Progress& progress) = 0; // progress: ticked per batch
     virtual std::vector<float> next_token_probs(const std::vector<int>& ids) = 0; // softmax at the last position
     virtual const SubBlockTimes* timings() const { return nullptr; }  // per-sub-block wall time, or null
@@ -45,7 +49,7 @@ public:
     virtual prof::ProfileSession* profile_session() { return nullptr; } // with --profile
 };
 
-using BackendFactory = std::unique_ptr<TrainBackend> (*)(const GPT2Config&, const TrainOptions&);
+using BackendFactory = std::unique_ptr<TrainBackend> (*)(const GPT2Config&, const TrainOptions&, Communicator&);
 
 // The whole run of a trainer: returns the exit code (errors are thrown, for main_guard).
 int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,

@@ -167,3 +167,54 @@ GPU_TEST(GPT2GPU, SameSeedSameBits) {
     EXPECT_EQ(a.first, b.first);
     EXPECT_TRUE(a.second == b.second) << "master weights differ between identical runs";
 }
+
+namespace {
+/*
+ * A stand-in for the all-reduce over two ranks that hold the same batch: each bucket of gradients is doubled
+ * when backward hands it over, and the loss when the step finishes. It waits for the model's stream first, as
+ * the real reduction's stream does for its event, and writes back on that stream (a plain cudaMemcpy to the
+ * device could land after the model's non-blocking stream has read the buffer).
+ */
+struct DoublingReduce {
+    GPT2GPU& gpu;
+    std::vector<int> buckets; // in the order backward handed them over
+    template <typename T> void double_in_place(T* d, size_t n) {
+        std::vector<T> h(n);
+        CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
+        CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+        for (T& x : h) x = (T)(2.0f * (float)x); // exact: a power of two
+        CUDA_CHECK(cudaMemcpyAsync(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice, gpu.stream));
+        CUDA_CHECK(cudaStreamSynchronize(gpu.stream)); // h goes out of scope
+    }
+    void layer_done(int layer) {
+        buckets.push_back(layer);
+        for (const ParamRange& r : layer_parameter_ranges(gpu.config, layer))
+            double_in_place(gpu.grads_memory + r.offset, r.count);
+    }
+    void finish(float* loss) { double_in_place(loss, 1); }
+};
+} // namespace
+
+/*
+ * train_step as one of two data-parallel ranks (llmc/train/dist_nccl.cuh drives it with NCCL): every micro-batch
+ * weighs half, and the buckets summed over two ranks with the same batch (doubled) must give one process's step
+ * bit for bit, since halving and doubling are exact. A bucket handed over before its last gradient kernel, one
+ * left out or one handed over twice would not; the buckets come in the order backward finishes them.
+ */
+GPU_TEST(GPT2GPU, DataParallelBucketsCoverEveryGradientOnce) {
+    REQUIRE_GPU();
+    const int B = 2, T = 32;
+    const uint64_t seed = gputest::fresh_seed();
+    Pair one(B, T, seed), rank(B, T, seed);
+    auto in = gputest::random_tokens(B * T, one.cfg.vocab_size), tg = gputest::random_tokens(B * T, one.cfg.vocab_size);
+    auto batch = [&] { return std::make_pair(in.data(), tg.data()); };
+    auto [loss1, norm1] = one.gpu.train_step(batch, B, T, 1, 1e-3f, AdamWConfig{}, 1);
+    DoublingReduce reduce{rank.gpu, {}};
+    auto [loss2, norm2] = rank.gpu.train_step(batch, B, T, 1, 1e-3f, AdamWConfig{}, 1, 2, reduce);
+    EXPECT_EQ(loss1, loss2);
+    EXPECT_EQ(norm1, norm2);
+    std::vector<int> order;
+    for (int l = one.cfg.num_layers - 1; l >= -1; l--) order.push_back(l);
+    EXPECT_EQ(reduce.buckets, order);
+    EXPECT_TRUE(one.gpu.get_master_weights() == rank.gpu.get_master_weights());
+}

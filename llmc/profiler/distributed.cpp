@@ -1,0 +1,86 @@
+// The merged data-parallel profile (llmc/profiler/distributed.h).
+#include "llmc/profiler/distributed.h"
+
+#include <algorithm>
+
+#include "llmc/utils.h"
+
+namespace llmc::prof {
+
+double bus_bandwidth(Collective c, double bytes, double seconds, int world) {
+    if (seconds <= 0 || world < 1) return 0;
+    double n = world, factor = c == Collective::all_reduce ? 2 * (n - 1) / n
+                               : c == Collective::broadcast ? 1.0
+                                                            : (n - 1) / n;
+    return bytes * factor / seconds / 1e9;
+}
+
+std::vector<RankRecord> gather_rank_records(Communicator& comm, const RankRecord& mine) {
+    // Each rank fills its own row of a zeroed table; the sum over ranks is the whole table.
+    constexpr int C = (int)Collective::COUNT, K = 3 + 3 * C;
+    std::vector<double> table((size_t)comm.world() * K, 0.0);
+    double* row = table.data() + (size_t)comm.rank() * K;
+    row[0] = mine.steps, row[1] = mine.step_seconds, row[2] = mine.exposed_seconds;
+    for (int c = 0; c < C; c++)
+        row[3 + c] = (double)mine.comm.calls[c], row[3 + C + c] = (double)mine.comm.bytes[c],
+        row[3 + 2 * C + c] = mine.comm.seconds[c];
+    comm.all_reduce_sum(table.data(), table.size());
+    std::vector<RankRecord> out(comm.world());
+    for (int r = 0; r < comm.world(); r++) {
+        const double* x = table.data() + (size_t)r * K;
+        RankRecord& rec = out[r];
+        rec.rank = r, rec.steps = (int)x[0], rec.step_seconds = x[1], rec.exposed_seconds = x[2];
+        for (int c = 0; c < C; c++)
+            rec.comm.calls[c] = (int64_t)x[3 + c], rec.comm.bytes[c] = (int64_t)x[3 + C + c],
+            rec.comm.seconds[c] = x[3 + 2 * C + c];
+    }
+    return out;
+}
+
+DistributedSummary summarize_ranks(const std::vector<RankRecord>& ranks) {
+    DistributedSummary s;
+    s.world = (int)ranks.size();
+    if (ranks.empty()) return s;
+    double comm = 0, exposed = 0;
+    for (int c = 0; c < (int)Collective::COUNT; c++) {
+        CollectiveRow row{(Collective)c};
+        for (const RankRecord& r : ranks) {
+            row.calls += r.comm.calls[c];
+            row.bytes += r.comm.bytes[c];
+            row.seconds += r.comm.seconds[c] / s.world;
+        }
+        if (row.calls == 0) continue;
+        row.bus_gbps = bus_bandwidth(row.kind, (double)row.bytes / s.world, row.seconds, s.world);
+        comm += row.seconds;
+        s.collectives.push_back(row);
+    }
+    int steps = 0;
+    double longest = -1;
+    for (const RankRecord& r : ranks) {
+        exposed += r.exposed_seconds / s.world;
+        double ms = r.steps ? 1e3 * r.step_seconds / r.steps : 0;
+        s.step_ms.push_back(ms);
+        if (ms > longest) longest = ms, s.straggler = r.rank;
+        steps = std::max(steps, r.steps);
+    }
+    s.comm_seconds = steps ? comm / steps : 0;
+    s.hidden_share = comm > 0 ? std::max(0.0, 1 - exposed / comm) : 0;
+    return s;
+}
+
+std::string format_distributed(const DistributedSummary& s) {
+    std::string out = strprintf("data-parallel profile: %d ranks\n\ncommunication (per rank, over the whole run)\n",
+                                s.world);
+    out += strprintf("%-15s %8s %14s %12s %12s\n", "collective", "calls", "bytes/rank", "ms/rank", "bus GB/s");
+    for (const CollectiveRow& r : s.collectives)
+        out += strprintf("%-15s %8lld %14lld %12.3f %12.3f\n", collective_name(r.kind), (long long)(r.calls / s.world),
+                         (long long)(r.bytes / s.world), 1e3 * r.seconds, r.bus_gbps);
+    out += strprintf("\ncommunication per step: %.3f ms per rank, %.1f%% of it hidden behind compute\n",
+                     1e3 * s.comm_seconds, 100 * s.hidden_share);
+    out += "\nstep time per rank (mean ms over the run)\n";
+    for (size_t r = 0; r < s.step_ms.size(); r++)
+        out += strprintf("rank %-4zu %10.3f%s\n", r, s.step_ms[r], (int)r == s.straggler ? "  <- straggler" : "");
+    return out;
+}
+
+} // namespace llmc::prof

@@ -1,0 +1,52 @@
+/*
+ * The merged profile of a data-parallel run (doc/distributed.md): every rank profiles itself into DIR/rank<r>/,
+ * and rank 0 writes DIR/distributed.txt from one RankRecord per rank. Records -> analysis (summarize_ranks) ->
+ * writer (format_distributed), as the rest of the profiler; none of it needs MPI or a GPU.
+ */
+#pragma once
+#include <string>
+#include <vector>
+
+#include "llmc/train/dist.h"
+
+namespace llmc::prof {
+
+// What one rank measured over the run's steps.
+struct RankRecord {
+    int rank = 0;
+    int steps = 0;
+    double step_seconds = 0;   // summed wall time of those steps
+    double exposed_seconds = 0; // communication time nothing else ran beside (the rank waited for it)
+    CommStats comm;            // every collective of the run
+};
+
+struct CollectiveRow {
+    Collective kind;
+    int64_t calls = 0, bytes = 0; // summed over ranks
+    double seconds = 0;           // mean per rank
+    double bus_gbps = 0;          // achieved bus bandwidth (NCCL's busBw convention), GB/s
+};
+
+struct DistributedSummary {
+    int world = 0;
+    std::vector<CollectiveRow> collectives; // those that ran
+    double comm_seconds = 0;                // mean per rank per step (the run's collectives over its steps)
+    double hidden_share = 0;                // of communication time, the part overlapped with compute
+    std::vector<double> step_ms;            // mean step time per rank
+    int straggler = -1;                     // the rank with the longest mean step
+};
+
+/*
+ * Bus bandwidth of a collective over `world` ranks: bytes each rank sent in over the time, times the share of
+ * them a ring moves over each link: 2(N-1)/N for an all-reduce, (N-1)/N for a reduce-scatter or an all-gather,
+ * 1 for a broadcast. Comparable with the link's peak whatever N is.
+ */
+double bus_bandwidth(Collective c, double bytes, double seconds, int world);
+
+// Every rank's record, on every rank (a collective: all ranks call it).
+std::vector<RankRecord> gather_rank_records(Communicator& comm, const RankRecord& mine);
+
+DistributedSummary summarize_ranks(const std::vector<RankRecord>& ranks);
+std::string format_distributed(const DistributedSummary& s);
+
+} // namespace llmc::prof

@@ -1,0 +1,111 @@
+// Data parallelism's transport-free logic and the single-process communicator (llmc/train/dist.h).
+#include "llmc/train/dist.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "llmc/cpu/adamw.h"
+#include "llmc/utils.h"
+
+namespace llmc {
+
+#ifdef LLMC_HAVE_MPI
+std::unique_ptr<Communicator> make_mpi_communicator(); // dist_mpi.cpp
+#endif
+
+namespace {
+
+// One process: every collective leaves the buffer as it is (the sum over one rank).
+class SingleProcess : public Communicator {
+public:
+    SingleProcess() : Communicator(0, 1) {}
+    void barrier() override {}
+
+protected:
+    void all_reduce_impl(float*, size_t) override {}
+    void all_reduce_impl(double*, size_t) override {}
+    void reduce_scatter_impl(float*, size_t) override {}
+    void all_gather_impl(float*, size_t) override {}
+    void broadcast_impl(void*, size_t) override {}
+};
+
+#ifndef LLMC_HAVE_MPI
+// The world size a launcher (Open MPI's mpirun, or a PMI one: MPICH, Slurm) gave this process; 1 without one.
+int launcher_world_size() {
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+        if (const char* v = getenv(name)) return std::max(1, atoi(v));
+    return 1;
+}
+#endif
+
+// FNV-1a over the arguments, each followed by a NUL.
+uint64_t hash_args(int argc, char** argv) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 1; i < argc; i++)
+        for (const char* p = argv[i];; p++) {
+            h = (h ^ (uint8_t)*p) * 1099511628211ull;
+            if (!*p) break;
+        }
+    return h;
+}
+
+} // namespace
+
+std::unique_ptr<Communicator> make_communicator() {
+#ifdef LLMC_HAVE_MPI
+    return make_mpi_communicator();
+#else
+    if (int n = launcher_world_size(); n > 1) {
+        const char* rank = getenv("OMPI_COMM_WORLD_RANK");
+        if (rank && atoi(rank) != 0) errors_quiet() = true; // one line, from rank 0
+        throw UsageError(strprintf("started as %d ranks, but this build has no MPI: data-parallel runs need "
+                                   "libopenmpi-dev at build time (doc/distributed.md); run one process instead", n));
+    }
+    return std::make_unique<SingleProcess>();
+#endif
+}
+
+void check_same_args(Communicator& comm, int argc, char** argv) {
+    uint64_t mine = hash_args(argc, argv), root = mine;
+    comm.broadcast(&root, sizeof root);
+    double differ = mine != root ? 1.0 : 0.0;
+    comm.all_reduce_sum(&differ, 1);
+    if (differ > 0)
+        throw UsageError(strprintf("%d of %d ranks were started with flags different from rank 0's; every rank "
+                                   "needs the same flags", (int)differ, comm.world()));
+}
+
+void DataParallel::reduce_gradients(float* grads) {
+    if (zero_) comm_.reduce_scatter_sum(grads, n_);
+    else comm_.all_reduce_sum(grads, n_);
+}
+
+double DataParallel::sum_loss(double local) {
+    comm_.all_reduce_sum(&local, 1);
+    return local;
+}
+
+double DataParallel::grad_norm(const float* grads) {
+    double sq = cpu::sum_of_squares(grads + shard_.begin, shard_.size());
+    comm_.all_reduce_sum(&sq, 1);
+    return std::sqrt(sq);
+}
+
+void DataParallel::gather_params(float* params) {
+    if (zero_) comm_.all_gather(params, n_);
+}
+
+std::vector<float> DataParallel::gather_moments(const std::vector<float>& local) {
+    if (!zero_) return local;
+    std::vector<float> full(n_);
+    std::copy(local.begin(), local.end(), full.begin() + shard_.begin);
+    comm_.all_gather(full.data(), n_);
+    return full;
+}
+
+std::vector<float> DataParallel::local_moments(const std::vector<float>& full) const {
+    Shard s = update_range();
+    return std::vector<float>(full.begin() + s.begin, full.begin() + s.end);
+}
+
+} // namespace llmc

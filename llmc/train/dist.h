@@ -1,0 +1,139 @@
+/*
+ * Data parallelism (doc/distributed.md): N processes, one per device, each training on its part of every
+ * batch. Two layers:
+ *
+ * - Communicator: the collectives the trainer needs, on buffers the backend owns (host memory for the CPU
+ *   trainer over MPI). One implementation per transport; make_communicator() picks the one this build has:
+ *   MPI when the Makefile found it (dist_mpi.cpp), else a single process that refuses to run under an
+ *   mpirun of several ranks. Every collective is timed into CommStats for the profile.
+ * - DataParallel: the logic on top, transport-free and shared by the trainers: how a step's gradients are
+ *   reduced (all-reduce, or reduce-scatter with -z 1), the global gradient norm, which slice of the
+ *   parameters a rank's optimizer updates, and gathering the parameters and AdamW moments back.
+ *
+ * The data split is the DataLoader's (rank, world): rank r reads the r-th of every N consecutive batches, so
+ * N ranks together read what one process reads. The loss and gradients are means over all ranks'
+ * micro-batches; with N = 1 every collective is a no-op and the trainer is the single-process one.
+ */
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmc/subblocks.h"
+
+namespace llmc {
+
+enum class Collective { all_reduce, reduce_scatter, all_gather, broadcast, COUNT };
+inline const char* collective_name(Collective c) {
+    static constexpr const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+    return enum_table<Collective>(names)[(int)c];
+}
+
+// What a communicator has done so far: calls, bytes each rank sent in, and wall seconds, per collective.
+struct CommStats {
+    int64_t calls[(int)Collective::COUNT] = {};
+    int64_t bytes[(int)Collective::COUNT] = {};
+    double seconds[(int)Collective::COUNT] = {};
+};
+
+// The elements [begin, end) of an n-element buffer that rank `rank` of `world` owns: contiguous, in rank order,
+// the first n % world shards one element longer.
+struct Shard {
+    size_t begin = 0, end = 0;
+    size_t size() const { return end - begin; }
+};
+inline Shard shard_of(size_t n, int rank, int world) {
+    size_t base = n / world, extra = n % world, r = (size_t)rank;
+    size_t begin = r * base + std::min(r, extra);
+    return {begin, begin + base + (r < extra ? 1 : 0)};
+}
+
+class Communicator {
+public:
+    virtual ~Communicator() = default;
+    int rank() const { return rank_; }
+    int world() const { return world_; }
+    const CommStats& stats() const { return stats_; }
+
+    // In place, summed over ranks.
+    void all_reduce_sum(float* buf, size_t n) { timed(Collective::all_reduce, n * 4, [&] { all_reduce_impl(buf, n); }); }
+    void all_reduce_sum(double* buf, size_t n) { timed(Collective::all_reduce, n * 8, [&] { all_reduce_impl(buf, n); }); }
+    // In place over the n-element buffer: afterwards this rank's shard_of(n) holds the sums over ranks; the rest
+    // is unspecified.
+    void reduce_scatter_sum(float* buf, size_t n) {
+        timed(Collective::reduce_scatter, n * 4, [&] { reduce_scatter_impl(buf, n); });
+    }
+    // In place: every rank's shard_of(n) is copied to all ranks.
+    void all_gather(float* buf, size_t n) { timed(Collective::all_gather, n * 4, [&] { all_gather_impl(buf, n); }); }
+    // Rank 0's bytes to every rank.
+    void broadcast(void* buf, size_t bytes) { timed(Collective::broadcast, bytes, [&] { broadcast_impl(buf, bytes); }); }
+    virtual void barrier() = 0;
+
+protected:
+    Communicator(int rank, int world) : rank_(rank), world_(world) {}
+    virtual void all_reduce_impl(float* buf, size_t n) = 0;
+    virtual void all_reduce_impl(double* buf, size_t n) = 0;
+    virtual void reduce_scatter_impl(float* buf, size_t n) = 0;
+    virtual void all_gather_impl(float* buf, size_t n) = 0;
+    virtual void broadcast_impl(void* buf, size_t bytes) = 0;
+
+private:
+    template <typename Fn> void timed(Collective c, size_t bytes, Fn&& fn) {
+        auto t0 = std::chrono::steady_clock::now();
+        fn();
+        stats_.calls[(int)c]++;
+        stats_.bytes[(int)c] += (int64_t)bytes;
+        stats_.seconds[(int)c] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    int rank_, world_;
+    CommStats stats_;
+};
+
+/*
+ * The process's communicator: MPI in a build with it (MPI_Init here, MPI_Finalize when it is destroyed), else
+ * one process; a build without MPI started by mpirun with several ranks throws UsageError saying so. Ranks
+ * other than 0 print nothing: their stdout goes to /dev/null and their errors are left to rank 0's line.
+ */
+std::unique_ptr<Communicator> make_communicator();
+
+/*
+ * Flags must be the same on every rank (else each would train a different model and hang in a collective):
+ * compares a hash of argv with rank 0's and throws UsageError on every rank when any differs.
+ */
+void check_same_args(Communicator& comm, int argc, char** argv);
+
+// The data-parallel step logic over n parameters; zero_stage 1 shards the optimizer (ZeRO-1, -z 1).
+class DataParallel {
+public:
+    DataParallel(Communicator& comm, size_t n, int zero_stage)
+        : comm_(comm), n_(n), zero_(zero_stage), shard_(shard_of(n, comm.rank(), comm.world())) {}
+    int rank() const { return comm_.rank(); }
+    int world() const { return comm_.world(); }
+    // The parameters this rank's optimizer updates and keeps moments for: its shard with -z 1, else all.
+    Shard update_range() const { return zero_ ? shard_ : Shard{0, n_}; }
+
+    // Sums each rank's gradients: over the whole buffer, or (-z 1) only into this rank's shard.
+    void reduce_gradients(float* grads);
+    // Sum over ranks of each rank's local loss sum.
+    double sum_loss(double local);
+    // Global L2 norm of the reduced gradients: each rank sums the squares of its shard, in one order whatever
+    // -z is, so -z 1 and -z 0 clip by the same bits.
+    double grad_norm(const float* grads);
+    // After the update: every rank's parameters from the shards (-z 1); nothing to do otherwise.
+    void gather_params(float* params);
+    // Full-length moments from this rank's update_range() slices (for a checkpoint), and back.
+    std::vector<float> gather_moments(const std::vector<float>& local);
+    std::vector<float> local_moments(const std::vector<float>& full) const;
+
+private:
+    Communicator& comm_;
+    size_t n_;
+    int zero_;
+    Shard shard_;
+};
+
+} // namespace llmc

@@ -1,0 +1,89 @@
+// The data-parallel layer's transport-free parts: shards, gradient buckets, and the merged profile's analysis
+// (llmc/train/dist.h, llmc/gpt2_config.h, llmc/profiler/distributed.h). The runs under mpirun are in test_train_cpu.cpp.
+#include <gtest/gtest.h>
+#include <random>
+
+#include "llmc/gpt2_config.h"
+#include "llmc/profiler/distributed.h"
+#include "test/test_util.h"
+
+using namespace llmc;
+
+TEST(Distributed, ShardsCoverTheBufferOnceInRankOrder) {
+    std::mt19937 g(5);
+    for (int trial = 0; trial < 200; trial++) {
+        size_t n = g() % 10000;
+        int world = 1 + (int)(g() % 9);
+        size_t next = 0, smallest = n, largest = 0;
+        for (int r = 0; r < world; r++) {
+            Shard s = shard_of(n, r, world);
+            EXPECT_EQ(s.begin, next) << n << " " << world << " " << r;
+            next = s.end;
+            smallest = std::min(smallest, s.size()), largest = std::max(largest, s.size());
+        }
+        EXPECT_EQ(next, n);
+        EXPECT_LE(largest - smallest, 1u); // balanced
+    }
+}
+
+TEST(Distributed, BusBandwidthFollowsTheRingFactor) {
+    // 8 ranks, 1 GB each in 1 s: a ring all-reduce moves 2*7/8 of it over each link, the others 7/8.
+    EXPECT_DOUBLE_EQ(prof::bus_bandwidth(Collective::all_reduce, 1e9, 1.0, 8), 1.75);
+    EXPECT_DOUBLE_EQ(prof::bus_bandwidth(Collective::reduce_scatter, 1e9, 1.0, 8), 0.875);
+    EXPECT_DOUBLE_EQ(prof::bus_bandwidth(Collective::all_gather, 1e9, 0.5, 8), 1.75);
+    EXPECT_EQ(prof::bus_bandwidth(Collective::all_reduce, 1e9, 0.0, 8), 0.0); // no time measured: no figure
+}
+
+TEST(Distributed, SummaryNamesTheStragglerAndTheHiddenShare) {
+    std::mt19937 g(11);
+    std::uniform_real_distribution<double> u(0.1, 1.0);
+    const int world = 4, steps = 5;
+    std::vector<prof::RankRecord> ranks(world);
+    double comm_sum = 0, exposed_sum = 0, longest = 0;
+    int slowest = -1;
+    for (int r = 0; r < world; r++) {
+        prof::RankRecord& rec = ranks[r];
+        rec.rank = r, rec.steps = steps, rec.step_seconds = steps * u(g);
+        rec.comm.calls[(int)Collective::all_reduce] = steps;
+        rec.comm.bytes[(int)Collective::all_reduce] = 4000 * steps;
+        rec.comm.seconds[(int)Collective::all_reduce] = u(g) * 1e-3;
+        rec.exposed_seconds = rec.comm.seconds[(int)Collective::all_reduce] * u(g);
+        comm_sum += rec.comm.seconds[(int)Collective::all_reduce];
+        exposed_sum += rec.exposed_seconds;
+        if (rec.step_seconds > longest) longest = rec.step_seconds, slowest = r;
+    }
+    prof::DistributedSummary s = prof::summarize_ranks(ranks);
+    EXPECT_EQ(s.world, world);
+    EXPECT_EQ(s.straggler, slowest);
+    ASSERT_EQ(s.collectives.size(), 1u); // only the collectives that ran
+    EXPECT_EQ(s.collectives[0].calls, world * steps);
+    EXPECT_NEAR(s.collectives[0].seconds, comm_sum / world, 1e-15);
+    EXPECT_NEAR(s.comm_seconds, comm_sum / world / steps, 1e-15);
+    EXPECT_NEAR(s.hidden_share, 1 - exposed_sum / comm_sum, 1e-12);
+    for (int r = 0; r < world; r++) EXPECT_NEAR(s.step_ms[r], 1e3 * ranks[r].step_seconds / steps, 1e-9);
+    std::string text = prof::format_distributed(s);
+    EXPECT_TRUE(testutil::has(text, "rank " + std::to_string(slowest))) << text;
+    EXPECT_TRUE(testutil::has(text, "<- straggler")) << text;
+    EXPECT_TRUE(testutil::has(text, "all_reduce")) << text;
+}
+
+// The gradient buckets: every parameter in exactly one, each layer's ranges inside its tensors.
+TEST(Distributed, LayerBucketsCoverEveryParameterOnce) {
+    std::mt19937 g(3);
+    for (int trial = 0; trial < 20; trial++) {
+        GPT2Config c;
+        c.num_layers = 1 + (int)(g() % 6);
+        c.channels = 8 * (1 + (int)(g() % 8));
+        c.num_heads = 1;
+        c.max_seq_len = 1 + (int)(g() % 64);
+        c.vocab_size = 1 + (int)(g() % 300);
+        c.padded_vocab_size = c.vocab_size + (int)(g() % 64);
+        std::vector<int> owner(num_parameters(c), 0);
+        for (int l = -1; l < c.num_layers; l++)
+            for (const ParamRange& r : layer_parameter_ranges(c, l))
+                for (size_t i = r.offset; i < r.offset + r.count; i++) owner.at(i)++;
+        for (size_t i = 0; i < owner.size(); i++) ASSERT_EQ(owner[i], 1) << "parameter " << i << ", trial " << trial;
+        EXPECT_EQ(layer_parameter_ranges(c, 0).size(), 12u);
+        EXPECT_EQ(layer_parameter_ranges(c, -1).size(), 4u);
+    }
+}
