@@ -139,9 +139,8 @@ int run(int argc, char** argv) {
     }
 
     // ---- output ----
-    sum.B = B, sum.prompt_len = longest, sum.gen_len = opt.new_tokens, sum.params = model.num_parameters();
     sum.peak_mem_mib = peak_rss_mib();
-    print_results(opt, seqs, sum, in.tok.get());
+    print_results(opt, in, seqs, sum);
     return 0;
 }
 

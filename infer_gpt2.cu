@@ -73,9 +73,8 @@ int run(int argc, char** argv) {
     }
 
     // ---- output ----
-    sum.B = B, sum.prompt_len = in.longest, sum.gen_len = opt.new_tokens, sum.params = num_parameters(cfg);
     sum.peak_mem_mib = dec.memory.total() / 1048576.0; // device memory: the weights, the one allocation, cuBLASLt's
-    print_results(opt, seqs, sum, in.tok.get());
+    print_results(opt, in, seqs, sum);
     return 0;
 }
 

@@ -26,6 +26,7 @@
 #include "llmc/attention.cuh"
 #include "llmc/attention_decode.cuh"
 #include "llmc/cuda_common.cuh"
+#include "llmc/gpt2.cuh"
 #include "llmc/gpt2_config.h"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
@@ -79,17 +80,11 @@ struct DecoderLayout {
     size_t bytes = 0, cache_bytes = 0;
 };
 
-// base may be null to only measure. Each tensor starts 256-byte aligned (cuBLASLt's operand alignment).
+// base may be null to only measure.
 inline DecoderLayout layout_decoder(char* base, const GPT2Config& c, int B, int max_len, int rows) {
     const size_t C = c.channels, NH = c.num_heads, R = rows, Vp = c.padded_vocab_size;
     DecoderLayout out;
-    size_t off = 0;
-    auto carve = [&](auto*& ptr, size_t count) {
-        using E = std::remove_reference_t<decltype(*ptr)>;
-        off = round_up_256(off);
-        ptr = base ? reinterpret_cast<E*>(base + off) : nullptr;
-        off += count * sizeof(E);
-    };
+    BufferCarver carve{base};
     DecoderTensors& a = out.t;
     for (floatX** p : {&a.x, &a.x1, &a.ln, &a.atty, &a.proj}) carve(*p, R * C);
     carve(a.qkv, R * 3 * C);
@@ -105,10 +100,10 @@ inline DecoderLayout layout_decoder(char* base, const GPT2Config& c, int B, int 
     carve(a.len, B);
     carve(a.ids, B);
     carve(a.coins, B);
-    const size_t cache_off = round_up_256(off);
+    const size_t cache_off = carve.bytes();
     carve(a.cache, 2 * (size_t)c.num_layers * B * max_len * C);
-    out.cache_bytes = off - cache_off;
-    out.bytes = round_up_256(off);
+    out.cache_bytes = carve.off - cache_off;
+    out.bytes = carve.bytes();
     return out;
 }
 

@@ -297,9 +297,12 @@ inline double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // The program's output: per sequence its text (ids without a tokenizer) or with --json its object; then the
-// summary line (object).
-inline void print_results(const InferOptions& opt, std::vector<SequenceResult>& seqs, const InferSummary& sum,
-                          const GPT2Tokenizer* tok) {
+// summary line (object), its shape (B, prompt and generated lengths, parameters) taken from `in` here.
+inline void print_results(const InferOptions& opt, const InferInputs& in, std::vector<SequenceResult>& seqs,
+                          InferSummary sum) {
+    const GPT2Tokenizer* tok = in.tok.get();
+    sum.B = (int)seqs.size(), sum.prompt_len = in.longest, sum.gen_len = opt.new_tokens;
+    sum.params = num_parameters(in.cfg);
     for (SequenceResult& s : seqs)
         if (tok) s.text = tok->decode(s.ids);
     for (const SequenceResult& s : seqs) {
