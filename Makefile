@@ -3,6 +3,7 @@
 #   make prepare_data    GPT-2 tokenizer + shard writer
 #   make infer_gpt2      CPU fp32 text generation with a KV cache (prefill + decode, --profile)
 #   make train_gpt2cu    GPU trainer (needs nvcc; runs on sm_80 and newer)
+#   make infer_gpt2cu    GPU inference with a KV cache (needs nvcc)
 #   make profile_gpt2cu  runs a few GPU training steps traced with CUPTI and writes a profile directory
 #   make sample_profile  regenerates test/data/sample_profile (synthetic GPU profile for the plot tests)
 #   make dev_cuda        kernel benchmarks in dev/cuda/ (build/dev/cuda/<name>)
@@ -80,7 +81,7 @@ endif
 .PHONY: all test clean tinyshakespeare deps dev_cuda sample_profile fuzz
 all: $(BIN)train_gpt2 $(BIN)prepare_data $(BIN)infer_gpt2
 ifneq ($(HAVE_NVCC),)
-all: train_gpt2cu profile_gpt2cu dev_cuda
+all: train_gpt2cu profile_gpt2cu infer_gpt2cu dev_cuda
 endif
 
 # ---- objects: build/<path>.o from <path>.cpp (g++) or <path>.cu (nvcc), each with its .d ----
@@ -119,6 +120,9 @@ train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(LIBS)
 profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) -lgomp
 
+infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(LDLIBS_PCRE)
+
 # The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
 $(BUILD)/sample_profile: $(BUILD)/dev/sample_profile.o $(PROFILER_LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@
@@ -156,6 +160,7 @@ endif
 EMU_SRC := $(BUILD)/emu/src
 EMU_CUDA_SRCS := $(wildcard llmc/*.cuh llmc/*/*.cuh) dev/cuda/device_utils.cuh test/gpu/gpu_test_util.cuh
 EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_attention.cu test/gpu/test_attention_decode.cu test/gpu/test_gpt2.cu \
+                 test/gpu/test_gpt2_decoder.cu \
                  test/emu/test_emulator.cu
 EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS))
 EMU_LIB_SRCS := $(wildcard test/emu/*.cpp)
@@ -199,7 +204,7 @@ LLMC_DATA ?=
 ifneq ($(wildcard .venv/bin/python3),)
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 endif
-TEST_PROGRAMS := $(addprefix $(BIN),train_gpt2 prepare_data infer_gpt2) $(if $(HAVE_NVCC),train_gpt2cu profile_gpt2cu)
+TEST_PROGRAMS := $(addprefix $(BIN),train_gpt2 prepare_data infer_gpt2) $(if $(HAVE_NVCC),train_gpt2cu profile_gpt2cu infer_gpt2cu)
 ifdef SAN
 # The tests run ./train_gpt2 and read test/ and scripts/ files from their working directory: build/san, with links.
 # Every process writes its sanitizer reports to build/san/reports; any report fails the run. The plot tests run
@@ -254,7 +259,7 @@ deps:
 	bash scripts/deps.sh
 
 clean:
-	rm -rf $(BUILD) train_gpt2 prepare_data infer_gpt2 train_gpt2cu profile_gpt2cu
+	rm -rf $(BUILD) train_gpt2 prepare_data infer_gpt2 train_gpt2cu profile_gpt2cu infer_gpt2cu
 
 # Objects made through a chain of pattern rules (the kernel benchmarks') are kept, not deleted as intermediates.
 # (A bare .SECONDARY would also stop make from building a new test's object for an up-to-date binary.)

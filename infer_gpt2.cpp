@@ -11,7 +11,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "llmc/checkpoint.h"
 #include "llmc/cpu/gpt2_decoder.h"
 #include "llmc/infer.h"
 #include "llmc/profiler/cpu_source.h"
@@ -19,10 +18,6 @@
 
 namespace llmc {
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Resident set high-water mark of this process.
 double peak_rss_mib() {
@@ -56,40 +51,15 @@ int run(int argc, char** argv) {
         printf("%s", infer_usage("infer_gpt2").c_str());
         return 0;
     }
-    // ---- model: dN (random, --seed) or a model file ----
-    GPT2Config cfg;
-    int depth;
-    ModelFile mf;
-    if (parse_depth_descriptor(opt.model, &depth)) {
-        cfg = gpt2_config_for_depth(depth);
-        validate_config(cfg, "-e " + opt.model);
-    } else {
-        if (!file_exists(opt.model))
-            throw UsageError(strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", opt.model.c_str()));
-        mf = load_model(opt.model);
-        cfg = mf.config;
-    }
-    // ---- tokenizer (when GPT-2's files are there and fit the model) and prompts ----
-    std::unique_ptr<GPT2Tokenizer> tok;
-    const std::string vocab = default_gpt2_vocab_dir();
-    if (file_exists(vocab + "/encoder.json") && file_exists(vocab + "/vocab.bpe")) {
-        tok = std::make_unique<GPT2Tokenizer>(GPT2Tokenizer::from_gpt2_files(vocab + "/encoder.json", vocab + "/vocab.bpe"));
-        if (tok->vocab_size() != cfg.vocab_size) tok.reset();
-    }
-    const int eot = tok ? tok->eot() : cfg.vocab_size - 1; // GPT-2 puts EOT last
-    const std::vector<std::vector<int>> prompts = build_prompts(opt, tok.get(), cfg.vocab_size, eot);
-    const int B = (int)prompts.size();
-    size_t longest = 0;
-    for (auto& p : prompts) longest = std::max(longest, p.size());
-    if (longest + opt.new_tokens > (size_t)cfg.max_seq_len)
-        throw Error(strprintf("-n: a prompt of %zu tokens and %d new tokens exceed the model's maximum sequence "
-                              "length %d", longest, opt.new_tokens, cfg.max_seq_len));
-
+    // ---- model, tokenizer, prompts ----
+    InferInputs in = load_infer_inputs(opt);
+    const GPT2Config& cfg = in.cfg;
+    const std::vector<std::vector<int>>& prompts = in.prompts;
+    const int B = (int)prompts.size(), longest = in.longest, eot = in.eot;
     GPT2CPU<float> model(cfg);
-    if (mf.params.empty()) model.init_random(opt.seed);
-    else std::copy(mf.params.begin(), mf.params.end(), model.params_memory.begin());
-    mf = ModelFile();
-    const int max_len = (int)longest + opt.new_tokens;
+    std::copy(in.params.begin(), in.params.end(), model.params_memory.begin());
+    in.params = std::vector<float>(); // the model holds its own copy
+    const int max_len = longest + opt.new_tokens;
     GPT2DecoderCPU<float> dec(model, B, max_len);
     std::vector<float> logits((size_t)B * cfg.padded_vocab_size);
 
@@ -103,7 +73,7 @@ int run(int argc, char** argv) {
     std::unique_ptr<prof::ProfileSession> profile;
     if (!opt.profile_dir.empty()) {
         StdoutToStderr quiet(opt.json);
-        profile = prof::make_cpu_inference_session({opt.profile_dir, 0, opt.new_tokens}, cfg, shape, (int)longest, &timings);
+        profile = prof::make_cpu_inference_session({opt.profile_dir, 0, opt.new_tokens}, cfg, shape, longest, &timings);
         profile->before_report([&](const prof::ProfileRecords&, prof::ProfileContext& ctx) {
             ctx.inference = shape; // the decode counts, known now
             return prof::CounterReport{};
@@ -169,21 +139,8 @@ int run(int argc, char** argv) {
     }
 
     // ---- output ----
-    sum.B = B, sum.prompt_len = (int)longest, sum.gen_len = opt.new_tokens, sum.params = model.num_parameters();
     sum.peak_mem_mib = peak_rss_mib();
-    for (SequenceResult& s : seqs)
-        if (tok) s.text = tok->decode(s.ids);
-    for (const SequenceResult& s : seqs) {
-        if (opt.json) {
-            printf("%s\n", sequence_json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-        } else if (tok) {
-            printf("%s\n", s.text.c_str());
-        } else {
-            for (int id : s.ids) printf("%d ", id);
-            printf("\n");
-        }
-    }
-    printf("%s\n", opt.json ? summary_json(sum).dump().c_str() : summary_line(sum).c_str());
+    print_results(opt, in, seqs, sum);
     return 0;
 }
 

@@ -80,20 +80,27 @@ struct ActivationLayout {
     size_t bytes = 0;
 };
 
-// Carves the activation buffer (base may be null to only measure). Each tensor starts 256-byte aligned.
+// Carves typed tensors one after the other from one buffer (base may be null to only measure), each starting
+// 256-byte aligned: cuBLASLt's operand alignment, and more than any vector load needs.
+struct BufferCarver {
+    char* base;
+    size_t off = 0;
+    template <typename E> void operator()(E*& ptr, size_t count) {
+        off = round_up_256(off);
+        ptr = base ? reinterpret_cast<E*>(base + off) : nullptr;
+        off += count * sizeof(E);
+    }
+    size_t bytes() const { return round_up_256(off); }
+};
+
+// Carves the activation buffer (base may be null to only measure).
 inline ActivationLayout layout_activations(char* base, const GPT2Config& c, int B, int T) {
     size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size, BT = (size_t)B * T;
     size_t scratch = std::max<size_t>({layernorm_backward_scratch_floats((int)BT, (int)C),
                                        attention_backward_scratch_floats(B, T, (int)NH),
                                        bias_backward_scratch_floats(4 * (int)C), global_norm_scratch_floats()});
     ActivationLayout out;
-    size_t off = 0;
-    auto carve = [&](auto*& ptr, size_t count) {
-        using E = std::remove_reference_t<decltype(*ptr)>;
-        off = round_up_256(off);
-        ptr = base ? reinterpret_cast<E*>(base + off) : nullptr;
-        off += count * sizeof(E);
-    };
+    BufferCarver carve{base};
     ActivationTensors& a = out.t;
     carve(a.inputs, BT);
     carve(a.targets, BT);
@@ -123,7 +130,7 @@ inline ActivationLayout layout_activations(char* base, const GPT2Config& c, int 
     carve(a.dqkv, BT * 3 * C);
     carve(a.scratch, scratch);
     carve(a.scalars, 2);
-    out.bytes = round_up_256(off);
+    out.bytes = carve.bytes();
     return out;
 }
 

@@ -1,19 +1,23 @@
 /*
- * Host side of the inference programs (infer_gpt2 on the CPU; doc/flags.md has the flags): the command line,
- * the prompts, token choice from logits, latency statistics and the output lines. Where the model runs is
+ * Host side of the inference programs (infer_gpt2 on the CPU, infer_gpt2cu on the GPU; doc/flags.md has the
+ * flags): the command line, the model and prompts, token choice from logits, latency statistics and the output. Where the model runs is
  * the program's business; everything here is plain C++ and unit-tested without a model.
  */
 #pragma once
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "llmc/checkpoint.h"
 #include "llmc/cli.h"
 #include "llmc/gpt2_config.h"
+#include "llmc/gpt2_init.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
 #include "llmc/tokenizer.h"
@@ -56,7 +60,7 @@ inline std::string infer_usage(const char* program) {
         "      --seed N               seed for the random model, synthetic prompts and sampling [%llu]\n"
         "      --stop-eot             stop a sequence at <|endoftext|>\n"
         "      --json                 one JSON object per sequence and a summary object, one per line\n"
-        "      --profile DIR          profile prefill and decode, write the profile to DIR [off]\n"
+        "      --profile DIR          profile prefill and decode, write the profile to DIR (infer_gpt2) [off]\n"
         "  -h, --help                 this help\n",
         program, d.model.c_str(), d.new_tokens, d.temperature, d.top_k, d.seed);
 }
@@ -170,6 +174,46 @@ inline std::vector<std::vector<int>> build_prompts(const InferOptions& opt, cons
     return prompts;
 }
 
+// What both programs start from: the model (dN with random weights from --seed, or a model file), GPT-2's
+// tokenizer where its files are there and fit the model, and the B prompts, checked against maxT with -n.
+struct InferInputs {
+    GPT2Config cfg;
+    std::vector<float> params; // num_parameters(cfg) fp32 values, llm.c order
+    std::unique_ptr<GPT2Tokenizer> tok;
+    int eot = 0; // <|endoftext|>: the tokenizer's, else the last id (where GPT-2 puts it)
+    std::vector<std::vector<int>> prompts;
+    int longest = 0; // tokens in the longest prompt
+};
+
+inline InferInputs load_infer_inputs(const InferOptions& opt) {
+    InferInputs in;
+    int depth;
+    if (parse_depth_descriptor(opt.model, &depth)) {
+        in.cfg = gpt2_config_for_depth(depth);
+        validate_config(in.cfg, "-e " + opt.model);
+        in.params.resize(num_parameters(in.cfg));
+        init_gpt2_parameters(in.params.data(), in.cfg, opt.seed);
+    } else {
+        if (!file_exists(opt.model))
+            throw UsageError(strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", opt.model.c_str()));
+        ModelFile mf = load_model(opt.model);
+        in.cfg = mf.config;
+        in.params = std::move(mf.params);
+    }
+    const std::string vocab = default_gpt2_vocab_dir();
+    if (file_exists(vocab + "/encoder.json") && file_exists(vocab + "/vocab.bpe")) {
+        in.tok = std::make_unique<GPT2Tokenizer>(GPT2Tokenizer::from_gpt2_files(vocab + "/encoder.json", vocab + "/vocab.bpe"));
+        if (in.tok->vocab_size() != in.cfg.vocab_size) in.tok.reset();
+    }
+    in.eot = in.tok ? in.tok->eot() : in.cfg.vocab_size - 1;
+    in.prompts = build_prompts(opt, in.tok.get(), in.cfg.vocab_size, in.eot);
+    for (auto& p : in.prompts) in.longest = std::max(in.longest, (int)p.size());
+    if ((size_t)in.longest + opt.new_tokens > (size_t)in.cfg.max_seq_len)
+        throw Error(strprintf("-n: a prompt of %d tokens and %d new tokens exceed the model's maximum sequence "
+                              "length %d", in.longest, opt.new_tokens, in.cfg.max_seq_len));
+    return in;
+}
+
 // The next token from a row of logits over V tokens: the argmax at temperature 0 (the lowest id among equal
 // maxima), else a draw from softmax(logits / T) restricted to the top k (llmc/sampler.h) with `coin` in [0, 1).
 template <typename Real> int pick_token(const Real* logits, int V, float temperature, int top_k, float coin) {
@@ -246,6 +290,32 @@ inline std::string summary_line(const InferSummary& m) {
                      m.B, m.prompt_len, m.gen_len, m.params, s["prefill_tok_s"].get<double>(), m.ttft_ms,
                      s["decode_tok_s"].get<double>(), s["latency_p50_ms"].get<double>(),
                      s["latency_p90_ms"].get<double>(), m.peak_mem_mib);
+}
+
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The program's output: per sequence its text (ids without a tokenizer) or with --json its object; then the
+// summary line (object), its shape (B, prompt and generated lengths, parameters) taken from `in` here.
+inline void print_results(const InferOptions& opt, const InferInputs& in, std::vector<SequenceResult>& seqs,
+                          InferSummary sum) {
+    const GPT2Tokenizer* tok = in.tok.get();
+    sum.B = (int)seqs.size(), sum.prompt_len = in.longest, sum.gen_len = opt.new_tokens;
+    sum.params = num_parameters(in.cfg);
+    for (SequenceResult& s : seqs)
+        if (tok) s.text = tok->decode(s.ids);
+    for (const SequenceResult& s : seqs) {
+        if (opt.json) {
+            printf("%s\n", sequence_json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        } else if (tok) {
+            printf("%s\n", s.text.c_str());
+        } else {
+            for (int id : s.ids) printf("%d ", id);
+            printf("\n");
+        }
+    }
+    printf("%s\n", opt.json ? summary_json(sum).dump().c_str() : summary_line(sum).c_str());
 }
 
 } // namespace llmc

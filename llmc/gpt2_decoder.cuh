@@ -1,0 +1,315 @@
+/*
+ * GPT-2 inference on the GPU in bf16 with a KV cache: the model of infer_gpt2cu. The CPU reference is
+ * llmc/cpu/gpt2_decoder.h (same rows, same cache layout); tests: test/gpu/test_gpt2_decoder.cu.
+ *
+ * Rows: each row is one token appended to one sequence at that sequence's next position (its own sequence
+ * and position ids on the device), so a batch of prompts of different lengths needs no padding:
+ *   prefill  every prompt token of every sequence, sequences one after the other (sum of prompt lengths rows),
+ *            from an empty cache;
+ *   decode   one row per sequence, the token the sampler chose last (it never leaves the device).
+ * Every op but attention is per row and is the training forward's kernel (llmc/layernorm.cuh, matmul.cuh with
+ * GELU as cuBLASLt's epilogue, the residual adds fused into the layernorm that follows). Attention: each row's
+ * key and value are first written into the cache at (its sequence, its position); then prefill runs the
+ * training attention (llmc/attention.cuh) over each prompt's contiguous rows, and decode runs
+ * llmc/attention_decode.cuh over each sequence's cached positions. Only each sequence's last row goes through
+ * the classifier: logits (B, Vp) stay on the device for sample_tokens (llmc/sample.cuh).
+ *
+ * Memory: the bf16 parameters, and ONE allocation for everything else (layout_decoder below): the row
+ * activations (sized for the prefill's rows), the logits, the decode attention's scratch, the small id
+ * arrays and the KV cache, per layer K and V of (B, maxT, C) bf16. plan_decoder_memory checks it against
+ * free device memory before anything is allocated.
+ */
+#pragma once
+#include <algorithm>
+#include <vector>
+
+#include "llmc/attention.cuh"
+#include "llmc/attention_decode.cuh"
+#include "llmc/cuda_common.cuh"
+#include "llmc/gpt2.cuh"
+#include "llmc/gpt2_config.h"
+#include "llmc/layernorm.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/sample.cuh"
+
+namespace llmc {
+
+/*
+ * x (R, C) = wte[tok[r]] + wpe[pos[r]] for every row r: the encoder for rows that carry their own position
+ * (the training encoder derives it from the row index). x may not alias the tables.
+ */
+static __global__ void embed_rows_kernel(floatX* __restrict__ x, const int* __restrict__ tok, const int* __restrict__ pos,
+                                         const floatX* __restrict__ wte, const floatX* __restrict__ wpe, int R, int C) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)R * C) return;
+    const int r = (int)(i / C), c = (int)(i % C);
+    x[i] = __float2bfloat16(__bfloat162float(wte[(size_t)tok[r] * C + c]) + __bfloat162float(wpe[(size_t)pos[r] * C + c]));
+}
+
+/*
+ * The keys and values of R rows into the cache: k, v (B, maxT, C) at (seq[r], pos[r]) from qkv (R, 3C)
+ * ([q | k | v] per row). Distinct rows name distinct (sequence, position) pairs, so no two threads write one
+ * element.
+ */
+static __global__ void kv_cache_write_kernel(floatX* __restrict__ k, floatX* __restrict__ v, const floatX* __restrict__ qkv,
+                                             const int* __restrict__ seq, const int* __restrict__ pos, int R, int maxT,
+                                             int C) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)R * C) return;
+    const int r = (int)(i / C), c = (int)(i % C);
+    const size_t at = ((size_t)seq[r] * maxT + pos[r]) * C + c;
+    k[at] = qkv[(size_t)r * 3 * C + C + c];
+    v[at] = qkv[(size_t)r * 3 * C + 2 * C + c];
+}
+
+// Everything but the parameters, carved from one allocation (R: row capacity, the prefill's rows).
+struct DecoderTensors {
+    floatX *x, *x1, *ln, *qkv, *atty, *proj, *fch, *fch_gelu; // (R, C), 3C or 4C per row; x: residual stream
+    float *mean, *rstd, *lse;                                  // (R), (R), (NH, R)
+    floatX* last;                                              // (B, C) each sequence's last row after lnf
+    floatX* logits;                                            // (B, Vp)
+    float* partial;                                            // attention_decode's scratch
+    int *tok, *seq, *pos;                                      // (R) per row
+    int *len, *ids;                                            // (B) positions attended in decode; chosen ids
+    float* coins;                                              // (B) the sampler's uniforms
+    floatX* cache;                                             // (L, 2, B, maxT, C): K then V per layer
+};
+
+struct DecoderLayout {
+    DecoderTensors t{};
+    size_t bytes = 0, cache_bytes = 0;
+};
+
+// base may be null to only measure.
+inline DecoderLayout layout_decoder(char* base, const GPT2Config& c, int B, int max_len, int rows) {
+    const size_t C = c.channels, NH = c.num_heads, R = rows, Vp = c.padded_vocab_size;
+    DecoderLayout out;
+    BufferCarver carve{base};
+    DecoderTensors& a = out.t;
+    for (floatX** p : {&a.x, &a.x1, &a.ln, &a.atty, &a.proj}) carve(*p, R * C);
+    carve(a.qkv, R * 3 * C);
+    carve(a.fch, R * 4 * C);
+    carve(a.fch_gelu, R * 4 * C);
+    carve(a.mean, R);
+    carve(a.rstd, R);
+    carve(a.lse, NH * R);
+    carve(a.last, (size_t)B * C);
+    carve(a.logits, (size_t)B * Vp);
+    carve(a.partial, attention_decode_scratch_floats(B, (int)NH, (int)(C / NH), max_len));
+    for (int** p : {&a.tok, &a.seq, &a.pos}) carve(*p, R);
+    carve(a.len, B);
+    carve(a.ids, B);
+    carve(a.coins, B);
+    const size_t cache_off = carve.bytes();
+    carve(a.cache, 2 * (size_t)c.num_layers * B * max_len * C);
+    out.cache_bytes = carve.off - cache_off;
+    out.bytes = carve.bytes();
+    return out;
+}
+
+struct DecoderMemoryPlan {
+    size_t params, activations, cache, other, free_before;
+    int max_batch; // largest B at these lengths that fits in free_before
+    size_t total() const { return params + activations + other; }
+    size_t budget() const { return (size_t)(free_before * 0.95); } // as the trainer's plan: 5% for the context
+};
+
+/*
+ * Memory for B sequences of prompts up to `longest` tokens and max_len tokens in all, given free_bytes of
+ * free device memory. The per-sequence share is measured at B = 1 (alignment rounded up once per sequence,
+ * so max_batch errs on the small side).
+ */
+inline DecoderMemoryPlan plan_decoder_memory(const GPT2Config& c, int B, int longest, int max_len, size_t free_bytes) {
+    DecoderMemoryPlan p{};
+    p.params = num_parameters(c) * sizeof(floatX);
+    const DecoderLayout l = layout_decoder(nullptr, c, B, max_len, B * longest);
+    p.activations = l.bytes;
+    p.cache = l.cache_bytes;
+    p.other = CublasLt::WORKSPACE_BYTES;
+    p.free_before = free_bytes;
+    const size_t per_seq = layout_decoder(nullptr, c, 1, max_len, longest).bytes, fixed = p.params + p.other;
+    p.max_batch = p.budget() > fixed ? (int)std::min<size_t>((p.budget() - fixed) / per_seq, 65536) : 0;
+    return p;
+}
+
+class GPT2DecoderGPU {
+public:
+    GPT2Config config;
+    cudaStream_t stream;
+    DecoderMemoryPlan memory;
+
+    /*
+     * B sequences of prompts up to `longest` tokens and max_len tokens in all (max_len <= maxT); host_params:
+     * the fp32 weights in llm.c order, rounded to bf16 here. Throws llmc::Error naming -b, with the largest B
+     * that fits, when the plan exceeds free device memory; nothing is allocated then.
+     */
+    GPT2DecoderGPU(const GPT2Config& c, const float* host_params, int B, int longest, int max_len)
+        : config(c), B_(B), longest_(longest), maxT_(max_len), len_(B, 0) {
+        if (c.channels % c.num_heads != 0 || c.channels / c.num_heads != 64)
+            throw Error(strprintf("the GPU attention kernel needs head size 64 (this model: C=%d / NH=%d)", c.channels,
+                                  c.num_heads));
+        if (c.channels % 8 != 0 || c.padded_vocab_size % 8 != 0)
+            throw Error("the GPU kernels need C and Vp to be multiples of 8");
+        if (B < 1 || longest < 1 || max_len < longest || max_len > c.max_seq_len)
+            throw Error(strprintf("decoder: bad shape B=%d longest=%d max_len=%d (maxT=%d)", B, longest, max_len,
+                                  c.max_seq_len));
+        size_t free_bytes = 0, total = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+        memory = plan_decoder_memory(c, B, longest, max_len, free_bytes);
+        if (memory.total() > memory.budget())
+            throw Error(strprintf("-b %d: needs %.0f MiB of GPU memory (KV cache %.0f MiB), %.0f MiB are free (%.0f MiB "
+                                  "usable); the largest -b that fits with %d tokens per sequence is %d",
+                                  B, memory.total() / 1048576.0, memory.cache / 1048576.0,
+                                  memory.free_before / 1048576.0, memory.budget() / 1048576.0, max_len,
+                                  memory.max_batch));
+        CublasLt::get();
+        CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaMalloc(&params_memory_, memory.params));
+        CUDA_CHECK(cudaMalloc(&acts_memory_, memory.activations));
+        a_ = layout_decoder(acts_memory_, c, B, max_len, B * longest).t;
+        params_.point_into(params_memory_, c);
+        const size_t n = num_parameters(c);
+        std::vector<floatX> bf(n);
+        for (size_t i = 0; i < n; i++) bf[i] = __float2bfloat16(host_params[i]);
+        CUDA_CHECK(cudaMemcpyAsync(params_memory_, bf.data(), n * sizeof(floatX), cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaMallocHost(&pinned_ids_, B * sizeof(int)));
+        CUDA_CHECK(cudaStreamSynchronize(stream)); // bf goes out of scope
+    }
+    ~GPT2DecoderGPU() {
+        cudaFreeHost(pinned_ids_);
+        cudaFree(acts_memory_);
+        cudaFree(params_memory_);
+        cudaStreamDestroy(stream);
+    }
+    GPT2DecoderGPU(const GPT2DecoderGPU&) = delete;
+    GPT2DecoderGPU& operator=(const GPT2DecoderGPU&) = delete;
+
+    int batch() const { return B_; }
+    int length(int b) const { return len_.at(b); }
+    size_t cache_bytes() const { return memory.cache; }
+    const floatX* logits() const { return a_.logits; } // (B, Vp) after prefill() or decode()
+
+    // Every sequence's prompt (B non-empty lists of at most `longest` ids) from an empty cache.
+    void prefill(const std::vector<std::vector<int>>& prompts) {
+        const GPT2Config& c = config;
+        if ((int)prompts.size() != B_) throw Error(strprintf("decoder: %zu prompts for %d sequences", prompts.size(), B_));
+        std::vector<int> tok, seq, pos;
+        for (int b = 0; b < B_; b++) {
+            if (prompts[b].empty() || prompts[b].size() > (size_t)longest_)
+                throw Error(strprintf("decoder: prompt %d has %zu tokens (1 to %d)", b, prompts[b].size(), longest_));
+            check_token_ids(c, prompts[b].data(), (int)prompts[b].size(), "prompt");
+            for (size_t j = 0; j < prompts[b].size(); j++) tok.push_back(prompts[b][j]), seq.push_back(b), pos.push_back((int)j);
+        }
+        const int R = (int)tok.size();
+        upload(a_.tok, tok), upload(a_.seq, seq), upload(a_.pos, pos);
+        forward_rows(R, a_.tok, [&](const floatX* qkv, floatX*, floatX*) {
+            // Each prompt's rows are contiguous and start at position 0: the training attention's (1, T) case.
+            for (int b = 0, r0 = 0; b < B_; r0 += (int)prompts[b].size(), b++)
+                attention_forward(a_.atty + (size_t)r0 * c.channels, a_.lse, qkv + (size_t)r0 * 3 * c.channels, 1,
+                                  (int)prompts[b].size(), c.num_heads, c.channels / c.num_heads, stream);
+        });
+        // Each sequence's last row, for the classifier.
+        for (int b = 0, r0 = 0; b < B_; b++) {
+            r0 += (int)prompts[b].size();
+            CUDA_CHECK(cudaMemcpyAsync(a_.last + (size_t)b * c.channels, a_.ln + (size_t)(r0 - 1) * c.channels,
+                                       c.channels * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
+        }
+        matmul_forward(a_.logits, a_.last, params_.wte, nullptr, B_, c.channels, c.padded_vocab_size, nullptr, stream);
+        for (int b = 0; b < B_; b++) len_[b] = (int)prompts[b].size();
+        // tok/seq/pos are pageable copies: they must have landed before the vectors go.
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+
+    // One row per sequence: the id sample() chose last, at the sequence's next position.
+    void decode() {
+        const GPT2Config& c = config;
+        std::vector<int> seq(B_), pos(B_), len(B_);
+        for (int b = 0; b < B_; b++) {
+            if (len_[b] >= maxT_)
+                throw Error(strprintf("decoder: sequence %d is full (%d tokens)", b, maxT_));
+            seq[b] = b, pos[b] = len_[b], len[b] = len_[b] + 1;
+        }
+        upload(a_.seq, seq), upload(a_.pos, pos), upload(a_.len, len);
+        forward_rows(B_, a_.ids, [&](const floatX* qkv, floatX* kc, floatX* vc) {
+            attention_decode(a_.atty, a_.partial, qkv, 3 * c.channels, kc, vc, a_.len, B_, maxT_, c.num_heads,
+                             c.channels / c.num_heads, stream);
+        });
+        matmul_forward(a_.logits, a_.ln, params_.wte, nullptr, B_, c.channels, c.padded_vocab_size, nullptr, stream);
+        for (int& n : len_) n++;
+        CUDA_CHECK(cudaStreamSynchronize(stream)); // the pageable uploads above
+    }
+
+    // Chooses each sequence's next id from the logits (llmc/sample.cuh) with coins[b] in [0, 1); returns
+    // the B ids, the only data that crosses to the host.
+    const int* sample(float temperature, int top_k, const std::vector<float>& coins) {
+        upload(a_.coins, coins);
+        sample_tokens(a_.ids, a_.logits, a_.coins, B_, config.vocab_size, config.padded_vocab_size, temperature, top_k,
+                      stream);
+        CUDA_CHECK(cudaMemcpyAsync(pinned_ids_, a_.ids, B_ * sizeof(int), cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        return pinned_ids_;
+    }
+
+    // The logits as fp32 on the host (tests).
+    std::vector<float> logits_host() const {
+        std::vector<floatX> raw((size_t)B_ * config.padded_vocab_size);
+        CUDA_CHECK(cudaMemcpyAsync(raw.data(), a_.logits, raw.size() * sizeof(floatX), cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::vector<float> out(raw.size());
+        for (size_t i = 0; i < raw.size(); i++) out[i] = __bfloat162float(raw[i]);
+        return out;
+    }
+
+private:
+    int B_, longest_, maxT_;
+    std::vector<int> len_; // tokens cached per sequence
+    floatX* params_memory_ = nullptr;
+    char* acts_memory_ = nullptr;
+    ParameterTensors<floatX> params_;
+    DecoderTensors a_{};
+    int* pinned_ids_ = nullptr;
+
+    template <typename T> void upload(T* d, const std::vector<T>& h) {
+        CUDA_CHECK(cudaMemcpyAsync(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+    }
+
+    /*
+     * The layers over R rows whose ids are `tok` (device) and whose sequence/position ids are a_.seq/a_.pos,
+     * ending with lnf over every row in a_.ln. attend(qkv, k cache, v cache) writes a_.atty (R, C), called per layer
+     * once the rows' keys and values are in that layer's cache.
+     */
+    template <typename Attend> void forward_rows(int R, const int* tok, Attend&& attend) {
+        const GPT2Config& c = config;
+        const int C = c.channels, L = c.num_layers, threads = 256;
+        const unsigned grid = (unsigned)ceil_div((size_t)R * C, (size_t)threads);
+        embed_rows_kernel<<<grid, threads, 0, stream>>>(a_.x, tok, a_.pos, params_.wte, params_.wpe, R, C);
+        CUDA_LAUNCH_CHECK();
+        for (int l = 0; l < L; l++) {
+            floatX* kc = a_.cache + (size_t)l * 2 * B_ * maxT_ * C;
+            floatX* vc = kc + (size_t)B_ * maxT_ * C;
+            if (l == 0)
+                layernorm_forward(a_.ln, a_.mean, a_.rstd, a_.x, params_.ln1w, params_.ln1b, R, C, stream);
+            else // the previous layer's residual2: x = x1 + fc_proj out
+                fused_residual_layernorm_forward(a_.x, a_.ln, a_.mean, a_.rstd, a_.x1, a_.proj, params_.ln1w + l * C,
+                                                 params_.ln1b + l * C, R, C, stream);
+            matmul_forward(a_.qkv, a_.ln, params_.qkvw + (size_t)l * 3 * C * C, params_.qkvb + l * 3 * C, R, C, 3 * C,
+                           nullptr, stream);
+            kv_cache_write_kernel<<<grid, threads, 0, stream>>>(kc, vc, a_.qkv, a_.seq, a_.pos, R, maxT_, C);
+            CUDA_LAUNCH_CHECK();
+            attend(a_.qkv, kc, vc);
+            matmul_forward(a_.proj, a_.atty, params_.attprojw + (size_t)l * C * C, params_.attprojb + l * C, R, C, C,
+                           nullptr, stream);
+            // residual1: x1 = x + attn_proj out
+            fused_residual_layernorm_forward(a_.x1, a_.ln, a_.mean, a_.rstd, a_.x, a_.proj, params_.ln2w + l * C,
+                                             params_.ln2b + l * C, R, C, stream);
+            matmul_forward(a_.fch_gelu, a_.ln, params_.fcw + (size_t)l * 4 * C * C, params_.fcb + l * 4 * C, R, C,
+                           4 * C, a_.fch, stream);
+            matmul_forward(a_.proj, a_.fch_gelu, params_.fcprojw + (size_t)l * C * 4 * C, params_.fcprojb + l * C, R,
+                           4 * C, C, nullptr, stream);
+        }
+        fused_residual_layernorm_forward(a_.x, a_.ln, a_.mean, a_.rstd, a_.x1, a_.proj, params_.lnfw, params_.lnfb, R,
+                                         C, stream);
+    }
+};
+
+} // namespace llmc

@@ -1,0 +1,220 @@
+// The GPU decoder (llmc/gpt2_decoder.cuh) and the GPU sampler (llmc/sample.cuh) on a tiny random model:
+//  - greedy generation with the KV cache against full recomputation through the training forward (GPT2GPU) on
+//    the same prefix, ragged prompts in one batch: the logits of every generated position within relative L2
+//    3e-2 (bf16 activations; decode attention sums in another order than the training kernel), and the same
+//    token unless the recomputation's best and the cache's choice lie within twice the two runs' largest logit
+//    difference (a near tie that bf16 rounding may decide either way);
+//  - the same logits against the CPU decoder (fp32, llmc/cpu/gpt2_decoder.h) on the bf16-rounded weights,
+//    relative L2 5e-2 (bf16 rounding of every activation against none);
+//  - the memory plan: what it calls the largest batch fits, and an impossible request is refused before allocating;
+//  - the sampler: greedy is the argmax (lowest id on ties), top-k never picks outside the top k, and draws at
+//    a temperature follow softmax(logits / T) (fixed-seed coins, 5 sigma per id) and agree with the CPU's
+//    pick_token for the same coin.
+#include <algorithm>
+#include <cmath>
+#include <gtest/gtest.h>
+#include <random>
+#include <vector>
+
+#include "llmc/cpu/gpt2_decoder.h"
+#include "llmc/gpt2.cuh"
+#include "llmc/gpt2_decoder.cuh"
+#include "llmc/gpt2_init.h"
+#include "llmc/infer.h"
+#include "test/gpu/gpu_test_util.cuh"
+
+using namespace llmc;
+using gputest::DeviceBuffer;
+
+namespace {
+
+// Random weights, matmuls and embeddings scaled up (as test_gpt2.cu does) so that logits spread and every
+// layer matters; rounded to bf16 so that the CPU reference sees what the GPU computes with.
+std::vector<float> tiny_weights(const GPT2Config& cfg) {
+    std::vector<float> w(num_parameters(cfg));
+    init_gpt2_parameters(w.data(), cfg, gputest::fresh_seed());
+    auto sizes = parameter_sizes(cfg);
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const bool layernorm = i == LN1W || i == LN1B || i == LN2W || i == LN2B || i == LNFW || i == LNFB;
+        if (!layernorm)
+            for (size_t j = off; j < off + sizes[i]; j++) w[j] *= 4.0f;
+        off += sizes[i];
+    }
+    return gputest::bf16_round(w);
+}
+
+int argmax(const float* x, int n) { return (int)(std::max_element(x, x + n) - x); }
+
+double max_abs_diff(const float* a, const float* b, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) m = std::max(m, (double)std::fabs(a[i] - b[i]));
+    return m;
+}
+
+} // namespace
+
+GPU_TEST(GpuGPT2Decoder, GreedyCacheMatchesRecomputeAndCpu) {
+    REQUIRE_GPU();
+    const GPT2Config cfg = gputest::tiny_gpt2_config();
+    const int V = cfg.vocab_size, Vp = cfg.padded_vocab_size, new_tokens = gputest::kEmulated ? 6 : 16;
+    const std::vector<int> lengths = {5, 1, 12}; // ragged: one of one token, one past two rows of 4
+    const int B = (int)lengths.size(), longest = 12, max_len = longest + new_tokens;
+    std::vector<std::vector<int>> prompts;
+    for (int n : lengths) prompts.push_back(gputest::random_tokens(n, V));
+    const std::vector<float> w = tiny_weights(cfg);
+
+    GPT2DecoderGPU dec(cfg, w.data(), B, longest, max_len);
+    GPT2GPU full(cfg, 1, max_len);
+    full.set_parameters(w.data());
+    GPT2CPU<float> cpu_model(cfg);
+    std::copy(w.begin(), w.end(), cpu_model.params_memory.begin());
+    GPT2DecoderCPU<float> cpu(cpu_model, B, max_len);
+    std::vector<float> cpu_logits((size_t)B * Vp);
+
+    std::vector<std::vector<int>> seqs = prompts;
+    dec.prefill(prompts);
+    cpu.append(prompts, cpu_logits.data());
+    const std::vector<float> coins(B, 0.5f); // unused at temperature 0
+    int near_ties = 0;
+    for (int step = 0; step < new_tokens; step++) {
+        SCOPED_TRACE(testing::Message() << "generated token " << step);
+        const std::vector<float> logits = dec.logits_host();
+        const int* ids = dec.sample(0.0f, 0, coins);
+        for (int b = 0; b < B; b++) {
+            const float* got = logits.data() + (size_t)b * Vp;
+            EXPECT_EQ(ids[b], argmax(got, V)) << "sequence " << b << ": the sampler's greedy id";
+            // Full recomputation of this sequence's prefix through the training forward.
+            full.forward(seqs[b].data(), nullptr, 1, (int)seqs[b].size(), 0.0f, 0.0f);
+            const std::vector<float> ref = full.logits_row((int)seqs[b].size() - 1);
+            const std::vector<float> got_v(got, got + V), ref_v(ref.begin(), ref.begin() + V);
+            EXPECT_TRUE(gputest::close_rel(got_v, ref_v, 3e-2, "cache vs recompute, sequence " + std::to_string(b)));
+            const int best = argmax(ref.data(), V);
+            if (ids[b] != best) {
+                const double gap = ref[best] - ref[ids[b]], diff = max_abs_diff(got, ref.data(), V);
+                EXPECT_LE(gap, 2 * diff) << "sequence " << b << ": cache chose " << ids[b] << ", recompute " << best;
+                near_ties++;
+            }
+            const std::vector<float> cpu_v(cpu_logits.begin() + (size_t)b * Vp, cpu_logits.begin() + (size_t)b * Vp + V);
+            EXPECT_TRUE(gputest::close_rel(got_v, cpu_v, 5e-2, "GPU vs CPU decoder, sequence " + std::to_string(b)));
+        }
+        std::vector<std::vector<int>> next(B);
+        for (int b = 0; b < B; b++) seqs[b].push_back(ids[b]), next[b] = {ids[b]};
+        if (step + 1 < new_tokens) {
+            dec.decode();
+            cpu.append(next, cpu_logits.data());
+            for (int b = 0; b < B; b++) EXPECT_EQ(dec.length(b), (int)seqs[b].size());
+        }
+    }
+    EXPECT_LE(near_ties, 1) << "more near ties than bf16 rounding explains";
+}
+
+GPU_TEST(GpuGPT2Decoder, MemoryPlanAndRefusal) {
+    REQUIRE_GPU();
+    GPT2Config cfg = gputest::tiny_gpt2_config();
+    const size_t free_bytes = 64ull << 20;
+    const DecoderMemoryPlan p = plan_decoder_memory(cfg, 1, 40, 60, free_bytes);
+    ASSERT_GT(p.max_batch, 1);
+    EXPECT_LE(plan_decoder_memory(cfg, p.max_batch, 40, 60, free_bytes).total(), p.budget());
+    EXPECT_GT(plan_decoder_memory(cfg, p.max_batch + p.max_batch / 10 + 2, 40, 60, free_bytes).total(), p.budget());
+    // Far past any device: 65536 sequences of 1024 tokens. Refused with the largest -b, nothing allocated.
+    cfg.max_seq_len = 1024;
+    const std::vector<float> w(num_parameters(cfg), 0.0f);
+    try {
+        GPT2DecoderGPU dec(cfg, w.data(), 65536, 1000, 1024);
+        FAIL() << "a request far beyond device memory was accepted";
+    } catch (const Error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("-b 65536"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("the largest -b that fits"), std::string::npos) << msg;
+    }
+}
+
+namespace {
+
+// Runs the sampler on `rows` copies of one logits row (bf16), one coin each.
+std::vector<int> sample_rows(const std::vector<float>& row, int V, int rows, float temperature, int top_k,
+                             const std::vector<float>& coins) {
+    const int Vp = (int)row.size();
+    std::vector<float> all;
+    for (int r = 0; r < rows; r++) all.insert(all.end(), row.begin(), row.end());
+    DeviceBuffer<floatX> d_logits(gputest::to_bf16(all));
+    DeviceBuffer<float> d_coins(coins);
+    DeviceBuffer<int> d_ids((size_t)rows);
+    sample_tokens(d_ids, d_logits, d_coins, rows, V, Vp, temperature, top_k, 0);
+    return d_ids.download();
+}
+
+std::vector<float> random_row(int V, int Vp, float scale) {
+    std::vector<float> row = gputest::bf16_round(gputest::random_normal(Vp, scale));
+    for (int i = V; i < Vp; i++) row[i] = 1e30f; // the padding: never a candidate
+    return row;
+}
+
+} // namespace
+
+GPU_TEST(GpuSampleTokens, GreedyIsArgmaxLowestOnTies) {
+    REQUIRE_GPU();
+    const int V = 1000, Vp = 1024;
+    std::vector<float> row = random_row(V, Vp, 1.0f);
+    const std::vector<int> got = sample_rows(row, V, 1, 0.0f, 0, {0.5f});
+    EXPECT_EQ(got[0], argmax(row.data(), V));
+    // Ties: the maximum at three ids, the lowest must win.
+    std::mt19937 g((unsigned)gputest::fresh_seed());
+    std::vector<int> at = {(int)(g() % V), (int)(g() % V), (int)(g() % V)};
+    for (int i : at) row[i] = 8.0f;
+    EXPECT_EQ(sample_rows(row, V, 1, 0.0f, 0, {0.5f})[0], *std::min_element(at.begin(), at.end()));
+}
+
+GPU_TEST(GpuSampleTokens, TopKNeverOutsideTopK) {
+    REQUIRE_GPU();
+    const int V = 300, Vp = 304, rows = gputest::kEmulated ? 64 : 4096;
+    for (int k : {1, 5, 40}) {
+        const std::vector<float> row = random_row(V, Vp, 2.0f);
+        std::vector<float> sorted(row.begin(), row.begin() + V);
+        std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+        const float kth = sorted[k - 1];
+        std::vector<float> coins(rows);
+        std::mt19937 g((unsigned)gputest::fresh_seed());
+        for (float& c : coins) c = std::uniform_real_distribution<float>(0.0f, 1.0f)(g);
+        for (int id : sample_rows(row, V, rows, 1.5f, k, coins)) {
+            ASSERT_TRUE(id >= 0 && id < V) << id;
+            EXPECT_GE(row[id], kth) << "top-" << k << " picked id " << id;
+        }
+    }
+}
+
+GPU_TEST(GpuSampleTokens, TemperatureFollowsDistribution) {
+    REQUIRE_GPU();
+    const int V = 40, Vp = 48, rows = gputest::kEmulated ? 600 : 20000;
+    const float T = 0.8f;
+    const std::vector<float> row = random_row(V, Vp, 1.5f);
+    std::mt19937 g(20261123); // fixed: a statistical bound, not a comparison
+    std::vector<float> coins(rows);
+    for (float& c : coins) c = std::uniform_real_distribution<float>(0.0f, 1.0f)(g);
+    const std::vector<int> ids = sample_rows(row, V, rows, T, 0, coins);
+    std::vector<int> count(V, 0);
+    int same_as_cpu = 0;
+    for (int r = 0; r < rows; r++) {
+        ASSERT_TRUE(ids[r] >= 0 && ids[r] < V) << ids[r];
+        count[ids[r]]++;
+        same_as_cpu += ids[r] == pick_token(row.data(), V, T, 0, coins[r]);
+    }
+    const float mx = *std::max_element(row.begin(), row.begin() + V);
+    double total = 0;
+    std::vector<double> p(V);
+    for (int i = 0; i < V; i++) total += p[i] = std::exp((row[i] - mx) / T);
+    for (int i = 0; i < V; i++) {
+        p[i] /= total;
+        EXPECT_NEAR((double)count[i] / rows, p[i], 5 * std::sqrt(p[i] * (1 - p[i]) / rows) + 1.0 / rows) << "id " << i;
+    }
+    // The same coin gives the same id as the CPU except where fp32 and double CDFs straddle it.
+    EXPECT_GE(same_as_cpu, rows - rows / 100);
+}
+
+GPU_TEST(GpuSampleTokens, BadArgumentsThrow) {
+    REQUIRE_GPU();
+    EXPECT_THROW(sample_tokens(nullptr, nullptr, nullptr, 0, 10, 16, 1.0f, 0, 0), Error);
+    EXPECT_THROW(sample_tokens(nullptr, nullptr, nullptr, 1, 20, 16, 1.0f, 0, 0), Error);
+    EXPECT_THROW(sample_tokens(nullptr, nullptr, nullptr, 1, 10, 16, -1.0f, 0, 0), Error);
+}

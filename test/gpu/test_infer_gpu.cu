@@ -1,0 +1,77 @@
+// infer_gpt2cu as a user runs it: flags refused before the device is touched (runs anywhere), and on a real
+// GPU the JSON output, determinism, the prompts shared with infer_gpt2, and the refusal of a batch whose KV
+// cache cannot fit. Child processes; not part of the emulated tier (the decoder itself is, test_gpt2_decoder.cu).
+#include <algorithm>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "llmc/checkpoint.h"
+#include "llmc/gpt2_init.h"
+#include "test/gpu/gpu_test_util.cuh"
+#include "test/test_util.h"
+
+using namespace llmc;
+using namespace testutil;
+
+namespace {
+
+// The JSON lines of a --json run: one object per sequence, then the summary object.
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+    std::vector<nlohmann::json> v;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+        if (!line.empty() && line[0] == '{') v.push_back(nlohmann::json::parse(line));
+    return v;
+}
+
+// A tiny model file (head size 64, as the GPU attention needs) with room for long sequences.
+std::string tiny_model(const TempDir& dir) {
+    GPT2Config c = gputest::tiny_gpt2_config();
+    c.max_seq_len = 1024;
+    std::vector<float> w(num_parameters(c));
+    init_gpt2_parameters(w.data(), c, 11);
+    save_model(dir / "tiny.bin", c, w.data());
+    return dir / "tiny.bin";
+}
+
+} // namespace
+
+TEST(InferGpuProgram, BadFlagsOneLineBeforeTheDevice) {
+    for (const char* args : {"--profile out", "-b 0", "--temperature -1", "-n", "--bogus"}) {
+        const RunResult r = run(std::string("./infer_gpt2cu ") + args);
+        EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
+        EXPECT_TRUE(has(r.output, "error: ")) << args << ": " << r.output;
+    }
+}
+
+TEST(InferGpuProgram, JsonDeterministicAndSamePromptsAsCpu) {
+    REQUIRE_GPU_FOR_CHILD_PROCESS();
+    TempDir dir;
+    const std::string model = tiny_model(dir), flags = " -e " + model + " --prompt-len 9 -b 3 -n 12 --temperature 0 --json";
+    const RunResult a = run("./infer_gpt2cu" + flags), b = run("./infer_gpt2cu" + flags), cpu = run("./infer_gpt2" + flags);
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+    const auto ja = json_lines(a.output), jb = json_lines(b.output), jc = json_lines(cpu.output);
+    ASSERT_EQ(ja.size(), 4u) << a.output;
+    ASSERT_EQ(jc.size(), 4u) << cpu.output;
+    for (int s = 0; s < 3; s++) {
+        EXPECT_EQ(ja[s]["prompt_ids"], jc[s]["prompt_ids"]) << "sequence " << s;
+        EXPECT_EQ(ja[s]["ids"], jb[s]["ids"]) << "sequence " << s << ": two runs differ";
+        ASSERT_EQ(ja[s]["ids"].size(), 12u);
+        for (int id : ja[s]["ids"]) EXPECT_TRUE(id >= 0 && id < 500) << id;
+    }
+    EXPECT_GT(ja[3]["summary"]["decode_tok_s"].get<double>(), 0.0);
+    EXPECT_GT(ja[3]["summary"]["peak_mem_mib"].get<double>(), 0.0);
+}
+
+TEST(InferGpuProgram, TooLargeBatchRefusedWithTheLargestThatFits) {
+    REQUIRE_GPU_FOR_CHILD_PROCESS();
+    TempDir dir;
+    const RunResult r = run("./infer_gpt2cu -e " + tiny_model(dir) + " --prompt-len 1000 -n 24 -b 65536");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_TRUE(has(r.output, "error: -b 65536: needs")) << r.output;
+    EXPECT_TRUE(has(r.output, "the largest -b that fits")) << r.output;
+}
