@@ -296,7 +296,7 @@ TEST(GpuCheckScript, DryRunListsEveryStageAndItsCommand) {
         EXPECT_TRUE(has(r.output, "\nstage " + std::to_string(++i) + "/15: " + stage + " (limit ")) << stage;
     for (const char* cmd :
          {"nvidia-smi --query-gpu=name,driver_version", "python3 scripts/gpu_report.py versions", "make -j",
-          "./build/run_tests --gtest_filter='GPT2GPU.*:GpuAttention.*:GpuAttentionDecode.*:Kernels", "TrainGpu.*:TrainGpuProfile.*'",
+          "./build/run_tests --gtest_filter='GPT2GPU.*:GpuAttention.*:GpuAttentionDecode.*:GpuGPT2Decoder.*:GpuSampleTokens.*:InferGpuProgram.*:Kernels", "TrainGpu.*:TrainGpuProfile.*'",
           "--tool memcheck --error-exitcode 1 ./build/run_tests --gtest_filter='Kernels*:GpuAttention.*:GPT2GPU.*"
           "-GpuAttention.Gpt2Shape'",
           "--tool racecheck", "--tool synccheck", "--tool initcheck", "build/dev/cuda/$(basename \"$src\" .cu)",

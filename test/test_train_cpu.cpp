@@ -505,7 +505,8 @@ TEST_F(TrainCpu, TwoRankProfileShowsCommunication) {
         EXPECT_TRUE(comm) << rank << ": no comm row in subblocks.csv";
     }
     // Each rank's trace names its rank, so HTA can analyse the set of traces together.
-    EXPECT_TRUE(testutil::has(slurp(prof + "/rank1/trace.json"), "\"distributedInfo\":{\"rank\":1,\"world_size\":2}"));
+    EXPECT_TRUE(testutil::has(slurp(prof + "/rank1/trace.json"),
+                              "\"distributedInfo\": {\"backend\": \"mpi\", \"rank\": 1, \"world_size\": 2}"));
     std::string merged = slurp(prof + "/distributed.txt");
     EXPECT_TRUE(testutil::has(merged, "data-parallel profile: 2 ranks")) << merged;
     EXPECT_TRUE(testutil::has(merged, "all_reduce")) << merged;

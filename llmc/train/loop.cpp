@@ -212,14 +212,12 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
             throw Error(strprintf("loss is %f at step %d; stopping (checkpoints in -o are from before this step)",
                                   s.loss, step + 1));
         trained++;
+        trained_seconds += ms / 1e3;
         // The ETA counts val losses, samples and checkpoints at the pace they have cost so far.
         const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s%s | %s\n", step + 1, max_steps,
                s.loss, s.grad_norm, lr, ms, opt.total_batch / (ms / 1e3), be.step_extras(ms, opt.total_batch).c_str(),
                elapsed_and_eta(elapsed, trained, max_steps - start_step).c_str());
-        trained_seconds += ms / 1e3;
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s%s\n", step + 1, max_steps, s.loss,
-               s.grad_norm, lr, ms, opt.total_batch / (ms / 1e3), be.step_extras(ms, opt.total_batch).c_str());
         log.train(step + 1, s.loss, lr, s.grad_norm);
         if (profile) profile->step_done(step + 1 == max_steps);
     }
