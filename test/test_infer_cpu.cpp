@@ -365,7 +365,6 @@ TEST(InferProgram, ProfileSeparatesPrefillAndDecode) {
     EXPECT_EQ(phases[0].at("tokens"), "8");
     EXPECT_EQ(phases[1].at("phase"), "decode");
     EXPECT_EQ(phases[1].at("steps"), "5");
-    EXPECT_EQ(phases[1].at("bound"), "memory");
 
     std::set<std::string> sub_phases;
     for (auto& row : read_csv(prof_dir + "/subblocks.csv")) sub_phases.insert(row.at("phase"));
@@ -385,7 +384,18 @@ TEST(InferProgram, ProfileSeparatesPrefillAndDecode) {
     EXPECT_GT(pj["steps"][5]["decode_ms"].get<double>(), 0);
     bool weight_bound = false;
     for (auto& f : pj["findings"]) weight_bound |= f["rule"] == "decode_weight_bound";
-    EXPECT_TRUE(weight_bound) << pj["findings"].dump();
+    // The bound follows the ceilings the profile measured (CPU: fp32 throughout): decode at batch 1 does about
+    // 0.5 FLOP per byte, and a CPU's ridge is several FLOP per byte, so decode is memory-bound and the finding
+    // says to batch more. A sanitizer build's calibration (its matmul many times slower) can flatten the ridge
+    // below decode's intensity; there only the consistency is checked.
+    const auto& ce = pj["context"]["ceilings"];
+    const double ridge = ce["fp32_tflops"].get<double>() * 1e3 / ce["dram_gbps"].get<double>();
+    const double intensity = std::stod(phases[1].at("intensity"));
+    EXPECT_EQ(phases[1].at("bound"), intensity < ridge ? "memory" : "compute") << ridge << " " << intensity;
+    if (ridge > 2 * intensity) {
+        EXPECT_EQ(phases[1].at("bound"), "memory");
+        EXPECT_TRUE(weight_bound) << pj["findings"].dump();
+    }
 
     const nlohmann::json trace = nlohmann::json::parse(slurp(prof_dir + "/trace.json"));
     int prefill = 0, decode = 0;
