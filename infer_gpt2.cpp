@@ -63,7 +63,8 @@ int run(int argc, char** argv) {
     GPT2DecoderCPU<float> dec(model, B, max_len);
     std::vector<float> logits((size_t)B * cfg.padded_vocab_size);
 
-    // ---- --profile: step 0 is the prefill, step k the k-th decode step; the window is the whole run ----
+    // ---- --profile: the window is the whole run; the session's step 0 is the prefill, step k the k-th decode step
+    // (numbered from 1 in the profile: prefill is its step 1) ----
     SubBlockTimes timings;
     prof::InferenceShape shape;
     shape.sequences = B;
@@ -112,11 +113,7 @@ int run(int argc, char** argv) {
     for (int b = 0; b < B; b++) choose(b);
     sum.ttft_ms = ms_since(t0);
     end_step(shape.prompt_tokens, std::count(running.begin(), running.end(), true) == 0);
-    for (int b = 0; b < B; b++) {
-        seqs[b].prompt_ids = prompts[b];
-        seqs[b].ttft_ms = sum.ttft_ms;
-        sum.prefill_tokens += (long)prompts[b].size();
-    }
+    record_prefill(prompts, seqs, sum);
     std::vector<std::vector<int>> step(B);
     dec.phase = Phase::decode;
     while (std::count(running.begin(), running.end(), true) > 0) {

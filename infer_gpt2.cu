@@ -54,11 +54,7 @@ int run(int argc, char** argv) {
     sum.prefill_ms = ms_since(t0);
     choose();
     sum.ttft_ms = ms_since(t0);
-    for (int b = 0; b < B; b++) {
-        seqs[b].prompt_ids = in.prompts[b];
-        seqs[b].ttft_ms = sum.ttft_ms;
-        sum.prefill_tokens += (long)in.prompts[b].size();
-    }
+    record_prefill(in.prompts, seqs, sum);
     while (any_running()) {
         // Every sequence steps (a fixed shape); a finished one's tokens are dropped, and its cache has room for
         // them: it stopped before its prompt + -n tokens.

@@ -254,6 +254,17 @@ struct InferSummary {
     double avg_power_w = NAN, j_per_token = NAN; // NaN: not measured (printed as null)
 };
 
+// After the prefill: each sequence's prompt and time to first token (one for all: they prefill together), and the
+// prompt tokens counted into the summary. Both programs record it the same way.
+inline void record_prefill(const std::vector<std::vector<int>>& prompts, std::vector<SequenceResult>& seqs,
+                           InferSummary& sum) {
+    for (size_t b = 0; b < seqs.size(); b++) {
+        seqs[b].prompt_ids = prompts[b];
+        seqs[b].ttft_ms = sum.ttft_ms;
+        sum.prefill_tokens += (long)prompts[b].size();
+    }
+}
+
 inline double decode_tok_s(const SequenceResult& s) {
     return s.decode_ms > 0 ? (s.ids.size() - 1) / (s.decode_ms / 1e3) : 0;
 }
