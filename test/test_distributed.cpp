@@ -47,9 +47,9 @@ TEST(Distributed, SummaryNamesTheStragglerAndTheHiddenShare) {
         rec.comm.calls[(int)Collective::all_reduce] = steps;
         rec.comm.bytes[(int)Collective::all_reduce] = 4000 * steps;
         rec.comm.seconds[(int)Collective::all_reduce] = u(g) * 1e-3;
-        rec.exposed_seconds = rec.comm.seconds[(int)Collective::all_reduce] * u(g);
+        rec.comm.exposed_seconds = rec.comm.seconds[(int)Collective::all_reduce] * u(g);
         comm_sum += rec.comm.seconds[(int)Collective::all_reduce];
-        exposed_sum += rec.exposed_seconds;
+        exposed_sum += rec.comm.exposed_seconds;
         if (rec.step_seconds > longest) longest = rec.step_seconds, slowest = r;
     }
     prof::DistributedSummary s = prof::summarize_ranks(ranks);
@@ -65,6 +65,29 @@ TEST(Distributed, SummaryNamesTheStragglerAndTheHiddenShare) {
     EXPECT_TRUE(testutil::has(text, "rank " + std::to_string(slowest))) << text;
     EXPECT_TRUE(testutil::has(text, "<- straggler")) << text;
     EXPECT_TRUE(testutil::has(text, "all_reduce")) << text;
+    EXPECT_TRUE(testutil::has(text, "peak unknown")) << text; // no rank knew its link
+}
+
+// A ring is as fast as its slowest link: the summary compares with the smallest peak any rank knows.
+TEST(Distributed, SummaryComparesBusBandwidthWithTheSlowestLink) {
+    std::vector<prof::RankRecord> ranks(3);
+    const double peaks[] = {0.0, 450.0, 32.0}; // rank 0 does not know its link
+    for (int r = 0; r < 3; r++) {
+        ranks[r].rank = r, ranks[r].steps = 1, ranks[r].step_seconds = 1;
+        ranks[r].comm.calls[(int)Collective::all_gather] = 1;
+        ranks[r].comm.bytes[(int)Collective::all_gather] = 3'000'000'000;
+        ranks[r].comm.seconds[(int)Collective::all_gather] = 0.5;
+        ranks[r].link = {r == 1 ? LinkKind::nvlink : LinkKind::pcie, peaks[r]};
+    }
+    prof::DistributedSummary s = prof::summarize_ranks(ranks);
+    EXPECT_EQ(s.link.kind, LinkKind::pcie);
+    EXPECT_EQ(s.link.peak_gbps, 32.0);
+    ASSERT_EQ(s.collectives.size(), 1u);
+    EXPECT_DOUBLE_EQ(s.collectives[0].bus_gbps, 3.0 * 2 / 3 / 0.5); // (N-1)/N of 3 GB in 0.5 s
+    EXPECT_DOUBLE_EQ(s.collectives[0].of_peak, 4.0 / 32.0);
+    std::string text = prof::format_distributed(s);
+    EXPECT_TRUE(testutil::has(text, "12.5%")) << text;
+    EXPECT_TRUE(testutil::has(text, "link: PCIe, peak 32.0 GB/s")) << text;
 }
 
 // The gradient buckets: every parameter in exactly one, each layer's ranges inside its tensors.

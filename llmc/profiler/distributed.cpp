@@ -17,22 +17,24 @@ double bus_bandwidth(Collective c, double bytes, double seconds, int world) {
 
 std::vector<RankRecord> gather_rank_records(Communicator& comm, const RankRecord& mine) {
     // Each rank fills its own row of a zeroed table; the sum over ranks is the whole table.
-    constexpr int C = (int)Collective::COUNT, K = 3 + 3 * C;
+    constexpr int C = (int)Collective::COUNT, K = 5 + 3 * C;
     std::vector<double> table((size_t)comm.world() * K, 0.0);
     double* row = table.data() + (size_t)comm.rank() * K;
-    row[0] = mine.steps, row[1] = mine.step_seconds, row[2] = mine.exposed_seconds;
+    row[0] = mine.steps, row[1] = mine.step_seconds, row[2] = mine.comm.exposed_seconds;
+    row[3] = (double)mine.link.kind, row[4] = mine.link.peak_gbps;
     for (int c = 0; c < C; c++)
-        row[3 + c] = (double)mine.comm.calls[c], row[3 + C + c] = (double)mine.comm.bytes[c],
-        row[3 + 2 * C + c] = mine.comm.seconds[c];
+        row[5 + c] = (double)mine.comm.calls[c], row[5 + C + c] = (double)mine.comm.bytes[c],
+        row[5 + 2 * C + c] = mine.comm.seconds[c];
     comm.all_reduce_sum(table.data(), table.size());
     std::vector<RankRecord> out(comm.world());
     for (int r = 0; r < comm.world(); r++) {
         const double* x = table.data() + (size_t)r * K;
         RankRecord& rec = out[r];
-        rec.rank = r, rec.steps = (int)x[0], rec.step_seconds = x[1], rec.exposed_seconds = x[2];
+        rec.rank = r, rec.steps = (int)x[0], rec.step_seconds = x[1], rec.comm.exposed_seconds = x[2];
+        rec.link = {(LinkKind)(int)x[3], x[4]};
         for (int c = 0; c < C; c++)
-            rec.comm.calls[c] = (int64_t)x[3 + c], rec.comm.bytes[c] = (int64_t)x[3 + C + c],
-            rec.comm.seconds[c] = x[3 + 2 * C + c];
+            rec.comm.calls[c] = (int64_t)x[5 + c], rec.comm.bytes[c] = (int64_t)x[5 + C + c],
+            rec.comm.seconds[c] = x[5 + 2 * C + c];
     }
     return out;
 }
@@ -42,6 +44,9 @@ DistributedSummary summarize_ranks(const std::vector<RankRecord>& ranks) {
     s.world = (int)ranks.size();
     if (ranks.empty()) return s;
     double comm = 0, exposed = 0;
+    s.link = ranks[0].link;
+    for (const RankRecord& r : ranks)
+        if (r.link.peak_gbps > 0 && (s.link.peak_gbps <= 0 || r.link.peak_gbps < s.link.peak_gbps)) s.link = r.link;
     for (int c = 0; c < (int)Collective::COUNT; c++) {
         CollectiveRow row{(Collective)c};
         for (const RankRecord& r : ranks) {
@@ -51,13 +56,14 @@ DistributedSummary summarize_ranks(const std::vector<RankRecord>& ranks) {
         }
         if (row.calls == 0) continue;
         row.bus_gbps = bus_bandwidth(row.kind, (double)row.bytes / s.world, row.seconds, s.world);
+        row.of_peak = s.link.peak_gbps > 0 ? row.bus_gbps / s.link.peak_gbps : 0;
         comm += row.seconds;
         s.collectives.push_back(row);
     }
     int steps = 0;
     double longest = -1;
     for (const RankRecord& r : ranks) {
-        exposed += r.exposed_seconds / s.world;
+        exposed += r.comm.exposed_seconds / s.world;
         double ms = r.steps ? 1e3 * r.step_seconds / r.steps : 0;
         s.step_ms.push_back(ms);
         if (ms > longest) longest = ms, s.straggler = r.rank;
@@ -71,10 +77,16 @@ DistributedSummary summarize_ranks(const std::vector<RankRecord>& ranks) {
 std::string format_distributed(const DistributedSummary& s) {
     std::string out = strprintf("data-parallel profile: %d ranks\n\ncommunication (per rank, over the whole run)\n",
                                 s.world);
-    out += strprintf("%-15s %8s %14s %12s %12s\n", "collective", "calls", "bytes/rank", "ms/rank", "bus GB/s");
+    out += strprintf("%-15s %8s %14s %12s %12s %9s\n", "collective", "calls", "bytes/rank", "ms/rank", "bus GB/s",
+                     "of peak");
     for (const CollectiveRow& r : s.collectives)
-        out += strprintf("%-15s %8lld %14lld %12.3f %12.3f\n", collective_name(r.kind), (long long)(r.calls / s.world),
-                         (long long)(r.bytes / s.world), 1e3 * r.seconds, r.bus_gbps);
+        out += strprintf("%-15s %8lld %14lld %12.3f %12.3f %9s\n", collective_name(r.kind),
+                         (long long)(r.calls / s.world), (long long)(r.bytes / s.world), 1e3 * r.seconds, r.bus_gbps,
+                         r.of_peak > 0 ? strprintf("%.1f%%", 100 * r.of_peak).c_str() : "-");
+    out += s.link.peak_gbps > 0
+               ? strprintf("link: %s, peak %.1f GB/s per direction (bus bandwidth is comparable with it)\n",
+                           link_kind_name(s.link.kind), s.link.peak_gbps)
+               : strprintf("link: %s, peak unknown\n", link_kind_name(s.link.kind));
     out += strprintf("\ncommunication per step: %.3f ms per rank, %.1f%% of it hidden behind compute\n",
                      1e3 * s.comm_seconds, 100 * s.hidden_share);
     out += "\nstep time per rank (mean ms over the run)\n";

@@ -15,9 +15,9 @@ namespace llmc::prof {
 struct RankRecord {
     int rank = 0;
     int steps = 0;
-    double step_seconds = 0;   // summed wall time of those steps
-    double exposed_seconds = 0; // communication time nothing else ran beside (the rank waited for it)
-    CommStats comm;            // every collective of the run
+    double step_seconds = 0; // summed wall time of those steps
+    CommStats comm;          // every collective of the run, and the part of their time the rank waited for
+    Link link;               // what they crossed
 };
 
 struct CollectiveRow {
@@ -25,10 +25,12 @@ struct CollectiveRow {
     int64_t calls = 0, bytes = 0; // summed over ranks
     double seconds = 0;           // mean per rank
     double bus_gbps = 0;          // achieved bus bandwidth (NCCL's busBw convention), GB/s
+    double of_peak = 0;           // bus_gbps over the link's peak; 0 when the peak is unknown
 };
 
 struct DistributedSummary {
     int world = 0;
+    Link link;                              // the slowest rank's link (a known peak beats an unknown one)
     std::vector<CollectiveRow> collectives; // those that ran
     double comm_seconds = 0;                // mean per rank per step (the run's collectives over its steps)
     double hidden_share = 0;                // of communication time, the part overlapped with compute

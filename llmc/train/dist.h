@@ -33,11 +33,31 @@ inline const char* collective_name(Collective c) {
     return enum_table<Collective>(names)[(int)c];
 }
 
-// What a communicator has done so far: calls, bytes each rank sent in, and wall seconds, per collective.
+// What a rank's collectives have done so far: calls, bytes each rank sent in, and busy seconds, per collective;
+// and exposed_seconds, the part of that time the training itself waited for (a blocking collective on the
+// training thread is exposed whole; one running beside compute only for the wait at its end).
 struct CommStats {
     int64_t calls[(int)Collective::COUNT] = {};
     int64_t bytes[(int)Collective::COUNT] = {};
     double seconds[(int)Collective::COUNT] = {};
+    double exposed_seconds = 0;
+    double total_seconds() const {
+        double t = 0;
+        for (double s : seconds) t += s;
+        return t;
+    }
+};
+
+// The link a rank's collectives cross, and its peak bandwidth per direction (GB/s; 0: unknown). A ring runs at
+// its slowest link, so the merged profile compares bus bandwidth with the smallest peak of the ranks.
+enum class LinkKind { unknown, shared_memory, pcie, nvlink, COUNT };
+inline const char* link_kind_name(LinkKind k) {
+    static constexpr const char* names[] = {"unknown", "shared memory", "PCIe", "NVLink"};
+    return enum_table<LinkKind>(names)[(int)k];
+}
+struct Link {
+    LinkKind kind = LinkKind::unknown;
+    double peak_gbps = 0;
 };
 
 // The elements [begin, end) of an n-element buffer that rank `rank` of `world` owns: contiguous, in rank order,
@@ -72,6 +92,10 @@ public:
     // Rank 0's bytes to every rank.
     void broadcast(void* buf, size_t bytes) { timed(Collective::broadcast, bytes, [&] { broadcast_impl(buf, bytes); }); }
     virtual void barrier() = 0;
+    // The training's wait for collectives running beside it (a background thread's), counted as exposed.
+    void add_exposed(double seconds) { stats_.exposed_seconds += seconds; }
+    // The collectives the calling thread runs from now on overlap the training (their time is not exposed).
+    static void mark_background_thread() { background_thread() = true; }
 
 protected:
     Communicator(int rank, int world) : rank_(rank), world_(world) {}
@@ -82,12 +106,19 @@ protected:
     virtual void broadcast_impl(void* buf, size_t bytes) = 0;
 
 private:
+    static bool& background_thread() {
+        thread_local bool background = false;
+        return background;
+    }
+    // One thread at a time runs collectives (MPI_THREAD_SERIALIZED): stats_ needs no lock.
     template <typename Fn> void timed(Collective c, size_t bytes, Fn&& fn) {
         auto t0 = std::chrono::steady_clock::now();
         fn();
+        double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         stats_.calls[(int)c]++;
         stats_.bytes[(int)c] += (int64_t)bytes;
-        stats_.seconds[(int)c] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        stats_.seconds[(int)c] += dt;
+        if (!background_thread()) stats_.exposed_seconds += dt;
     }
     int rank_, world_;
     CommStats stats_;

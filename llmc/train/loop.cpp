@@ -225,11 +225,7 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     if (profile) profile->print_outcome();
     if (world > 1 && !profile_root.empty()) {
         // The ranks' step times and communication side by side, written by rank 0 beside the rank<r>/ profiles.
-        // The collectives are blocking: every second of them is exposed.
-        const CommStats& cs = comm->stats();
-        double comm_seconds = 0;
-        for (double x : cs.seconds) comm_seconds += x;
-        prof::RankRecord mine{rank, trained, trained_seconds, comm_seconds, cs};
+        prof::RankRecord mine{rank, trained, trained_seconds, be.comm_stats(*comm), be.link()};
         std::vector<prof::RankRecord> all = prof::gather_rank_records(*comm, mine);
         if (rank == 0) {
             std::string text = prof::format_distributed(prof::summarize_ranks(all));

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "llmc/cli.h"
+#include "llmc/train/dist.h"
 
 namespace llmc {
 
-class Communicator;
 class DataLoader;
 class Progress;
 struct GPT2Config;
@@ -47,6 +47,11 @@ public:
     virtual std::string step_extras(double /*ms*/, long /*tokens*/) const { return ""; } // more step-line fields
     virtual void print_memory() const = 0;
     virtual prof::ProfileSession* profile_session() { return nullptr; } // with --profile
+    // This rank's communication over the run, for the merged data-parallel profile (llmc/profiler/distributed.h):
+    // by default the communicator's own collectives; a backend whose collectives the communicator does not time
+    // (queued on a GPU stream) reports them itself.
+    virtual CommStats comm_stats(const Communicator& comm) const { return comm.stats(); }
+    virtual Link link() const { return {}; } // the link those collectives cross
 };
 
 using BackendFactory = std::unique_ptr<TrainBackend> (*)(const GPT2Config&, const TrainOptions&, Communicator&);
