@@ -167,6 +167,8 @@ EMU_LIB_SRCS := $(wildcard test/emu/*.cpp)
 $(EMU_SRC)/%: % test/emu/rewrite.py
 	@mkdir -p $(dir $@)
 	python3 test/emu/rewrite.py $< $@
+# Kept between builds (make would delete them as intermediates, and every emulated object would rebuild).
+.SECONDARY: $(EMU_REWRITTEN)
 # Emulator include paths come first: the rewritten headers shadow the originals, the shims the toolkit's.
 EMU_CPPFLAGS = -I$(EMU_SRC) -Itest/emu/include -DLLMC_EMU
 # Device code's rules, not ISO C++'s: type punning through pointer casts, and unsigned built-ins compared with ints.
