@@ -200,7 +200,9 @@ GPU_TEST(GpuGPT2Decoder, RangesCarryPhaseAndSubBlock) {
             const SubBlock s = (SubBlock)p.info.subblock;
             const bool per_layer = s != SubBlock::encoder && s != SubBlock::lnf && s != SubBlock::classifier;
             EXPECT_EQ(p.info.layer >= 0, per_layer) << p.name;
-            if (per_layer) EXPECT_EQ(p.parent_phase, (int)phase) << p.name << ": not inside its layer's range";
+            if (per_layer) {
+                EXPECT_EQ(p.parent_phase, (int)phase) << p.name << ": not inside its layer's range";
+            }
         }
         EXPECT_EQ(layers, cfg.num_layers);
         const std::set<int> want = {(int)SubBlock::encoder, (int)SubBlock::ln1,       (int)SubBlock::qkv,
@@ -209,7 +211,9 @@ GPU_TEST(GpuGPT2Decoder, RangesCarryPhaseAndSubBlock) {
                                     (int)SubBlock::classifier};
         EXPECT_EQ(subblocks, want);
         // embed, per layer ln1 + kv write + attention + ln2, lnf, the sampler: at least this many kernels.
-        if (gputest::kEmulated) EXPECT_GE(in_subblocks, 2L + 4L * cfg.num_layers + 1);
+        if (gputest::kEmulated) {
+            EXPECT_GE(in_subblocks, 2L + 4L * cfg.num_layers + 1);
+        }
     }
 }
 
