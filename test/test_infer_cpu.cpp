@@ -325,6 +325,34 @@ TEST(InferProfile, DecodeCostsGrowWithContextAndBatch) {
     }
 }
 
+// The GPU decoder's fusions (inference_costs with fused): the residual adds and GELU have no cells of their own;
+// their FLOPs move into ln1, ln2, lnf and fc, so decode's FLOPs (where lnf already runs on every row) are the
+// unfused model's, and its bytes are fewer (each residual sum is not read back). Prefill's lnf runs on every
+// prompt row, not only the last ones.
+TEST(InferProfile, FusedCostsMoveTheResidualsAndGelu) {
+    const GPT2Config c = infer_config();
+    prof::InferenceShape s;
+    s.sequences = 2, s.prompt_tokens = 12, s.prompt_pairs = 42, s.decode_steps = 3, s.decode_tokens = 6;
+    s.decode_context = 2 * (7 + 8 + 9), s.elem_bytes = 2;
+    const prof::CostTable plain = prof::inference_costs(c, s), fused = prof::inference_costs(c, s, true);
+    for (Phase p : {Phase::prefill, Phase::decode}) {
+        SCOPED_TRACE(phase_name(p));
+        prof::OpCost a, b;
+        for (int sb = 0; sb < NUM_SUBBLOCKS; sb++) a += plain[sb][(int)p], b += fused[sb][(int)p];
+        for (SubBlock sb : {SubBlock::residual1, SubBlock::residual2, SubBlock::gelu}) {
+            EXPECT_GT(plain[(int)sb][(int)p].flops(), 0) << subblock_name(sb);
+            EXPECT_EQ(fused[(int)sb][(int)p].flops() + fused[(int)sb][(int)p].bytes, 0) << subblock_name(sb);
+        }
+        EXPECT_GT(fused[(int)SubBlock::fc][(int)p].other_flops, 0); // GELU as the epilogue
+        EXPECT_LT(b.bytes, a.bytes);
+        if (p == Phase::decode) {
+            EXPECT_DOUBLE_EQ(b.flops(), a.flops());
+        } else {
+            EXPECT_GT(b.flops(), a.flops()); // lnf over all 12 prompt rows rather than the 2 last ones
+        }
+    }
+}
+
 // Steps 2.. of an inference profile (step 1 is the prefill) are decode steps: grouped in order, each group's
 // context range and sums.
 TEST(InferProfile, DecodeBuckets) {
