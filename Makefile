@@ -120,8 +120,8 @@ train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(LIBS)
 profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) -lgomp
 
-infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(LDLIBS_PCRE)
+infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(PROFILER_LIB)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
 
 # The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
 $(BUILD)/sample_profile: $(BUILD)/dev/sample_profile.o $(PROFILER_LIB)

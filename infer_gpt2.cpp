@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <memory>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include "llmc/cpu/gpt2_decoder.h"
 #include "llmc/infer.h"
@@ -25,25 +24,6 @@ double peak_rss_mib() {
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss / 1024.0; // KiB on Linux
 }
-
-// With --json, stdout carries only the JSON lines: the profiler's messages and summary go to stderr meanwhile.
-class StdoutToStderr {
-public:
-    explicit StdoutToStderr(bool on) : saved_(on ? (fflush(stdout), dup(1)) : -1) {
-        if (saved_ >= 0) dup2(2, 1);
-    }
-    ~StdoutToStderr() {
-        if (saved_ < 0) return;
-        fflush(stdout);
-        dup2(saved_, 1);
-        close(saved_);
-    }
-    StdoutToStderr(const StdoutToStderr&) = delete;
-    StdoutToStderr& operator=(const StdoutToStderr&) = delete;
-
-private:
-    int saved_;
-};
 
 int run(int argc, char** argv) {
     const InferOptions opt = parse_infer_options(argc, argv);
@@ -63,35 +43,14 @@ int run(int argc, char** argv) {
     GPT2DecoderCPU<float> dec(model, B, max_len);
     std::vector<float> logits((size_t)B * cfg.padded_vocab_size);
 
-    // ---- --profile: the window is the whole run; the session's step 0 is the prefill, step k the k-th decode step
-    // (numbered from 1 in the profile: prefill is its step 1) ----
+    // ---- --profile (llmc/infer.h InferProfile): the sub-block executions timed into `timings` ----
     SubBlockTimes timings;
-    prof::InferenceShape shape;
-    shape.sequences = B;
-    for (auto& p : prompts) shape.prompt_tokens += (long)p.size(), shape.prompt_pairs += 0.5 * p.size() * (p.size() + 1.0);
-    shape.kv_cache_bytes = dec.cache_bytes();
-    shape.elem_bytes = sizeof(float);
-    std::unique_ptr<prof::ProfileSession> profile;
-    if (!opt.profile_dir.empty()) {
-        StdoutToStderr quiet(opt.json);
-        profile = prof::make_cpu_inference_session({opt.profile_dir, 0, opt.new_tokens}, cfg, shape, longest, &timings);
-        profile->before_report([&](const prof::ProfileRecords&, prof::ProfileContext& ctx) {
-            ctx.inference = shape; // the decode counts, known now
-            return prof::CounterReport{};
-        });
-        dec.timings = &timings;
-    }
-    int profile_step = 0;
-    auto begin_step = [&] {
-        if (profile) profile->begin_step(profile_step);
-    };
-    auto end_step = [&](long tokens, bool last) {
-        if (!profile) return;
-        profile->end_step(tokens);
-        StdoutToStderr quiet(opt.json);
-        profile->step_done(last);
-        profile_step++;
-    };
+    InferProfile profile(opt, prompts, sizeof(float));
+    profile.shape.kv_cache_bytes = dec.cache_bytes();
+    profile.start([&](const prof::SessionOptions& so) {
+        return prof::make_cpu_inference_session(so, cfg, profile.shape, longest, &timings);
+    });
+    if (profile.on()) dec.timings = &timings;
 
     // ---- prefill, then one decode step per new token while any sequence is running ----
     using Clock = std::chrono::steady_clock;
@@ -106,30 +65,26 @@ int run(int argc, char** argv) {
         if ((opt.stop_eot && id == eot) || (int)seqs[b].ids.size() == opt.new_tokens) running[b] = false;
     };
     const auto t0 = Clock::now();
-    begin_step();
+    profile.begin_step();
     dec.phase = Phase::prefill;
     dec.append(prompts, logits.data());
     sum.prefill_ms = ms_since(t0);
     for (int b = 0; b < B; b++) choose(b);
     sum.ttft_ms = ms_since(t0);
-    end_step(shape.prompt_tokens, std::count(running.begin(), running.end(), true) == 0);
+    profile.end_step(profile.shape.prompt_tokens, std::count(running.begin(), running.end(), true) == 0);
     record_prefill(prompts, seqs, sum);
     std::vector<std::vector<int>> step(B);
     dec.phase = Phase::decode;
     while (std::count(running.begin(), running.end(), true) > 0) {
         const auto ts = Clock::now();
-        begin_step();
-        long rows = 0;
-        for (int b = 0; b < B; b++) {
-            step[b] = running[b] ? std::vector<int>{seqs[b].ids.back()} : std::vector<int>{};
-            if (running[b]) rows++, shape.decode_context += dec.length(b) + 1;
-        }
-        shape.decode_steps++, shape.decode_tokens += rows;
+        profile.begin_step();
+        for (int b = 0; b < B; b++) step[b] = running[b] ? std::vector<int>{seqs[b].ids.back()} : std::vector<int>{};
+        const long rows = profile.count_decode_step(running, [&](int b) { return dec.length(b); });
         dec.append(step, logits.data());
         for (int b = 0; b < B; b++)
             if (running[b]) choose(b), sum.decode_tokens++;
         const double ms = ms_since(ts);
-        end_step(rows, std::count(running.begin(), running.end(), true) == 0);
+        profile.end_step(rows, std::count(running.begin(), running.end(), true) == 0);
         sum.step_ms.push_back(ms);
         for (int b = 0; b < B; b++)
             if (!step[b].empty()) seqs[b].decode_ms += ms;

@@ -2,9 +2,14 @@
  * infer_gpt2cu: GPT-2 text generation on the GPU in bf16 with a KV cache (llmc/gpt2_decoder.cuh): the prompts
  * of all B sequences go through the model together (prefill), then one token per sequence per step (decode);
  * tokens are chosen on the GPU (llmc/sample.cuh) and only their ids cross to the host. Same flags and output
- * as infer_gpt2 (llmc/infer.h, doc/flags.md); --profile is infer_gpt2's alone for now.
+ * as infer_gpt2 (llmc/infer.h, doc/flags.md).
+ *
+ * --profile DIR traces the whole run in-process with CUPTI (llmc/profiler/cupti_source.cuh), step 1 the prefill
+ * and each later step one decode step, as infer_gpt2 --profile does on the CPU; the decoder's ranges put its
+ * kernels in Phase::prefill and Phase::decode. It has not yet run on a GPU.
  *
  *   ./infer_gpt2cu -e d12 --prompt-len 128 -n 128 -b 8 --temperature 0
+ *   ./infer_gpt2cu -e d12 --prompt-len 128 -n 128 -b 8 --temperature 0 --profile prof_infer
  */
 #include <chrono>
 #include <cstdio>
@@ -12,6 +17,7 @@
 
 #include "llmc/gpt2_decoder.cuh"
 #include "llmc/infer.h"
+#include "llmc/profiler/cupti_source.cuh"
 
 namespace llmc {
 namespace {
@@ -22,13 +28,19 @@ int run(int argc, char** argv) {
         printf("%s", infer_usage("infer_gpt2cu").c_str());
         return 0;
     }
-    if (!opt.profile_dir.empty())
-        throw UsageError("--profile: infer_gpt2cu does not profile yet; infer_gpt2 --profile profiles the CPU run");
     InferInputs in = load_infer_inputs(opt);
     const GPT2Config& cfg = in.cfg;
     const int B = (int)in.prompts.size();
+    // --profile (llmc/infer.h InferProfile): the session, and its ceilings, before the decoder takes the memory.
+    InferProfile profile(opt, in.prompts, sizeof(floatX));
+    profile.start([&](const prof::SessionOptions& so) {
+        prof::ProfileContext ctx = prof::gpu_profile_context("infer_gpt2cu", cfg, B, in.longest, 1);
+        ctx.inference = profile.shape;
+        return prof::make_gpu_profile_session(so, std::move(ctx));
+    });
     GPT2DecoderGPU dec(cfg, in.params.data(), B, in.longest, in.longest + opt.new_tokens);
     in.params = std::vector<float>(); // the device holds the weights now
+    profile.shape.kv_cache_bytes = dec.cache_bytes();
 
     // ---- prefill, then one decode step per new token while any sequence is running ----
     using Clock = std::chrono::steady_clock;
@@ -50,19 +62,30 @@ int run(int argc, char** argv) {
     };
     auto any_running = [&] { return std::count(running.begin(), running.end(), true) > 0; };
     const auto t0 = Clock::now();
-    dec.prefill(in.prompts);
-    sum.prefill_ms = ms_since(t0);
-    choose();
+    profile.begin_step();
+    {
+        Range r("prefill", -1, Phase::prefill); // the step in the trace, as the CPU profile's phase range
+        dec.prefill(in.prompts);
+        sum.prefill_ms = ms_since(t0);
+        choose();
+    }
     sum.ttft_ms = ms_since(t0);
+    profile.end_step(profile.shape.prompt_tokens, !any_running());
     record_prefill(in.prompts, seqs, sum);
     while (any_running()) {
         // Every sequence steps (a fixed shape); a finished one's tokens are dropped, and its cache has room for
-        // them: it stopped before its prompt + -n tokens.
+        // them: it stopped before its prompt + -n tokens. The profile counts the running sequences' rows only.
         const std::vector<bool> was = running;
         const auto ts = Clock::now();
-        dec.decode();
-        choose();
+        profile.begin_step();
+        const long rows = profile.count_decode_step(running, [&](int b) { return dec.length(b); });
+        {
+            Range r("decode", -1, Phase::decode);
+            dec.decode();
+            choose();
+        }
         const double ms = ms_since(ts);
+        profile.end_step(rows, !any_running());
         sum.step_ms.push_back(ms);
         for (int b = 0; b < B; b++)
             if (was[b]) seqs[b].decode_ms += ms, sum.decode_tokens++;

@@ -18,7 +18,6 @@
 #include "llmc/dataloader.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/optimizer.h"
-#include "llmc/profiler/calibrate.cuh"
 #include "llmc/profiler/cupti_source.cuh"
 #include "llmc/profiler/device_specs.h"
 #include "llmc/progress.h"
@@ -41,11 +40,7 @@ std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, 
     int grad_accum = opt.grad_accum / comm.world(); // this rank's micro-batches
     prof::ProfileContext ctx = prof::gpu_profile_context("train_gpt2cu", c, opt.B, opt.T, grad_accum);
     ctx.rank = comm.rank(), ctx.world_size = comm.world();
-    ctx.ceilings = prof::measure_ceilings(true);
-    printf("profile: %s into %s/; ceilings bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n",
-           prof::ProfileSchedule(so.first_step, so.steps).window().c_str(), so.dir.c_str(), ctx.ceilings.bf16_tflops,
-           ctx.ceilings.dram_gbps, ctx.ceilings.source.c_str());
-    return std::make_unique<prof::ProfileSession>(so, std::move(ctx), std::make_unique<prof::CuptiEventSource>());
+    return prof::make_gpu_profile_session(so, std::move(ctx));
 }
 
 class GPUBackend : public TrainBackend {

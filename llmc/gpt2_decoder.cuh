@@ -14,6 +14,12 @@
  * llmc/attention_decode.cuh over each sequence's cached positions. Only each sequence's last row goes through
  * the classifier: logits (B, Vp) stay on the device for sample_tokens (llmc/sample.cuh).
  *
+ * Profiling: every kernel and copy sits in an NVTX sub-block range (llmc/nvtx.h) of Phase::prefill or
+ * Phase::decode, laid out as the training forward's (a "layer N" range around each layer's sub-blocks), so the
+ * CUPTI profiler attributes it to its sub-block and phase. The fusions put the residual adds under ln1, ln2 and
+ * lnf and GELU under fc, as in training; the KV-cache write is attention's, the step's id and position uploads
+ * the encoder's, and the last-row gather and the sampler the classifier's (the head of the step).
+ *
  * Memory: the bf16 parameters, and ONE allocation for everything else (layout_decoder below): the row
  * activations (sized for the prefill's rows), the logits, the decode attention's scratch, the small id
  * arrays and the KV cache, per layer K and V of (B, maxT, C) bf16. plan_decoder_memory checks it against
@@ -30,6 +36,7 @@
 #include "llmc/gpt2_config.h"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
+#include "llmc/nvtx.h"
 #include "llmc/sample.cuh"
 
 namespace llmc {
@@ -201,20 +208,28 @@ public:
             for (size_t j = 0; j < prompts[b].size(); j++) tok.push_back(prompts[b][j]), seq.push_back(b), pos.push_back((int)j);
         }
         const int R = (int)tok.size();
-        upload(a_.tok, tok), upload(a_.seq, seq), upload(a_.pos, pos);
+        phase_ = Phase::prefill;
+        {
+            Range r(SubBlock::encoder, phase_);
+            upload(a_.tok, tok), upload(a_.seq, seq), upload(a_.pos, pos);
+        }
         forward_rows(R, a_.tok, [&](const floatX* qkv, floatX*, floatX*) {
             // Each prompt's rows are contiguous and start at position 0: the training attention's (1, T) case.
             for (int b = 0, r0 = 0; b < B_; r0 += (int)prompts[b].size(), b++)
                 attention_forward(a_.atty + (size_t)r0 * c.channels, a_.lse, qkv + (size_t)r0 * 3 * c.channels, 1,
                                   (int)prompts[b].size(), c.num_heads, c.channels / c.num_heads, stream);
         });
-        // Each sequence's last row, for the classifier.
-        for (int b = 0, r0 = 0; b < B_; b++) {
-            r0 += (int)prompts[b].size();
-            CUDA_CHECK(cudaMemcpyAsync(a_.last + (size_t)b * c.channels, a_.ln + (size_t)(r0 - 1) * c.channels,
-                                       c.channels * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
+        {
+            Range r(SubBlock::classifier, phase_);
+            // Each sequence's last row, for the classifier.
+            for (int b = 0, r0 = 0; b < B_; b++) {
+                r0 += (int)prompts[b].size();
+                CUDA_CHECK(cudaMemcpyAsync(a_.last + (size_t)b * c.channels, a_.ln + (size_t)(r0 - 1) * c.channels,
+                                           c.channels * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
+            }
+            matmul_forward(a_.logits, a_.last, params_.wte, nullptr, B_, c.channels, c.padded_vocab_size, nullptr,
+                           stream);
         }
-        matmul_forward(a_.logits, a_.last, params_.wte, nullptr, B_, c.channels, c.padded_vocab_size, nullptr, stream);
         for (int b = 0; b < B_; b++) len_[b] = (int)prompts[b].size();
         // tok/seq/pos are pageable copies: they must have landed before the vectors go.
         CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -229,19 +244,29 @@ public:
                 throw Error(strprintf("decoder: sequence %d is full (%d tokens)", b, maxT_));
             seq[b] = b, pos[b] = len_[b], len[b] = len_[b] + 1;
         }
-        upload(a_.seq, seq), upload(a_.pos, pos), upload(a_.len, len);
+        phase_ = Phase::decode;
+        {
+            Range r(SubBlock::encoder, phase_);
+            upload(a_.seq, seq), upload(a_.pos, pos), upload(a_.len, len);
+        }
         forward_rows(B_, a_.ids, [&](const floatX* qkv, floatX* kc, floatX* vc) {
             attention_decode(a_.atty, a_.partial, qkv, 3 * c.channels, kc, vc, a_.len, B_, maxT_, c.num_heads,
                              c.channels / c.num_heads, stream);
         });
-        matmul_forward(a_.logits, a_.ln, params_.wte, nullptr, B_, c.channels, c.padded_vocab_size, nullptr, stream);
+        {
+            Range r(SubBlock::classifier, phase_);
+            matmul_forward(a_.logits, a_.ln, params_.wte, nullptr, B_, c.channels, c.padded_vocab_size, nullptr,
+                           stream);
+        }
         for (int& n : len_) n++;
         CUDA_CHECK(cudaStreamSynchronize(stream)); // the pageable uploads above
     }
 
     // Chooses each sequence's next id from the logits (llmc/sample.cuh) with coins[b] in [0, 1); returns
     // the B ids, the only data that crosses to the host.
+    // Attributed to the classifier of the phase that computed the logits.
     const int* sample(float temperature, int top_k, const std::vector<float>& coins) {
+        Range r(SubBlock::classifier, phase_);
         upload(a_.coins, coins);
         sample_tokens(a_.ids, a_.logits, a_.coins, B_, config.vocab_size, config.padded_vocab_size, temperature, top_k,
                       stream);
@@ -268,6 +293,7 @@ private:
     ParameterTensors<floatX> params_;
     DecoderTensors a_{};
     int* pinned_ids_ = nullptr;
+    Phase phase_ = Phase::prefill; // of the last prefill() or decode(): the profile's phase of their kernels
 
     template <typename T> void upload(T* d, const std::vector<T>& h) {
         CUDA_CHECK(cudaMemcpyAsync(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
@@ -276,37 +302,63 @@ private:
     /*
      * The layers over R rows whose ids are `tok` (device) and whose sequence/position ids are a_.seq/a_.pos,
      * ending with lnf over every row in a_.ln. attend(qkv, k cache, v cache) writes a_.atty (R, C), called per layer
-     * once the rows' keys and values are in that layer's cache.
+     * once the rows' keys and values are in that layer's cache. The ranges carry phase_.
      */
     template <typename Attend> void forward_rows(int R, const int* tok, Attend&& attend) {
         const GPT2Config& c = config;
         const int C = c.channels, L = c.num_layers, threads = 256;
         const unsigned grid = (unsigned)ceil_div((size_t)R * C, (size_t)threads);
-        embed_rows_kernel<<<grid, threads, 0, stream>>>(a_.x, tok, a_.pos, params_.wte, params_.wpe, R, C);
-        CUDA_LAUNCH_CHECK();
+        const Phase ph = phase_;
+        {
+            Range r(SubBlock::encoder, ph);
+            embed_rows_kernel<<<grid, threads, 0, stream>>>(a_.x, tok, a_.pos, params_.wte, params_.wpe, R, C);
+            CUDA_LAUNCH_CHECK();
+        }
         for (int l = 0; l < L; l++) {
+            Range layer("layer", l, ph);
             floatX* kc = a_.cache + (size_t)l * 2 * B_ * maxT_ * C;
             floatX* vc = kc + (size_t)B_ * maxT_ * C;
-            if (l == 0)
-                layernorm_forward(a_.ln, a_.mean, a_.rstd, a_.x, params_.ln1w, params_.ln1b, R, C, stream);
-            else // the previous layer's residual2: x = x1 + fc_proj out
-                fused_residual_layernorm_forward(a_.x, a_.ln, a_.mean, a_.rstd, a_.x1, a_.proj, params_.ln1w + l * C,
-                                                 params_.ln1b + l * C, R, C, stream);
-            matmul_forward(a_.qkv, a_.ln, params_.qkvw + (size_t)l * 3 * C * C, params_.qkvb + l * 3 * C, R, C, 3 * C,
-                           nullptr, stream);
-            kv_cache_write_kernel<<<grid, threads, 0, stream>>>(kc, vc, a_.qkv, a_.seq, a_.pos, R, maxT_, C);
-            CUDA_LAUNCH_CHECK();
-            attend(a_.qkv, kc, vc);
-            matmul_forward(a_.proj, a_.atty, params_.attprojw + (size_t)l * C * C, params_.attprojb + l * C, R, C, C,
-                           nullptr, stream);
-            // residual1: x1 = x + attn_proj out
-            fused_residual_layernorm_forward(a_.x1, a_.ln, a_.mean, a_.rstd, a_.x, a_.proj, params_.ln2w + l * C,
-                                             params_.ln2b + l * C, R, C, stream);
-            matmul_forward(a_.fch_gelu, a_.ln, params_.fcw + (size_t)l * 4 * C * C, params_.fcb + l * 4 * C, R, C,
-                           4 * C, a_.fch, stream);
-            matmul_forward(a_.proj, a_.fch_gelu, params_.fcprojw + (size_t)l * C * 4 * C, params_.fcprojb + l * C, R,
-                           4 * C, C, nullptr, stream);
+            {
+                Range r(SubBlock::ln1, ph, l);
+                if (l == 0)
+                    layernorm_forward(a_.ln, a_.mean, a_.rstd, a_.x, params_.ln1w, params_.ln1b, R, C, stream);
+                else // the previous layer's residual2: x = x1 + fc_proj out
+                    fused_residual_layernorm_forward(a_.x, a_.ln, a_.mean, a_.rstd, a_.x1, a_.proj,
+                                                     params_.ln1w + l * C, params_.ln1b + l * C, R, C, stream);
+            }
+            {
+                Range r(SubBlock::qkv, ph, l);
+                matmul_forward(a_.qkv, a_.ln, params_.qkvw + (size_t)l * 3 * C * C, params_.qkvb + l * 3 * C, R, C,
+                               3 * C, nullptr, stream);
+            }
+            {
+                Range r(SubBlock::attention, ph, l);
+                kv_cache_write_kernel<<<grid, threads, 0, stream>>>(kc, vc, a_.qkv, a_.seq, a_.pos, R, maxT_, C);
+                CUDA_LAUNCH_CHECK();
+                attend(a_.qkv, kc, vc);
+            }
+            {
+                Range r(SubBlock::attn_proj, ph, l);
+                matmul_forward(a_.proj, a_.atty, params_.attprojw + (size_t)l * C * C, params_.attprojb + l * C, R, C,
+                               C, nullptr, stream);
+            }
+            {
+                Range r(SubBlock::ln2, ph, l); // residual1 fused: x1 = x + attn_proj out
+                fused_residual_layernorm_forward(a_.x1, a_.ln, a_.mean, a_.rstd, a_.x, a_.proj, params_.ln2w + l * C,
+                                                 params_.ln2b + l * C, R, C, stream);
+            }
+            {
+                Range r(SubBlock::fc, ph, l); // GELU fused as the epilogue
+                matmul_forward(a_.fch_gelu, a_.ln, params_.fcw + (size_t)l * 4 * C * C, params_.fcb + l * 4 * C, R, C,
+                               4 * C, a_.fch, stream);
+            }
+            {
+                Range r(SubBlock::fc_proj, ph, l);
+                matmul_forward(a_.proj, a_.fch_gelu, params_.fcprojw + (size_t)l * C * 4 * C, params_.fcprojb + l * C,
+                               R, 4 * C, C, nullptr, stream);
+            }
         }
+        Range r(SubBlock::lnf, ph); // residual2 of the last layer fused
         fused_residual_layernorm_forward(a_.x, a_.ln, a_.mean, a_.rstd, a_.x1, a_.proj, params_.lnfw, params_.lnfb, R,
                                          C, stream);
     }

@@ -12,12 +12,14 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "llmc/checkpoint.h"
 #include "llmc/cli.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/gpt2_init.h"
+#include "llmc/profiler/session.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
 #include "llmc/tokenizer.h"
@@ -60,7 +62,7 @@ inline std::string infer_usage(const char* program) {
         "      --seed N               seed for the random model, synthetic prompts and sampling [%llu]\n"
         "      --stop-eot             stop a sequence at <|endoftext|>\n"
         "      --json                 one JSON object per sequence and a summary object, one per line\n"
-        "      --profile DIR          profile prefill and decode, write the profile to DIR (infer_gpt2) [off]\n"
+        "      --profile DIR          profile prefill and decode, write the profile to DIR [off]\n"
         "  -h, --help                 this help\n",
         program, d.model.c_str(), d.new_tokens, d.temperature, d.top_k, d.seed);
 }
@@ -213,6 +215,83 @@ inline InferInputs load_infer_inputs(const InferOptions& opt) {
                               "length %d", in.longest, opt.new_tokens, in.cfg.max_seq_len));
     return in;
 }
+
+// With --json, stdout carries only the JSON lines: the profiler's messages and summary go to stderr meanwhile.
+class StdoutToStderr {
+public:
+    explicit StdoutToStderr(bool on) : saved_(on ? (fflush(stdout), dup(1)) : -1) {
+        if (saved_ >= 0) dup2(2, 1);
+    }
+    ~StdoutToStderr() {
+        if (saved_ < 0) return;
+        fflush(stdout);
+        dup2(saved_, 1);
+        close(saved_);
+    }
+    StdoutToStderr(const StdoutToStderr&) = delete;
+    StdoutToStderr& operator=(const StdoutToStderr&) = delete;
+
+private:
+    int saved_;
+};
+
+/*
+ * --profile, as both programs run it: the window is the whole run; the session's step 0 is the prefill, step k
+ * the k-th decode step (numbered from 1 in the profile: prefill is its step 1). `shape` is counted as the run
+ * goes: a decode step counts only the running sequences' rows, each attending its cached positions and the new
+ * one, however many rows the decoder computes (the GPU decoder steps every sequence: a fixed shape). The
+ * session gets the final counts when it writes. With --json the profiler's lines go to stderr.
+ */
+class InferProfile {
+public:
+    prof::InferenceShape shape;
+
+    // elem_bytes: the decoder's bytes per weight, activation and cache element.
+    InferProfile(const InferOptions& opt, const std::vector<std::vector<int>>& prompts, int elem_bytes)
+        : opt_(opt) {
+        shape.sequences = (long)prompts.size();
+        for (auto& p : prompts) shape.prompt_tokens += (long)p.size(), shape.prompt_pairs += 0.5 * p.size() * (p.size() + 1.0);
+        shape.elem_bytes = elem_bytes;
+    }
+    bool on() const { return session_ != nullptr; }
+    prof::SessionOptions session_options() const { return {opt_.profile_dir, 0, opt_.new_tokens}; }
+
+    // With --profile: make(session_options()) builds the session (the ceilings it measures print quietly under
+    // --json); without, nothing.
+    template <typename Make> void start(Make&& make) {
+        if (opt_.profile_dir.empty()) return;
+        StdoutToStderr quiet(opt_.json);
+        session_ = make(session_options());
+        session_->before_report([this](const prof::ProfileRecords&, prof::ProfileContext& ctx) {
+            ctx.inference = shape; // the decode counts, known now
+            return prof::CounterReport{};
+        });
+    }
+
+    void begin_step() {
+        if (session_) session_->begin_step(step_);
+    }
+    // A decode step's rows: the running sequences; length(b) is sequence b's cached tokens before the step.
+    template <typename Length> long count_decode_step(const std::vector<bool>& running, Length&& length) {
+        long rows = 0;
+        for (size_t b = 0; b < running.size(); b++)
+            if (running[b]) rows++, shape.decode_context += length((int)b) + 1;
+        shape.decode_steps++, shape.decode_tokens += rows;
+        return rows;
+    }
+    void end_step(long tokens, bool last) {
+        if (!session_) return;
+        session_->end_step(tokens);
+        StdoutToStderr quiet(opt_.json);
+        session_->step_done(last);
+        step_++;
+    }
+
+private:
+    const InferOptions& opt_;
+    std::unique_ptr<prof::ProfileSession> session_;
+    int step_ = 0;
+};
 
 // The next token from a row of logits over V tokens: the argmax at temperature 0 (the lowest id among equal
 // maxima), else a draw from softmax(logits / T) restricted to the top k (llmc/sampler.h) with `coin` in [0, 1).

@@ -1,12 +1,14 @@
 /*
  * The GPU's event source: CUPTI activity tracing (llmc/profiler/cupti_collector.cuh) behind the session
  * interface (llmc/profiler/session.h), with NVML power in CUPTI's timebase, and the GPU's profile context
- * (the device, its per-SM limits and the build). Used by train_gpt2cu --profile and profile_gpt2cu.
+ * (the device, its per-SM limits and the build). Used by train_gpt2cu --profile, infer_gpt2cu --profile and
+ * profile_gpt2cu.
  */
 #pragma once
 #include <memory>
 #include <string>
 
+#include "llmc/profiler/calibrate.cuh"
 #include "llmc/profiler/cupti_collector.cuh"
 #include "llmc/profiler/session.h"
 
@@ -89,5 +91,18 @@ public:
 private:
     std::unique_ptr<CuptiCollector> collector_;
 };
+
+/*
+ * The session of a program that profiles itself on the GPU (train_gpt2cu, infer_gpt2cu): CUPTI over the
+ * schedule's window, with the ceilings measured (or read from their cache) now. Call it before the model takes
+ * the device memory: the calibration needs some.
+ */
+inline std::unique_ptr<ProfileSession> make_gpu_profile_session(const SessionOptions& so, ProfileContext ctx) {
+    ctx.ceilings = measure_ceilings(true);
+    printf("profile: %s into %s/; ceilings bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n",
+           ProfileSchedule(so.first_step, so.steps).window().c_str(), so.dir.c_str(), ctx.ceilings.bf16_tflops,
+           ctx.ceilings.dram_gbps, ctx.ceilings.source.c_str());
+    return std::make_unique<ProfileSession>(so, std::move(ctx), std::make_unique<CuptiEventSource>());
+}
 
 } // namespace llmc::prof

@@ -557,7 +557,7 @@ Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
     r.num_steps = (int)w.steps().size();
     if (r.has_model && ctx.inference.active()) {
         // The run's totals spread over its steps: the sub-block rows compare costs and times per step.
-        r.costs = inference_costs(m, ctx.inference);
+        r.costs = inference_costs(m, ctx.inference, ctx.device_kind == DeviceKind::GPU); // the GPU decoder fuses
         for (auto& row : r.costs)
             for (OpCost& cell : row) cell = cell * (1.0 / std::max(1, r.num_steps));
     } else if (r.has_model) {

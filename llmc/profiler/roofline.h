@@ -193,14 +193,18 @@ inline CostTable analytic_costs(const GPT2Config& c, int B, int T, int grad_accu
  * FLOPs and minimum bytes of a whole inference run (InferenceShape), in the prefill and decode cells, as the
  * KV-cache decoders run it: every call reads each weight once for all its rows (E bytes per element), rows
  * are tokens. Per row: GEMMs 2·K·N FLOPs, their input read and output written; LayerNorm and the
- * elementwise ops as in training's forward (unfused: the residual adds are cells of their own). Attention:
- * 4·C FLOPs per (query, key) pair (QKᵀ and PV over every head), plus the row's q read, K/V written into the
+ * elementwise ops as in training's forward (without `fused`, the CPU's: the residual adds are cells of their
+ * own). Attention: 4·C FLOPs per (query, key) pair (QKᵀ and PV over every head), plus the row's q read, K/V written into the
  * cache and the output written; the cache read is all of K and V each decode row attends (decode_context
  * positions: what makes decode's bytes grow with the context), and once per prompt position in prefill
  * (a tiled kernel keeps a prompt's keys on chip). lnf and the classifier run on each sequence's last row
  * only: B rows in prefill, every row in decode.
+ * fused: the GPU decoder's kernels (llmc/gpt2_decoder.cuh), with training's fusions: the residual adds inside the
+ * LayerNorm that follows (ln2, the next ln1, lnf: two tensors read, the sum written besides the output, one more
+ * FLOP per element), GELU as fc's epilogue (the pre-GELU written too), so the residual1, residual2 and gelu
+ * cells are zero; and lnf over every row (the classifier still takes the last rows only).
  */
-inline CostTable inference_costs(const GPT2Config& c, const InferenceShape& s) {
+inline CostTable inference_costs(const GPT2Config& c, const InferenceShape& s, bool fused = false) {
     using namespace roofline_detail;
     const double L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
     const double E = s.elem_bytes;
@@ -214,18 +218,24 @@ inline CostTable inference_costs(const GPT2Config& c, const InferenceShape& s) {
         };
         auto layernorm = [&](double n) { return OpCost{0, LN_FWD * n * C, E * (2 * n * C) + E * calls * 2 * C + E * 2 * n}; };
         const OpCost residual{0, rows * C, E * 3 * rows * C};
+        const OpCost fused_add{0, rows * C, E * 2 * rows * C}; // a residual inside a LayerNorm: one more read and write
         cell(SubBlock::encoder) = {0, rows * C, ID * rows + E * 3 * rows * C};
-        cell(SubBlock::ln1) = layernorm(rows) * L;
+        cell(SubBlock::ln1) = layernorm(rows) * L + (fused ? fused_add * (L - 1) : OpCost{});
         cell(SubBlock::qkv) = matmul(C, 3 * C) * L;
         cell(SubBlock::attention) = OpCost{4 * C * pairs, ATT_FWD * NH * pairs, E * (4 * rows * C + 2 * C * kv_read)} * L;
         cell(SubBlock::attn_proj) = matmul(C, C) * L;
-        cell(SubBlock::residual1) = residual * L;
-        cell(SubBlock::ln2) = layernorm(rows) * L;
-        cell(SubBlock::fc) = matmul(C, 4 * C) * L;
-        cell(SubBlock::gelu) = OpCost{0, GELU * 4 * rows * C, E * 8 * rows * C} * L;
+        cell(SubBlock::ln2) = (layernorm(rows) + (fused ? fused_add : OpCost{})) * L;
+        const OpCost gelu{0, GELU * 4 * rows * C, E * 8 * rows * C};
+        cell(SubBlock::fc) = (matmul(C, 4 * C) + (fused ? OpCost{0, gelu.other_flops, E * 4 * rows * C} : OpCost{})) * L;
         cell(SubBlock::fc_proj) = matmul(4 * C, C) * L;
-        cell(SubBlock::residual2) = residual * L;
-        cell(SubBlock::lnf) = OpCost{0, LN_FWD * head_rows * C, E * 2 * head_rows * C + E * calls * 2 * C};
+        if (!fused) {
+            cell(SubBlock::residual1) = residual * L;
+            cell(SubBlock::gelu) = gelu * L;
+            cell(SubBlock::residual2) = residual * L;
+        }
+        const double lnf_rows = fused ? rows : head_rows;
+        cell(SubBlock::lnf) = OpCost{0, LN_FWD * lnf_rows * C, E * 2 * lnf_rows * C + E * calls * 2 * C} +
+                              (fused ? fused_add : OpCost{});
         cell(SubBlock::classifier) = {2 * head_rows * C * Vp, 0, E * (head_rows * C + head_rows * Vp + calls * Vp * C)};
     };
     phase(Phase::prefill, s.prompt_tokens, 1, s.prompt_pairs, s.prompt_tokens, s.sequences);

@@ -29,7 +29,7 @@ void ProfileSession::arm() {
     try {
         started = source_->start(); // false: another tool holds the collector
     } catch (const Error& e) {
-        printf("%s; training goes on untraced\n", e.what());
+        printf("%s; the run goes on untraced\n", e.what());
     }
     if (!started) {
         schedule_.abandon();

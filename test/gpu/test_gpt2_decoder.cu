@@ -6,6 +6,8 @@
 //    difference (a near tie that bf16 rounding may decide either way);
 //  - the same logits against the CPU decoder (fp32, llmc/cpu/gpt2_decoder.h) on the bf16-rounded weights,
 //    relative L2 5e-2 (bf16 rounding of every activation against none);
+//  - the profiler's view: every kernel the decoder launches sits in a sub-block range of Phase::prefill in
+//    prefill() and of Phase::decode in decode() (and in sample() after each), inside "layer N" for the layers;
 //  - the memory plan: what it calls the largest batch fits, and an impossible request is refused before allocating;
 //  - the sampler: greedy is the argmax (lowest id on ties), top-k never picks outside the top k, and draws at
 //    a temperature follow softmax(logits / T) (fixed-seed coins, 5 sigma per id) and agree with the CPU's
@@ -14,6 +16,8 @@
 #include <cmath>
 #include <gtest/gtest.h>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "llmc/cpu/gpt2_decoder.h"
@@ -21,6 +25,7 @@
 #include "llmc/gpt2_decoder.cuh"
 #include "llmc/gpt2_init.h"
 #include "llmc/infer.h"
+#include "llmc/nvtx.h"
 #include "test/gpu/gpu_test_util.cuh"
 
 using namespace llmc;
@@ -107,6 +112,109 @@ GPU_TEST(GpuGPT2Decoder, GreedyCacheMatchesRecomputeAndCpu) {
         }
     }
     EXPECT_LE(near_ties, 1) << "more near ties than bf16 rounding explains";
+}
+
+namespace {
+
+/*
+ * The ranges the decoder pushes, as the profiler's hook sees them: each push with the stack under it, and,
+ * under the emulator (which counts launches), the kernels launched with each range innermost. A real GPU
+ * checks the same through CUPTI (InferGpuProgram.ProfileWritesPrefillAndDecode).
+ */
+struct RangeLog {
+    struct Pushed {
+        RangeInfo info;
+        std::string name;
+        int parent_phase; // phase of the enclosing range, -2 at the outermost
+    };
+    std::vector<Pushed> pushed;
+    std::vector<int> open; // indices into pushed
+    std::vector<long> launches; // per pushed range, kernels launched while it was innermost
+    long outside = 0;           // kernels launched outside every range
+    uint64_t last = 0;
+
+    static uint64_t launch_count() {
+#ifdef LLMC_EMU
+        return emu::stats().launches;
+#else
+        return 0;
+#endif
+    }
+    void settle() { // the launches since the last push or pop belong to the innermost open range
+        const uint64_t now = launch_count();
+        (open.empty() ? outside : launches[open.back()]) += (long)(now - last);
+        last = now;
+    }
+    static void push(const RangeInfo& info, void* ctx) {
+        auto* self = static_cast<RangeLog*>(ctx);
+        self->settle();
+        const int parent = self->open.empty() ? -2 : self->pushed[self->open.back()].info.phase;
+        self->pushed.push_back({info, info.name, parent});
+        self->launches.push_back(0);
+        self->open.push_back((int)self->pushed.size() - 1);
+    }
+    static void pop(void* ctx) {
+        auto* self = static_cast<RangeLog*>(ctx);
+        self->settle();
+        self->open.pop_back();
+    }
+};
+
+} // namespace
+
+GPU_TEST(GpuGPT2Decoder, RangesCarryPhaseAndSubBlock) {
+    REQUIRE_GPU();
+    const GPT2Config cfg = gputest::tiny_gpt2_config();
+    const std::vector<float> w = tiny_weights(cfg);
+    GPT2DecoderGPU dec(cfg, w.data(), 2, 4, 8);
+    const std::vector<std::vector<int>> prompts = {gputest::random_tokens(4, cfg.vocab_size),
+                                                   gputest::random_tokens(2, cfg.vocab_size)};
+    const std::vector<float> coins(2, 0.5f);
+    for (Phase phase : {Phase::prefill, Phase::decode}) {
+        SCOPED_TRACE(phase_name(phase));
+        RangeLog log;
+        log.last = RangeLog::launch_count();
+        range_hook() = RangeHook{&RangeLog::push, &RangeLog::pop, &log};
+        if (phase == Phase::prefill) dec.prefill(prompts);
+        else dec.decode();
+        dec.sample(0.0f, 0, coins);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        range_hook() = RangeHook{};
+        log.settle();
+        EXPECT_TRUE(log.open.empty()) << "a range left open";
+        EXPECT_EQ(log.outside, 0) << "kernels outside every range";
+        std::set<int> subblocks;
+        int layers = 0;
+        long in_subblocks = 0;
+        for (size_t i = 0; i < log.pushed.size(); i++) {
+            const RangeLog::Pushed& p = log.pushed[i];
+            EXPECT_EQ(p.info.phase, (int)phase) << p.name;
+            if (p.info.subblock < 0) {
+                EXPECT_EQ(log.launches[i], 0) << p.name << ": kernels outside a sub-block";
+                EXPECT_EQ(p.name, "layer " + std::to_string(layers)) << "structural range";
+                layers++;
+                continue;
+            }
+            subblocks.insert(p.info.subblock);
+            in_subblocks += log.launches[i];
+            const SubBlock s = (SubBlock)p.info.subblock;
+            const bool per_layer = s != SubBlock::encoder && s != SubBlock::lnf && s != SubBlock::classifier;
+            EXPECT_EQ(p.info.layer >= 0, per_layer) << p.name;
+            if (per_layer) {
+                EXPECT_EQ(p.parent_phase, (int)phase) << p.name << ": not inside its layer's range";
+            }
+        }
+        EXPECT_EQ(layers, cfg.num_layers);
+        const std::set<int> want = {(int)SubBlock::encoder, (int)SubBlock::ln1,       (int)SubBlock::qkv,
+                                    (int)SubBlock::attention, (int)SubBlock::attn_proj, (int)SubBlock::ln2,
+                                    (int)SubBlock::fc,        (int)SubBlock::fc_proj,   (int)SubBlock::lnf,
+                                    (int)SubBlock::classifier};
+        EXPECT_EQ(subblocks, want);
+        // embed, per layer ln1 + kv write + attention + ln2, lnf, the sampler: at least this many kernels.
+        if (gputest::kEmulated) {
+            EXPECT_GE(in_subblocks, 2L + 4L * cfg.num_layers + 1);
+        }
+    }
 }
 
 GPU_TEST(GpuGPT2Decoder, MemoryPlanAndRefusal) {

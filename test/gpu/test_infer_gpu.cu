@@ -1,6 +1,6 @@
 // infer_gpt2cu as a user runs it: flags refused before the device is touched (runs anywhere), and on a real
-// GPU the JSON output, determinism, the prompts shared with infer_gpt2, and the refusal of a batch whose KV
-// cache cannot fit. Child processes; not part of the emulated tier (the decoder itself is, test_gpt2_decoder.cu).
+// GPU the JSON output, determinism, the prompts shared with infer_gpt2, the refusal of a batch whose KV
+// cache cannot fit, and the --profile directory (prefill and decode from CUPTI). Child processes; not part of the emulated tier (the decoder itself is, test_gpt2_decoder.cu).
 #include <algorithm>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -10,6 +10,7 @@
 #include "llmc/checkpoint.h"
 #include "llmc/gpt2_init.h"
 #include "test/gpu/gpu_test_util.cuh"
+#include "test/infer_profile_check.h"
 #include "test/test_util.h"
 
 using namespace llmc;
@@ -39,7 +40,7 @@ std::string tiny_model(const TempDir& dir) {
 } // namespace
 
 TEST(InferGpuProgram, BadFlagsOneLineBeforeTheDevice) {
-    for (const char* args : {"--profile out", "-b 0", "--temperature -1", "-n", "--bogus"}) {
+    for (const char* args : {"--profile", "-b 0", "--temperature -1", "-n", "--bogus"}) {
         const RunResult r = run(std::string("./infer_gpt2cu ") + args);
         EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
         EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
@@ -74,4 +75,21 @@ TEST(InferGpuProgram, TooLargeBatchRefusedWithTheLargestThatFits) {
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_TRUE(has(r.output, "error: -b 65536: needs")) << r.output;
     EXPECT_TRUE(has(r.output, "the largest -b that fits")) << r.output;
+}
+
+// --profile on the GPU: the profile directory infer_gpt2 writes, from CUPTI: three sequences of 9 prompt tokens
+// and 6 new ones (prefill, then 5 decode steps), the decode counts and contexts, every sub-block row in prefill
+// or decode, and one trace range per step.
+TEST(InferGpuProgram, ProfileWritesPrefillAndDecode) {
+    REQUIRE_GPU_FOR_CHILD_PROCESS();
+    TempDir dir;
+    const std::string prof_dir = dir / "profile";
+    const RunResult r = run("./infer_gpt2cu -e " + tiny_model(dir) + " --prompt-len 9 -b 3 -n 6 --temperature 0 --json " +
+                            "--profile " + prof_dir + " 2>/dev/null");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(json_lines(r.output).size(), 4u) << r.output; // stdout: the JSON lines only
+
+    const nlohmann::json pj = check_inference_profile(prof_dir, {3, 9, 6});
+    EXPECT_EQ(pj["context"]["program"], "infer_gpt2cu");
+    EXPECT_EQ(pj["inference"]["elem_bytes"], 2);
 }
