@@ -163,7 +163,6 @@ inline void make_dirs(const std::string& path) {
                               err ? strerror(err) : "exists and is not a directory"));
 }
 
-// Program entry: runs fn, turning errors into one line on stderr and exit 2 (usage) or 1 (anything else).
 /*
  * Data-parallel ranks other than 0 set this (llmc/train/dist.h): rank 0 prints the one error line for all of
  * them, and the others still exit with the status.
@@ -173,6 +172,10 @@ inline bool& errors_quiet() {
     return quiet;
 }
 
+// The exit status an error gets: 2 for a usage error, 1 for anything else.
+inline int exit_code_for(const std::exception& e) { return dynamic_cast<const UsageError*>(&e) ? 2 : 1; }
+
+// Program entry: runs fn, turning errors into one line on stderr and exit_code_for() the error.
 template <typename Fn> int main_guard(Fn&& fn) {
     try {
         return fn();

@@ -1,8 +1,10 @@
 // The data-parallel layer's transport-free parts: shards, gradient buckets, the merged profile's analysis and the
 // link's peak (llmc/train/dist.h, llmc/gpt2_config.h, llmc/profiler/distributed.h, llmc/profiler/nvml_sampler.h).
 // The runs under mpirun are in test_train_cpu.cpp.
+#include <atomic>
 #include <gtest/gtest.h>
 #include <random>
+#include <thread>
 
 #include "llmc/gpt2_config.h"
 #include "llmc/profiler/distributed.h"
@@ -111,6 +113,88 @@ TEST(Distributed, LayerBucketsCoverEveryParameterOnce) {
         EXPECT_EQ(layer_parameter_ranges(c, 0).size(), 12u);
         EXPECT_EQ(layer_parameter_ranges(c, -1).size(), 4u);
     }
+}
+
+namespace {
+// One rank whose all-reduce takes `delay` and records, per call, which buffer range it summed and on which thread
+// (the sum over one rank is the buffer itself: it adds 1 to mark what it touched); the call `fail_at` throws.
+class SlowCommunicator : public Communicator {
+public:
+    SlowCommunicator(std::chrono::milliseconds delay, int fail_at = -1)
+        : Communicator(0, 1), delay_(delay), fail_at_(fail_at) {}
+    void barrier() override {}
+    struct Call {
+        const float* buf;
+        size_t n;
+        std::thread::id thread;
+    };
+    std::vector<Call> calls;
+
+protected:
+    void all_reduce_impl(float* buf, size_t n) override {
+        std::this_thread::sleep_for(delay_);
+        if (attempts_++ == fail_at_) throw Error("link down");
+        calls.push_back({buf, n, std::this_thread::get_id()});
+        for (size_t i = 0; i < n; i++) buf[i] += 1;
+    }
+    void all_reduce_impl(double*, size_t) override {}
+    void reduce_scatter_impl(float*, size_t) override {}
+    void all_gather_impl(float*, size_t) override {}
+    void broadcast_impl(void*, size_t) override {}
+
+private:
+    std::chrono::milliseconds delay_;
+    int fail_at_, attempts_ = 0;
+};
+} // namespace
+
+// The CPU trainer's overlap: buckets are summed in posting order on another thread while the caller goes on;
+// wait() returns when all are done, and only the wait counts as exposed.
+TEST(Distributed, BackgroundReducerOverlapsTheCaller) {
+    using namespace std::chrono;
+    SlowCommunicator comm(milliseconds(20));
+    std::vector<float> buf(100, 0.0f);
+    {
+        BackgroundReducer reducer(comm);
+        auto t0 = steady_clock::now();
+        reducer.post(buf.data(), {{10, 5}, {40, 10}});
+        reducer.post(buf.data(), {{0, 10}});
+        EXPECT_LT(duration<double>(steady_clock::now() - t0).count(), 0.015) << "post() waited for a collective";
+        std::this_thread::sleep_for(milliseconds(150)); // the caller's compute: longer than the 60 ms of collectives
+        reducer.wait();
+    }
+    ASSERT_EQ(comm.calls.size(), 3u);
+    const std::pair<size_t, size_t> order[] = {{10, 5}, {40, 10}, {0, 10}};
+    for (int i = 0; i < 3; i++) {
+        EXPECT_EQ(comm.calls[i].buf, buf.data() + order[i].first) << i;
+        EXPECT_EQ(comm.calls[i].n, order[i].second) << i;
+        EXPECT_NE(comm.calls[i].thread, std::this_thread::get_id()) << i;
+    }
+    for (size_t i = 0; i < buf.size(); i++)
+        EXPECT_EQ(buf[i], (i < 15 || (i >= 40 && i < 50)) ? 1.0f : 0.0f) << i; // each range summed once
+    const CommStats& st = comm.stats();
+    EXPECT_EQ(st.calls[(int)Collective::all_reduce], 3);
+    EXPECT_EQ(st.bytes[(int)Collective::all_reduce], 25 * 4);
+    EXPECT_GE(st.total_seconds(), 0.055);
+    EXPECT_LT(st.exposed_seconds, 0.5 * st.total_seconds()) << "the collectives ran beside the caller";
+
+    // A collective on the training thread is exposed whole.
+    std::vector<float> one(4, 0.0f);
+    double before = comm.stats().exposed_seconds;
+    comm.all_reduce_sum(one.data(), one.size());
+    EXPECT_GE(comm.stats().exposed_seconds - before, 0.019);
+}
+
+TEST(Distributed, BackgroundReducerWaitRethrowsItsError) {
+    SlowCommunicator comm(std::chrono::milliseconds(1), 1);
+    std::vector<float> buf(8, 0.0f);
+    BackgroundReducer reducer(comm);
+    reducer.post(buf.data(), {{0, 4}});
+    reducer.post(buf.data(), {{4, 4}});
+    EXPECT_THROW(reducer.wait(), Error);
+    reducer.post(buf.data(), {{4, 4}}); // usable again after the error was reported
+    reducer.wait();
+    EXPECT_EQ(comm.calls.size(), 2u);
 }
 
 TEST(Distributed, LinkPeaksPerNvlinkVersionAndPcieGeneration) {

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "llmc/cpu/attention.h"
@@ -156,9 +157,13 @@ template <typename Real> struct GPT2CPU {
 
     void zero_grad() { std::fill(grads_memory.begin(), grads_memory.end(), Real(0)); }
 
-    // Accumulates d(loss_scale * mean_loss)/dparam into grads. Needs a forward with targets since the last
-    // backward (it consumes the probabilities).
-    void backward(Real loss_scale = 1) {
+    /*
+     * Accumulates d(loss_scale * mean_loss)/dparam into grads. Needs a forward with targets since the last
+     * backward (it consumes the probabilities). layer_done(l), when given, is called as soon as layer l's parameter
+     * gradients are final (l = L-1 down to 0, then -1 for wte, wpe and lnf: layer_parameter_ranges; wte's gathers
+     * from the classifier first and the encoder last), so a data-parallel trainer can start summing them.
+     */
+    void backward(Real loss_scale = 1, const std::function<void(int)>& layer_done = nullptr) {
         if (!backward_ready_) throw Error("backward: needs a forward with targets since the last backward");
         const int V = config.vocab_size, Vp = config.padded_vocab_size, L = config.num_layers;
         const int C = config.channels, NH = config.num_heads;
@@ -212,10 +217,12 @@ template <typename Real> struct GPT2CPU {
                 layernorm_backward(dresidual, dp.ln1w, dp.ln1b, g.ln1, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, B, T,
                                    C);
             });
+            if (layer_done) layer_done(l);
         }
         timed_layer_ = -1;
         timed(SubBlock::encoder, Phase::bwd,
               [&] { encoder_backward(grads.wte, grads.wpe, grad_acts_.encoded, inputs_.data(), B, T, C); });
+        if (layer_done) layer_done(-1);
         probs_valid_ = false;
         backward_ready_ = false;
     }

@@ -77,6 +77,7 @@ public:
     // (profile_gpt2cu measures its ceilings there, with the model freed) and returns hardware counters.
     using BeforeReport = std::function<CounterReport(const ProfileRecords&, ProfileContext&)>;
     void before_report(BeforeReport fn) { before_report_ = std::move(fn); }
+    const ProfileContext& context() const { return ctx_; } // the run's description and the measured ceilings
 
 private:
     bool armed() const { return source_running_; }

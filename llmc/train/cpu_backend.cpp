@@ -48,6 +48,15 @@ public:
                n * 4 / 1048576.0, m_.size() * 8 / 1048576.0);
     }
     prof::ProfileSession* profile_session() override { return profile_.get(); }
+    /*
+     * Ranks on one node exchange through shared memory: at best one copy from the sender's buffer to the
+     * receiver's, which reads and writes every byte, so the link's peak is half the memory bandwidth the profile
+     * measured (without a profile, or across nodes, it is not known).
+     */
+    Link link() const override {
+        if (!dp_.single_node()) return {};
+        return {LinkKind::shared_memory, profile_ ? profile_->context().ceilings.dram_gbps / 2 : 0.0};
+    }
 
     StepStats train_step(DataLoader& train, int grad_accum, float lr, int t) override {
         model_.timings = &timings_;
@@ -60,10 +69,18 @@ public:
             train.next_batch();
             model_.forward(train.inputs(), train.targets(), B_, T_);
             loss += model_.mean_loss;
-            model_.backward(1.0f / micro_batches);
+            // The last micro-batch's gradients are final layer by layer: each layer's are summed over the ranks in
+            // the background while backward goes on with the layers below (DataParallel::overlaps).
+            if (micro == grad_accum - 1 && dp_.overlaps())
+                model_.backward(1.0f / micro_batches, [this](int layer) {
+                    dp_.post_bucket(model_.grads_memory.data(), layer_parameter_ranges(model_.config, layer));
+                });
+            else
+                model_.backward(1.0f / micro_batches);
             progress.tick(micro + 1, grad_accum);
         }
         {
+            // With overlap, the wait for the buckets still in flight: the communication backward did not hide.
             ScopedSubBlockTimer timer(&timings_, SubBlock::comm, Phase::bwd);
             dp_.reduce_gradients(model_.grads_memory.data());
             loss = dp_.sum_loss(loss);

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "llmc/cpu/adamw.h"
 #include "llmc/utils.h"
@@ -75,9 +76,64 @@ void check_same_args(Communicator& comm, int argc, char** argv) {
                                    "needs the same flags", (int)differ, comm.world()));
 }
 
+BackgroundReducer::BackgroundReducer(Communicator& comm) : comm_(comm), thread_([this] { run(); }) {}
+
+BackgroundReducer::~BackgroundReducer() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        queue_.clear();
+        stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+}
+
+void BackgroundReducer::post(float* buf, std::vector<ParamRange> ranges) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        queue_.push_back({buf, std::move(ranges)});
+    }
+    cv_.notify_all();
+}
+
+void BackgroundReducer::wait() {
+    auto t0 = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
+    comm_.add_exposed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void BackgroundReducer::run() {
+    Communicator::mark_background_thread();
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        Bucket b = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
+        lock.unlock();
+        try {
+            for (const ParamRange& r : b.ranges) comm_.all_reduce_sum(b.buf + r.offset, r.count);
+        } catch (...) {
+            error_ = std::current_exception(); // read by wait(), after busy_ is cleared under the lock
+        }
+        lock.lock();
+        busy_ = false;
+        cv_.notify_all();
+    }
+}
+
 void DataParallel::reduce_gradients(float* grads) {
-    if (zero_) comm_.reduce_scatter_sum(grads, n_);
-    else comm_.all_reduce_sum(grads, n_);
+    if (posted_) {
+        posted_ = false;
+        reducer_->wait();
+    } else if (zero_) {
+        comm_.reduce_scatter_sum(grads, n_);
+    } else {
+        comm_.all_reduce_sum(grads, n_);
+    }
 }
 
 double DataParallel::sum_loss(double local) {

@@ -17,12 +17,18 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "llmc/gpt2_config.h"
 #include "llmc/subblocks.h"
 
 namespace llmc {
@@ -92,6 +98,17 @@ public:
     // Rank 0's bytes to every rank.
     void broadcast(void* buf, size_t bytes) { timed(Collective::broadcast, bytes, [&] { broadcast_impl(buf, bytes); }); }
     virtual void barrier() = 0;
+    // Whether collectives may run on a thread other than the one that created the communicator, while that one
+    // computes (one thread at a time: MPI_THREAD_SERIALIZED).
+    virtual bool background_collectives() const { return false; }
+    // Whether every rank runs on this node (their collectives then cross shared memory, not a network).
+    virtual bool single_node() const { return true; }
+    /*
+     * An error was thrown on this rank (what, and the exit code it gets). If every rank meets it, returns: rank 0
+     * prints the one line and all exit. If this rank is alone with it, the others would wait for it in their next
+     * collective for ever: prints the line itself, naming the rank, and stops every rank (MPI_Abort).
+     */
+    virtual void on_error(const char* /*what*/, int /*exit_code*/) {}
     // The training's wait for collectives running beside it (a background thread's), counted as exposed.
     void add_exposed(double seconds) { stats_.exposed_seconds += seconds; }
     // The collectives the calling thread runs from now on overlap the training (their time is not exposed).
@@ -137,17 +154,60 @@ std::unique_ptr<Communicator> make_communicator();
  */
 void check_same_args(Communicator& comm, int argc, char** argv);
 
+/*
+ * Gradient buckets summed over the ranks on a thread of their own while backward goes on (the CPU trainer's
+ * overlap): post() queues a bucket (ranges of a float buffer), the thread all-reduces the buckets in posting
+ * order; wait() blocks until every posted bucket is summed and counts that wait as exposed communication. The
+ * caller runs no collective of its own and touches no posted range between post() and wait(): the thread is
+ * then the only one in MPI (MPI_THREAD_SERIALIZED) and the only one on those ranges.
+ */
+class BackgroundReducer {
+public:
+    explicit BackgroundReducer(Communicator& comm);
+    ~BackgroundReducer(); // drops what is still queued (an error is unwinding) and joins the thread
+    void post(float* buf, std::vector<ParamRange> ranges);
+    void wait(); // rethrows what the thread threw
+
+private:
+    void run();
+    struct Bucket {
+        float* buf;
+        std::vector<ParamRange> ranges;
+    };
+    Communicator& comm_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Bucket> queue_;
+    bool busy_ = false, stop_ = false;
+    std::exception_ptr error_;
+    std::thread thread_; // last: starts once the rest is constructed
+};
+
 // The data-parallel step logic over n parameters; zero_stage 1 shards the optimizer (ZeRO-1, -z 1).
 class DataParallel {
 public:
     DataParallel(Communicator& comm, size_t n, int zero_stage)
-        : comm_(comm), n_(n), zero_(zero_stage), shard_(shard_of(n, comm.rank(), comm.world())) {}
+        : comm_(comm), n_(n), zero_(zero_stage), shard_(shard_of(n, comm.rank(), comm.world())),
+          reducer_(comm.world() > 1 && !zero_stage && comm.background_collectives()
+                       ? std::make_unique<BackgroundReducer>(comm)
+                       : nullptr) {}
     int rank() const { return comm_.rank(); }
     int world() const { return comm_.world(); }
+    bool single_node() const { return comm_.single_node(); }
     // The parameters this rank's optimizer updates and keeps moments for: its shard with -z 1, else all.
     Shard update_range() const { return zero_ ? shard_ : Shard{0, n_}; }
 
-    // Sums each rank's gradients: over the whole buffer, or (-z 1) only into this rank's shard.
+    // Whether gradients are summed in buckets during the last micro-batch's backward (post_bucket): all-reduce
+    // (-z 0) over several ranks, on a communicator that runs collectives in the background. -z 1's
+    // reduce-scatter runs after backward, on the whole buffer.
+    bool overlaps() const { return reducer_ != nullptr; }
+    // A bucket of gradients backward has finished (layer_parameter_ranges): summed over the ranks from now on.
+    void post_bucket(float* grads, std::vector<ParamRange> ranges) {
+        reducer_->post(grads, std::move(ranges));
+        posted_ = true;
+    }
+    // Sums each rank's gradients: over the whole buffer, or (-z 1) only into this rank's shard. After buckets
+    // were posted (they cover the buffer), waits for them instead.
     void reduce_gradients(float* grads);
     // Sum over ranks of each rank's local loss sum.
     double sum_loss(double local);
@@ -165,6 +225,8 @@ private:
     size_t n_;
     int zero_;
     Shard shard_;
+    std::unique_ptr<BackgroundReducer> reducer_;
+    bool posted_ = false;
 };
 
 } // namespace llmc

@@ -45,14 +45,11 @@ void print_sample(TrainBackend& be, const GPT2Config& cfg, Rng& rng, const Train
     printf("----------------\n");
 }
 
-} // namespace
-
-int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
-                 BackendFactory make_backend) {
+// One rank's run (data parallelism, llmc/train/dist.h): every rank runs this loop on its part of each batch; rank 0
+// alone prints, logs, samples, evaluates and writes files.
+int train(Communicator* comm, const char* program, int argc, char** argv, const TrainOptions& defaults,
+          BackendFactory make_backend) {
     using Clock = std::chrono::steady_clock;
-    // Data parallelism (llmc/train/dist.h): every rank runs this loop on its part of each batch; rank 0 alone
-    // prints, logs, samples, evaluates and writes files.
-    std::unique_ptr<Communicator> comm = make_communicator();
     check_same_args(*comm, argc, argv);
     const int rank = comm->rank(), world = comm->world();
     TrainOptions opt = parse_train_options(argc, argv, defaults);
@@ -237,6 +234,19 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
         }
     }
     return 0;
+}
+
+} // namespace
+
+int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
+                 BackendFactory make_backend) {
+    std::unique_ptr<Communicator> comm = make_communicator();
+    try {
+        return train(comm.get(), program, argc, argv, defaults, make_backend);
+    } catch (const std::exception& e) {
+        comm->on_error(e.what(), exit_code_for(e)); // returns when every rank has failed
+        throw;
+    }
 }
 
 } // namespace llmc
