@@ -20,6 +20,7 @@
 #include "llmc/optimizer.h"
 #include "llmc/profiler/cupti_source.cuh"
 #include "llmc/profiler/device_specs.h"
+#include "llmc/profiler/nvml_sampler.h"
 #include "llmc/progress.h"
 #include "llmc/train/dist.h"
 #include "llmc/train/loop.h"
@@ -45,34 +46,45 @@ std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, 
 
 class GPUBackend : public TrainBackend {
 public:
+    // With -z 1 over several ranks the model keeps the optimizer state of this rank's shard only.
     GPUBackend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm)
         : profile_(opt.profile_dir.empty() ? nullptr : make_profile_session(c, opt, comm)),
-          model_(c, opt.B, opt.T), B_(opt.B), T_(opt.T) {
+          model_(c, opt.B, opt.T, opt.zero_stage ? comm.rank() : 0, opt.zero_stage ? comm.world() : 1), comm_(comm),
+          B_(opt.B), T_(opt.T) {
         adam_ = opt.adam;
+        int device;
+        CUDA_CHECK(cudaGetDevice(&device));
 #ifdef LLMC_HAVE_NCCL
         if (comm.world() > 1) {
             CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
-            CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-            CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
             nccl_ = std::make_unique<NcclCommunicator>(comm, comm_stream_);
+            char bus_id[32];
+            CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, device));
+            link_ = prof::nvml_link(bus_id);
         }
-#else
-        (void)comm;
 #endif
-        int device;
-        CUDA_CHECK(cudaGetDevice(&device));
         cudaDeviceProp p;
         CUDA_CHECK(cudaGetDeviceProperties(&p, device));
         name_ = strprintf("GPU bf16, %s", p.name);
         spec_ = lookup_device_spec(p.name);
     }
+#ifdef LLMC_HAVE_NCCL
+    ~GPUBackend() override {
+        nccl_.reset();
+        if (comm_stream_) cudaStreamDestroy(comm_stream_);
+    }
+#endif
     const char* name() const override { return name_.c_str(); }
-    void load_weights(const std::vector<float>& w) override { model_.set_parameters(w.data()); }
-    std::vector<float> weights() override { return model_.get_master_weights(); }
+    void load_weights(const std::vector<float>& w) override {
+        model_.set_parameters(w.data());
+        if (sharded()) gather_params();
+    }
+    // The loop's contract (llmc/train/loop.h): the whole fp32 arrays on every rank, whatever -z is.
+    std::vector<float> weights() override { return whole(model_.get_master_weights()); }
     int model_file_version() const override { return MODEL_VERSION_BF16; }
     void get_moments(std::vector<float>& m, std::vector<float>& v) override {
-        m = model_.get_moments_m();
-        v = model_.get_moments_v();
+        m = whole(model_.get_moments_m());
+        v = whole(model_.get_moments_v());
     }
     void set_moments(const std::vector<float>& m, const std::vector<float>& v) override { model_.set_moments(m, v); }
     // MFU against the datasheet bf16 peak, and device memory in use (everything is allocated up front, so
@@ -92,9 +104,11 @@ public:
     void print_memory() const override {
         const GPUMemoryPlan& p = model_.memory;
         auto mib = [](size_t b) { return b / 1048576.0; };
-        printf("GPU memory: params %.0f MiB, grads %.0f MiB, optimizer (master, m, v) %.0f MiB, activations %.0f MiB "
+        std::string shard = sharded() ? strprintf(", this rank's 1/%d shard", comm_.world()) : "";
+        printf("GPU memory: params %.0f MiB, grads %.0f MiB, optimizer (master, m, v%s) %.0f MiB, activations %.0f MiB "
                "(of %.0f MiB free); largest micro-batch at T=%d: %d\n",
-               mib(p.params), mib(p.grads), mib(p.optimizer), mib(p.activations), mib(p.free_before), T_, p.max_batch);
+               mib(p.params), mib(p.grads), shard.c_str(), mib(p.optimizer), mib(p.activations), mib(p.free_before), T_,
+               p.max_batch);
     }
 
     prof::ProfileSession* profile_session() override { return profile_.get(); }
@@ -106,9 +120,18 @@ public:
         };
 #ifdef LLMC_HAVE_NCCL
         if (nccl_) {
-            BucketedAllReduce buckets(*nccl_, model_.stream, model_.config, model_.grads_memory, ready_, done_);
-            auto [loss, norm] = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), buckets);
-            return {loss, norm};
+            // The step ends synchronised (its loss and norm are read): its collectives' timings are ready.
+            std::pair<float, float> r;
+            if (sharded()) {
+                ShardedReduce reduce(*nccl_, model_.stream, model_.params_memory, model_.grads_memory,
+                                     model_.padded_params);
+                r = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), reduce);
+            } else {
+                BucketedAllReduce buckets(*nccl_, model_.stream, model_.config, model_.grads_memory);
+                r = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), buckets);
+            }
+            nccl_->collect();
+            return {r.first, r.second};
         }
 #endif
         auto [loss, norm] = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t);
@@ -142,13 +165,56 @@ public:
         return p;
     }
 
+    // The MPI communicator's own collectives (checkpoints' gathers, the profile's) and, over NCCL, the device's,
+    // timed on the communication stream.
+    CommStats comm_stats(const Communicator& comm) const override {
+        CommStats s = comm.stats();
+#ifdef LLMC_HAVE_NCCL
+        if (nccl_) {
+            const CommStats& d = nccl_->device_stats();
+            for (int c = 0; c < (int)Collective::COUNT; c++) {
+                s.calls[c] += d.calls[c];
+                s.bytes[c] += d.bytes[c];
+                s.seconds[c] += d.seconds[c];
+            }
+            s.exposed_seconds += d.exposed_seconds;
+        }
+#endif
+        return s;
+    }
+    Link link() const override { return link_; }
+
 private:
+    bool sharded() const { return model_.shard.size() != model_.padded_params; }
+    // A -z 1 rank's shard (padding included) as the whole array (num_params) every rank gets. Through the MPI
+    // communicator on the host, not NCCL: device memory is planned up front for training (print_memory is the
+    // run's peak) and has no room for a whole fp32 copy, and the loop wants the arrays on the host anyway.
+    std::vector<float> whole(const std::vector<float>& shard) {
+        if (!sharded()) return shard;
+        std::vector<float> full(model_.padded_params);
+        std::copy(shard.begin(), shard.end(), full.begin() + model_.shard.begin);
+        comm_.all_gather(full.data(), full.size()); // shard_of(padded_params): the model's shards
+        full.resize(model_.num_params);
+        return full;
+    }
+    // -z 1: the bf16 parameters of every shard to every rank, after the model has set its own.
+    void gather_params() {
+#ifdef LLMC_HAVE_NCCL
+        nccl_->follow(model_.stream);
+        nccl_->all_gather(model_.params_memory, model_.padded_params);
+        nccl_->join(model_.stream);
+        CUDA_CHECK(cudaStreamSynchronize(model_.stream));
+        nccl_->collect();
+#endif
+    }
+
     std::unique_ptr<prof::ProfileSession> profile_; // before model_: the ceilings are measured before it is allocated
     GPT2GPU model_;
+    Communicator& comm_;
+    Link link_; // what the collectives cross (data-parallel runs): NVLink or PCIe from NVML
 #ifdef LLMC_HAVE_NCCL
-    // Data-parallel runs only: the gradient buckets' all-reduces run on comm_stream_ beside model_.stream.
+    // Data-parallel runs only: the collectives run on comm_stream_ beside model_.stream.
     cudaStream_t comm_stream_ = nullptr;
-    cudaEvent_t ready_ = nullptr, done_ = nullptr;
     std::unique_ptr<NcclCommunicator> nccl_;
 #endif
     int B_, T_;
@@ -159,14 +225,13 @@ private:
 
 /*
  * Data parallelism over NCCL (doc/distributed.md): one GPU per rank, chosen by local rank; each layer's gradients
- * are all-reduced on a stream of their own as soon as backward has finished them. ZeRO-1 is not written for the
- * GPU yet, and none of this has run on GPUs.
+ * are all-reduced on a stream of their own as soon as backward has finished them, or with -z 1 (ZeRO-1)
+ * reduce-scattered after backward, each rank updating its shard and all-gathering the parameters. None of this
+ * has run on GPUs.
  */
 std::unique_ptr<TrainBackend> make_gpu_backend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm) {
     if (comm.world() > 1) {
 #ifdef LLMC_HAVE_NCCL
-        if (opt.zero_stage)
-            throw UsageError("-z 1: the sharded optimizer is not written for train_gpt2cu yet; use -z 0 (or train_gpt2)");
         select_device(comm);
 #else
         throw UsageError(strprintf("started as %d ranks, but train_gpt2cu was built without NCCL (or MPI): rebuild "

@@ -2,10 +2,10 @@
  * The GPU GPT-2: bf16 parameters, activations and gradients, fp32 master weights and AdamW moments.
  *
  * Memory is four allocations, each carved by a table: parameters (bf16), parameter gradients (bf16),
- * optimizer state (fp32 master weights, m, v) and activations (every forward tensor, the backward's
- * gradient buffers and scratch, and the device-side inputs). The activation table is sized for the largest
- * (B, T) the model was built for; smaller shapes (sampling, short val batches) reuse it with the same
- * per-layer strides.
+ * optimizer state (fp32 master weights, m, v: of the whole model, or with ZeRO-1 of this rank's shard) and
+ * activations (every forward tensor, the backward's gradient buffers and scratch, and the device-side inputs).
+ * The activation table is sized for the largest (B, T) the model was built for; smaller shapes (sampling, short
+ * val batches) reuse it with the same per-layer strides.
  *
  * Fusions, and what they mean for the sub-block names of llmc/subblocks.h: the residual adds run inside the
  * layernorm kernel that follows them (residual1 inside ln2, residual2 inside the next layer's ln1 or lnf),
@@ -30,6 +30,7 @@
 #include "llmc/matmul.cuh"
 #include "llmc/nvtx.h"
 #include "llmc/optimizer.h"
+#include "llmc/train/dist.h"
 
 namespace llmc {
 
@@ -134,6 +135,40 @@ inline ActivationLayout layout_activations(char* base, const GPT2Config& c, int 
     return out;
 }
 
+/*
+ * ZeRO-1 on the GPU (-z 1, doc/distributed.md): NCCL's reduce-scatter and all-gather take equal shards, so the
+ * parameter and gradient buffers are padded to a multiple of 8 * shards values (each shard then starts 16-byte
+ * aligned, for the x128 kernels); the padding stays zero. With one shard nothing is padded: every tensor size
+ * is a multiple of C, itself a multiple of 8.
+ */
+inline size_t padded_parameter_count(size_t num_params, int shards) {
+    const size_t unit = 8 * (size_t)shards;
+    return ceil_div(num_params, unit) * unit;
+}
+
+/*
+ * AdamW over the parameters [s.begin, s.end) of the llm.c-order buffers (a ZeRO-1 rank's shard; with one shard
+ * the whole model): each parameter tensor's intersection with the shard, with that tensor's weight decay.
+ * params and grads are the whole (padded) buffers; master, m and v hold the shard only (index 0 is parameter
+ * s.begin). Padding past the last tensor is left as it is. The shard's ends and every tensor's offset are
+ * multiples of 8, so every slice is 16-byte aligned. grad_norm_squared: device scalar (the global norm, squared).
+ */
+inline void adamw_update_shard(const GPT2Config& c, Shard s, floatX* params, float* master, const floatX* grads,
+                               float* m, float* v, float lr, float beta1, float beta2, float eps, float weight_decay,
+                               int t, const float* grad_norm_squared, float grad_clip, cudaStream_t stream) {
+    auto sizes = parameter_sizes(c);
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const size_t begin = std::max(off, s.begin), end = std::min(off + sizes[i], s.end);
+        if (begin < end) {
+            const size_t k = begin - s.begin; // index in the shard's arrays
+            adamw_update(params + begin, master + k, grads + begin, m + k, v + k, end - begin, lr, beta1, beta2, t,
+                         eps, parameter_decays(i) ? weight_decay : 0.0f, grad_norm_squared, grad_clip, stream);
+        }
+        off += sizes[i];
+    }
+}
+
 struct GPUMemoryPlan {
     size_t params, grads, optimizer, activations, free_before;
     size_t other; // cuBLASLt workspace and the encoder backward's sort scratch
@@ -143,12 +178,13 @@ struct GPUMemoryPlan {
     size_t budget() const { return (size_t)(free_before * 0.95); }
 };
 
-inline GPUMemoryPlan plan_gpu_memory(const GPT2Config& c, int B, int T) {
-    size_t n = num_parameters(c);
+// shards: ZeRO-1's optimizer shards (1: the whole optimizer state on this device).
+inline GPUMemoryPlan plan_gpu_memory(const GPT2Config& c, int B, int T, int shards = 1) {
+    size_t n = padded_parameter_count(num_parameters(c), shards);
     GPUMemoryPlan p{};
     p.params = n * sizeof(floatX);
     p.grads = n * sizeof(floatX);
-    p.optimizer = 3 * n * sizeof(float);
+    p.optimizer = 3 * (n / shards) * sizeof(float);
     p.activations = layout_activations(nullptr, c, B, T).bytes;
     const int key_bits = EncoderBackwardScratch::sort_key_bits(c.padded_vocab_size);
     auto encoder_scratch = [&](int b) { return EncoderBackwardScratch::bytes(b * T, key_bits); };
@@ -168,17 +204,24 @@ public:
     GPT2Config config;
     int B, T; // the largest shape the activations hold
     size_t num_params;
+    size_t padded_params; // the parameter and gradient buffers' length (padded_parameter_count)
+    Shard shard;          // the parameters this device's optimizer updates: all, or its ZeRO-1 shard
     ParameterTensors<floatX> params, grads;
-    floatX* params_memory = nullptr;
-    floatX* grads_memory = nullptr;
-    float* master = nullptr; // (num_params) fp32 master weights
-    float* m = nullptr;      // AdamW moments, (num_params) each
+    floatX* params_memory = nullptr; // (padded_params); the padding is zero
+    floatX* grads_memory = nullptr;  // (padded_params); the padding is zero
+    float* master = nullptr;         // (shard.size()) fp32 master weights of the shard
+    float* m = nullptr;              // AdamW moments of the shard, (shard.size()) each
     float* v = nullptr;
     ActivationTensors acts;
     GPUMemoryPlan memory;
     cudaStream_t stream;
 
-    GPT2GPU(const GPT2Config& c, int B_, int T_) : config(c), B(B_), T(T_), num_params(num_parameters(c)) {
+    // shard_rank of shards: ZeRO-1, this device keeps the master weights and moments of shard_of(padded_params)
+    // only; the default is the whole optimizer.
+    GPT2GPU(const GPT2Config& c, int B_, int T_, int shard_rank = 0, int shards = 1)
+        : config(c), B(B_), T(T_), num_params(num_parameters(c)),
+          padded_params(padded_parameter_count(num_params, shards)),
+          shard(shard_of(padded_params, shard_rank, shards)) {
         if (c.channels % c.num_heads != 0 || c.channels / c.num_heads != 64)
             throw Error(strprintf("the GPU attention kernel needs head size 64 (this model: C=%d / NH=%d)", c.channels,
                                   c.num_heads));
@@ -186,7 +229,7 @@ public:
             throw Error("the GPU kernels need C and Vp to be multiples of 8");
         if (T > c.max_seq_len)
             throw Error(strprintf("-t %d: exceeds the model's maximum sequence length %d", T, c.max_seq_len));
-        memory = plan_gpu_memory(c, B, T);
+        memory = plan_gpu_memory(c, B, T, shards);
         if (memory.total() > memory.budget())
             throw Error(strprintf("-b %d: needs %.0f MiB of GPU memory, %.0f MiB are free (%.0f MiB usable); the "
                                   "largest micro-batch that fits at T=%d is %d",
@@ -197,16 +240,17 @@ public:
         CUDA_CHECK(cudaMalloc(&params_memory, memory.params));
         CUDA_CHECK(cudaMalloc(&grads_memory, memory.grads));
         CUDA_CHECK(cudaMalloc(&master, memory.optimizer));
-        m = master + num_params;
-        v = m + num_params;
+        m = master + shard.size();
+        v = m + shard.size();
         CUDA_CHECK(cudaMalloc(&acts_memory_, memory.activations));
         acts = layout_activations(acts_memory_, c, B, T).t;
         params.point_into(params_memory, c);
         grads.point_into(grads_memory, c);
         // Everything is ordered on `stream`: plain cudaMemset/cudaMemcpy run on the legacy default stream,
         // which a non-blocking stream does not wait for.
+        CUDA_CHECK(cudaMemsetAsync(params_memory, 0, memory.params, stream)); // the padding stays zero
         CUDA_CHECK(cudaMemsetAsync(grads_memory, 0, memory.grads, stream));
-        CUDA_CHECK(cudaMemsetAsync(m, 0, 2 * num_params * sizeof(float), stream));
+        CUDA_CHECK(cudaMemsetAsync(master, 0, memory.optimizer, stream));
         CUDA_CHECK(cudaMemsetAsync(acts.scalars, 0, 2 * sizeof(float), stream));
         CUDA_CHECK(cudaMallocHost(&pinned_tokens_, 4 * (size_t)B * T * sizeof(int)));
         CUDA_CHECK(cudaMallocHost(&pinned_scalars_, 2 * sizeof(float)));
@@ -228,18 +272,23 @@ public:
     GPT2GPU(const GPT2GPU&) = delete;
     GPT2GPU& operator=(const GPT2GPU&) = delete;
 
-    // Sets the fp32 master weights (num_params values, llm.c order) and the bf16 parameters from them.
+    /*
+     * The setters take the whole model's fp32 arrays (num_params values, llm.c order) and keep the shard's part;
+     * the getters give the shard's (shard.size() values, its padding included). With ZeRO-1 the bf16 parameters
+     * outside the shard are the other devices' to fill (an all-gather, as after an update).
+     */
+    // The fp32 master weights and the bf16 parameters [shard) from them.
     void set_parameters(const float* host_params) {
-        upload(master, host_params, num_params);
-        copy_float_to_bf16(params_memory, master, num_params, stream);
+        upload_shard(master, host_params);
+        copy_float_to_bf16(params_memory + shard.begin, master, shard.size(), stream);
         CUDA_CHECK(cudaStreamSynchronize(stream));
     }
-    std::vector<float> get_master_weights() const { return download(master, num_params); }
-    std::vector<float> get_moments_m() const { return download(m, num_params); }
-    std::vector<float> get_moments_v() const { return download(v, num_params); }
+    std::vector<float> get_master_weights() const { return download(master, shard.size()); }
+    std::vector<float> get_moments_m() const { return download(m, shard.size()); }
+    std::vector<float> get_moments_v() const { return download(v, shard.size()); }
     void set_moments(const std::vector<float>& mh, const std::vector<float>& vh) {
-        upload(m, mh.data(), num_params);
-        upload(v, vh.data(), num_params);
+        upload_shard(m, mh.data());
+        upload_shard(v, vh.data());
     }
 
     /*
@@ -335,10 +384,13 @@ public:
         }
     }
 
-    // What train_step calls, for data parallelism: nothing, on one process.
+    // What train_step calls, for data parallelism: nothing, on one process. sum_norm(sq) sums the ranks' squared
+    // norms of their shards (ZeRO-1) in the device scalar; gather_params() fills the parameters outside the shard.
     struct NoReduce {
         void layer_done(int) {}
         void finish(float*) {}
+        void sum_norm(float*) {}
+        void gather_params() {}
     };
 
     /*
@@ -433,19 +485,30 @@ public:
     void zero_grad() { CUDA_CHECK(cudaMemsetAsync(grads_memory, 0, memory.grads, stream)); }
     void zero_loss() { CUDA_CHECK(cudaMemsetAsync(acts.scalars, 0, 2 * sizeof(float), stream)); }
 
-    // Global grad norm and AdamW on every tensor; the clip factor never leaves the device.
-    void update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, int t) {
+    /*
+     * Global grad norm and AdamW on the shard's tensors; the clip factor never leaves the device. With ZeRO-1 the
+     * norm is over the shard's reduced gradients, summed over the ranks by reduce.sum_norm, and the updated
+     * parameters are gathered by reduce.gather_params.
+     */
+    template <typename Reduce = NoReduce>
+    void update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, int t,
+                Reduce&& reduce = Reduce{}) {
         {
             Range r(SubBlock::grad_norm, Phase::opt);
-            global_norm_squared(acts.scalars + 1, acts.scratch, grads_memory, num_params, stream);
+            global_norm_squared(acts.scalars + 1, acts.scratch, grads_memory + shard.begin, shard.size(), stream);
         }
-        Range r(SubBlock::optimizer, Phase::opt);
-        auto sizes = parameter_sizes(config);
-        size_t off = 0;
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-            adamw_update(params_memory + off, master + off, grads_memory + off, m + off, v + off, sizes[i], lr, beta1,
-                         beta2, t, eps, parameter_decays(i) ? weight_decay : 0.0f, acts.scalars + 1, grad_clip, stream);
-            off += sizes[i];
+        if (shard.size() != padded_params) {
+            Range r(SubBlock::comm, Phase::opt);
+            reduce.sum_norm(acts.scalars + 1);
+        }
+        {
+            Range r(SubBlock::optimizer, Phase::opt);
+            adamw_update_shard(config, shard, params_memory, master, grads_memory, m, v, lr, beta1, beta2, eps,
+                               weight_decay, t, acts.scalars + 1, grad_clip, stream);
+        }
+        if (shard.size() != padded_params) {
+            Range r(SubBlock::comm, Phase::opt);
+            reduce.gather_params();
         }
     }
 
@@ -458,7 +521,8 @@ public:
      * every micro-batch weighs 1/(all of them). The last micro-batch's backward hands each finished bucket of
      * gradients to reduce.layer_done (see backward), which starts summing it over the ranks; reduce.finish(loss)
      * sums the fp32 loss (a device pointer) and makes this stream wait for every reduction, before the norm and
-     * the update.
+     * the update. With ZeRO-1 (a model of several shards) finish reduce-scatters the gradients instead, and
+     * update() calls reduce.sum_norm and reduce.gather_params.
      */
     template <typename NextBatch, typename Reduce = NoReduce>
     std::pair<float, float> train_step(NextBatch&& next_batch, int b, int t, int grad_accum, float lr,
@@ -479,7 +543,7 @@ public:
         }
         {
             Range opt("optimizer", -1, Phase::opt);
-            update(lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.grad_clip, step);
+            update(lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.grad_clip, step, reduce);
         }
         fetch_scalars();
         return read_scalars();
@@ -531,8 +595,11 @@ private:
         slot_pending_[slot_] = true;
     }
     // Copies between pageable host memory and fp32 device arrays, in order on `stream` and complete on return.
-    void upload(float* d, const float* h, size_t n) const {
-        CUDA_CHECK(cudaMemcpyAsync(d, h, n * sizeof(float), cudaMemcpyHostToDevice, stream));
+    // upload_shard: the shard's part of a whole host array (num_params values), padding zeroed.
+    void upload_shard(float* d, const float* h) const {
+        const size_t n = shard.begin < num_params ? std::min(shard.end, num_params) - shard.begin : 0;
+        CUDA_CHECK(cudaMemsetAsync(d, 0, shard.size() * sizeof(float), stream));
+        if (n > 0) CUDA_CHECK(cudaMemcpyAsync(d, h + shard.begin, n * sizeof(float), cudaMemcpyHostToDevice, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
     }
     std::vector<float> download(const float* d, size_t n) const {

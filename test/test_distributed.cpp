@@ -1,5 +1,6 @@
-// The data-parallel layer's transport-free parts: shards, gradient buckets, and the merged profile's analysis
-// (llmc/train/dist.h, llmc/gpt2_config.h, llmc/profiler/distributed.h). The runs under mpirun are in test_train_cpu.cpp.
+// The data-parallel layer's transport-free parts: shards, gradient buckets, the merged profile's analysis and the
+// link's peak (llmc/train/dist.h, llmc/gpt2_config.h, llmc/profiler/distributed.h, llmc/profiler/nvml_sampler.h).
+// The runs under mpirun are in test_train_cpu.cpp.
 #include <atomic>
 #include <gtest/gtest.h>
 #include <random>
@@ -7,6 +8,7 @@
 
 #include "llmc/gpt2_config.h"
 #include "llmc/profiler/distributed.h"
+#include "llmc/profiler/nvml_sampler.h"
 #include "test/test_util.h"
 
 using namespace llmc;
@@ -193,4 +195,74 @@ TEST(Distributed, BackgroundReducerWaitRethrowsItsError) {
     reducer.post(buf.data(), {{4, 4}}); // usable again after the error was reported
     reducer.wait();
     EXPECT_EQ(comm.calls.size(), 2u);
+}
+
+TEST(Distributed, LinkPeaksPerNvlinkVersionAndPcieGeneration) {
+    // NVLink: the datasheets' totals (bidirectional, all links) over the link count, per direction.
+    EXPECT_DOUBLE_EQ(18 * prof::nvlink_gbps_per_link(6), 900.0 / 2); // H100 SXM: NVLink 4.0, 18 links
+    EXPECT_DOUBLE_EQ(12 * prof::nvlink_gbps_per_link(4), 600.0 / 2); // A100 SXM: NVLink 3.0, 12 links
+    EXPECT_DOUBLE_EQ(12 * prof::nvlink_gbps_per_link(5), 600.0 / 2); // NVLink 3.1 (what A100s report)
+    EXPECT_DOUBLE_EQ(6 * prof::nvlink_gbps_per_link(2), 300.0 / 2);  // V100 SXM2: NVLink 2.0, 6 links
+    EXPECT_DOUBLE_EQ(18 * prof::nvlink_gbps_per_link(7), 1800.0 / 2); // B200: NVLink 5.0, 18 links
+    EXPECT_EQ(prof::nvlink_gbps_per_link(0), 0.0);                   // NVML's "invalid"
+    EXPECT_EQ(prof::nvlink_gbps_per_link(8), 0.0);                   // newer than the table: unknown, not a guess
+    // PCIe x16, per direction: the figures usually quoted (within their rounding).
+    EXPECT_NEAR(16 * prof::pcie_gbps_per_lane(3), 15.75, 0.01);
+    EXPECT_NEAR(16 * prof::pcie_gbps_per_lane(4), 31.5, 0.01);
+    EXPECT_NEAR(16 * prof::pcie_gbps_per_lane(5), 63.0, 0.05);
+    EXPECT_NEAR(16 * prof::pcie_gbps_per_lane(6), 121.0, 0.05);
+    EXPECT_DOUBLE_EQ(prof::pcie_gbps_per_lane(2), 2 * prof::pcie_gbps_per_lane(1)); // same code, twice the rate
+    EXPECT_EQ(prof::pcie_gbps_per_lane(0), 0.0);
+    EXPECT_EQ(prof::pcie_gbps_per_lane(7), 0.0);
+}
+
+namespace {
+// A fake NVML device for read_link: the entry points are plain function pointers, so its state is global.
+struct FakeLinks {
+    unsigned nvlinks = 0, active = 0, version = 0; // links that exist, how many of them are active, their version
+    unsigned pcie_gen = 0, pcie_width = 0;         // 0: NVML does not answer
+};
+FakeLinks links;
+prof::NvmlApi fake_link_api() {
+    prof::NvmlApi a;
+    a.nvlink_state = [](prof::nvmlDevice_t, unsigned i, int* on) {
+        return i < links.nvlinks ? (*on = i < links.active, prof::NVML_SUCCESS) : 2; // invalid argument
+    };
+    a.nvlink_version = [](prof::nvmlDevice_t, unsigned i, unsigned* v) {
+        return i < links.nvlinks ? (*v = links.version, prof::NVML_SUCCESS) : 2;
+    };
+    a.pcie_max_generation = [](prof::nvmlDevice_t, unsigned* g) {
+        return links.pcie_gen ? (*g = links.pcie_gen, prof::NVML_SUCCESS) : 3; // not supported
+    };
+    a.pcie_max_width = [](prof::nvmlDevice_t, unsigned* w) {
+        return links.pcie_width ? (*w = links.pcie_width, prof::NVML_SUCCESS) : 3;
+    };
+    return a;
+}
+} // namespace
+
+TEST(Distributed, LinkIsTheActiveNvlinksElsePcie) {
+    const prof::NvmlApi api = fake_link_api();
+    std::mt19937 g(11);
+    for (int trial = 0; trial < 50; trial++) {
+        links.nvlinks = g() % 19, links.active = g() % (links.nvlinks + 1), links.version = 1 + g() % 7;
+        links.pcie_gen = g() % 7, links.pcie_width = links.pcie_gen ? 1u << (g() % 5) : 0;
+        SCOPED_TRACE(testing::Message() << links.active << " of " << links.nvlinks << " NVLinks v" << links.version
+                                        << ", PCIe gen " << links.pcie_gen << " x" << links.pcie_width);
+        const Link l = prof::read_link(api, nullptr);
+        if (links.active > 0) {
+            EXPECT_EQ(l.kind, LinkKind::nvlink);
+            EXPECT_DOUBLE_EQ(l.peak_gbps, links.active * prof::nvlink_gbps_per_link(links.version));
+        } else if (links.pcie_gen > 0) {
+            EXPECT_EQ(l.kind, LinkKind::pcie);
+            EXPECT_DOUBLE_EQ(l.peak_gbps, links.pcie_width * prof::pcie_gbps_per_lane(links.pcie_gen));
+        } else {
+            EXPECT_EQ(l.kind, LinkKind::unknown);
+            EXPECT_EQ(l.peak_gbps, 0.0);
+        }
+    }
+    // A driver without the link queries: unknown.
+    const Link none = prof::read_link(prof::NvmlApi{}, nullptr);
+    EXPECT_EQ(none.kind, LinkKind::unknown);
+    EXPECT_EQ(none.peak_gbps, 0.0);
 }

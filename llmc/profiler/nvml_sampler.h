@@ -13,6 +13,9 @@
  *
  * A thread samples every interval_ms; mark() samples on the caller's thread. Both append under a mutex.
  * The function table (NvmlApi) can be injected, so tests feed fake readings without NVML.
+ *
+ * The same loader answers which link a data-parallel rank's collectives cross (nvml_link: NVLink or PCIe, and
+ * its peak bandwidth per direction).
  */
 #pragma once
 #include <dlfcn.h>
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "llmc/profiler/records.h"
+#include "llmc/train/dist.h"
 #include "llmc/utils.h"
 
 namespace llmc::prof {
@@ -73,6 +77,12 @@ struct NvmlApi {
     nvmlReturn_t (*clocks_event_reasons)(nvmlDevice_t, unsigned long long*) = nullptr; // optional
     nvmlReturn_t (*total_energy)(nvmlDevice_t, unsigned long long*) = nullptr;          // optional, mJ
     nvmlReturn_t (*field_values)(nvmlDevice_t, int, NvmlFieldValue*) = nullptr;          // optional
+    // The links (nvml_link), all optional: NVLink link i's state (1: active) and version (nvmlNvlinkVersion_t),
+    // the PCIe link's maximum generation and width.
+    nvmlReturn_t (*nvlink_state)(nvmlDevice_t, unsigned, int*) = nullptr;
+    nvmlReturn_t (*nvlink_version)(nvmlDevice_t, unsigned, unsigned*) = nullptr;
+    nvmlReturn_t (*pcie_max_generation)(nvmlDevice_t, unsigned*) = nullptr;
+    nvmlReturn_t (*pcie_max_width)(nvmlDevice_t, unsigned*) = nullptr;
 };
 
 /*
@@ -97,6 +107,10 @@ inline bool resolve_nvml(NvmlApi* api, const std::function<void*(const char*)>& 
     if (!api->clocks_event_reasons) sym(api->clocks_event_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
     sym(api->total_energy, "nvmlDeviceGetTotalEnergyConsumption");
     sym(api->field_values, "nvmlDeviceGetFieldValues");
+    sym(api->nvlink_state, "nvmlDeviceGetNvLinkState");
+    sym(api->nvlink_version, "nvmlDeviceGetNvLinkVersion");
+    sym(api->pcie_max_generation, "nvmlDeviceGetMaxPcieLinkGeneration");
+    sym(api->pcie_max_width, "nvmlDeviceGetMaxPcieLinkWidth");
     const char* missing = !api->init              ? "nvmlInit_v2"
                           : !api->shutdown        ? "nvmlShutdown"
                           : !api->handle_by_index ? "nvmlDeviceGetHandleByIndex_v2"
@@ -119,6 +133,72 @@ inline bool load_nvml(NvmlApi* api, void** lib, std::string* why) {
     dlclose(*lib);
     *lib = nullptr;
     return false;
+}
+
+/*
+ * One NVLink link's peak bandwidth per direction, GB/s, by the version NVML reports (nvmlNvlinkVersion_t:
+ * 1 = NVLink 1.0, 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0); 0 for a version not in the table. From
+ * NVIDIA's datasheets, total bidirectional NVLink bandwidth over the link count, halved: P100 160 GB/s over 4
+ * links (20), V100 300 GB/s over 6 (25), A100 600 GB/s over 12 (25), H100 900 GB/s over 18 (25), B200 1.8 TB/s
+ * over 18 (50).
+ */
+inline double nvlink_gbps_per_link(unsigned nvml_version) {
+    static constexpr double per_link[] = {0, 20, 25, 25, 25, 25, 25, 50};
+    return nvml_version < sizeof per_link / sizeof per_link[0] ? per_link[nvml_version] : 0.0;
+}
+
+/*
+ * One PCIe lane's peak bandwidth per direction, GB/s, by generation; 0 for one not in the table. The PCI-SIG
+ * transfer rates (2.5, 5, 8, 16, 32, 64 GT/s) times the line code's efficiency (8b/10b for 1 and 2, 128b/130b for
+ * 3 to 5, 242/256 FLIT for 6), over 8 bits: 16 lanes of generation 4 are 31.5 GB/s.
+ */
+inline double pcie_gbps_per_lane(unsigned generation) {
+    static constexpr double gt_per_s[] = {0, 2.5, 5, 8, 16, 32, 64};
+    if (generation == 0 || generation >= sizeof gt_per_s / sizeof gt_per_s[0]) return 0.0;
+    const double code = generation <= 2 ? 8.0 / 10 : generation <= 5 ? 128.0 / 130 : 242.0 / 256;
+    return gt_per_s[generation] * code / 8;
+}
+
+constexpr unsigned NVML_NVLINK_MAX_LINKS = 18; // nvml.h's, since NVLink 4 (H100: 18 links)
+
+/*
+ * The link a device's collectives cross, from NVML: its active NVLink links times their per-link peak when it
+ * has any, else its PCIe link (maximum generation times maximum width); unknown when NVML answers neither.
+ */
+inline Link read_link(const NvmlApi& api, nvmlDevice_t dev) {
+    double nvlink = 0;
+    if (api.nvlink_state && api.nvlink_version)
+        for (unsigned i = 0; i < NVML_NVLINK_MAX_LINKS; i++) {
+            int active = 0;
+            unsigned version = 0;
+            if (api.nvlink_state(dev, i, &active) == NVML_SUCCESS && active == 1 &&
+                api.nvlink_version(dev, i, &version) == NVML_SUCCESS)
+                nvlink += nvlink_gbps_per_link(version);
+        }
+    if (nvlink > 0) return {LinkKind::nvlink, nvlink};
+    unsigned gen = 0, width = 0;
+    if (api.pcie_max_generation && api.pcie_max_width && api.pcie_max_generation(dev, &gen) == NVML_SUCCESS &&
+        api.pcie_max_width(dev, &width) == NVML_SUCCESS && pcie_gbps_per_lane(gen) > 0)
+        return {LinkKind::pcie, pcie_gbps_per_lane(gen) * width};
+    return {};
+}
+
+// read_link for the device with this PCI bus id (cudaDeviceGetPCIBusId), through libnvidia-ml.so.1; unknown
+// without NVML.
+inline Link nvml_link(const std::string& pci_bus_id) {
+    NvmlApi api;
+    void* lib = nullptr;
+    std::string why;
+    if (!load_nvml(&api, &lib, &why)) return {};
+    Link link;
+    if (api.init() == NVML_SUCCESS) {
+        nvmlDevice_t dev = nullptr;
+        if (api.handle_by_pci_bus_id && api.handle_by_pci_bus_id(pci_bus_id.c_str(), &dev) == NVML_SUCCESS)
+            link = read_link(api, dev);
+        api.shutdown();
+    }
+    dlclose(lib);
+    return link;
 }
 
 class PowerSampler {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <gtest/gtest.h>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "llmc/cpu/adamw.h"
@@ -15,6 +16,8 @@
 using namespace llmc;
 using gputest::bf16_round;
 using gputest::close_rel;
+using gputest::DeviceBuffer;
+using gputest::to_bf16;
 
 namespace {
 
@@ -192,6 +195,8 @@ struct DoublingReduce {
             double_in_place(gpu.grads_memory + r.offset, r.count);
     }
     void finish(float* loss) { double_in_place(loss, 1); }
+    void sum_norm(float*) {} // ZeRO-1 only: one shard here
+    void gather_params() {}
 };
 } // namespace
 
@@ -217,4 +222,184 @@ GPU_TEST(GPT2GPU, DataParallelBucketsCoverEveryGradientOnce) {
     for (int l = one.cfg.num_layers - 1; l >= -1; l--) order.push_back(l);
     EXPECT_EQ(reduce.buckets, order);
     EXPECT_TRUE(one.gpu.get_master_weights() == rank.gpu.get_master_weights());
+}
+
+namespace {
+// One rank's AdamW over its shard of the padded buffers: the whole bf16 parameters afterwards, and the shard's
+// master weights and moments.
+struct ShardUpdate {
+    std::vector<floatX> params; // (padded)
+    std::vector<float> master, m, v; // (shard)
+};
+ShardUpdate update_one_shard(const GPT2Config& cfg, int rank, int shards, const std::vector<float>& w,
+                             const std::vector<float>& g, const std::vector<float>& m, const std::vector<float>& v,
+                             float norm_squared, int t) {
+    const size_t n = num_parameters(cfg), padded = padded_parameter_count(n, shards);
+    const Shard s = shard_of(padded, rank, shards);
+    auto padded_to = [](std::vector<float> x, size_t len) { x.resize(len, 0.0f); return x; };
+    auto shard_part = [&](const std::vector<float>& x) {
+        std::vector<float> p = padded_to(x, padded);
+        return std::vector<float>(p.begin() + s.begin, p.begin() + s.end);
+    };
+    DeviceBuffer<floatX> params(to_bf16(padded_to(w, padded))), grads(to_bf16(padded_to(g, padded)));
+    DeviceBuffer<float> master(shard_part(w)), mm(shard_part(m)), vv(shard_part(v));
+    DeviceBuffer<float> sq(std::vector<float>{norm_squared});
+    const AdamWConfig adam;
+    adamw_update_shard(cfg, s, params, master, grads, mm, vv, 1e-3f, adam.beta1, adam.beta2, adam.eps, 0.1f, t, sq,
+                       1.0f, 0);
+    return {params.download(), master.download(), mm.download(), vv.download()};
+}
+} // namespace
+
+/*
+ * ZeRO-1's update (llmc/train/dist_nccl.cuh drives it with NCCL): N ranks each update their shard of the padded
+ * buffers, and what an all-gather would assemble (each rank's slice of the parameters, and the shards of master,
+ * m, v laid end to end) is the one-shard update bit for bit, for N = 2 and 3 (shard boundaries inside tensors;
+ * N = 3 pads the buffers), with clipping on (the same norm scalar for all: summing it over ranks is the
+ * communicator's). The padding stays zero.
+ */
+GPU_TEST(GPT2GPU, ShardedUpdateAssemblesToTheWholeUpdate) {
+    REQUIRE_GPU();
+    const GPT2Config cfg = gputest::tiny_gpt2_config();
+    const size_t n = num_parameters(cfg);
+    const std::vector<float> w = gputest::random_normal(n, 0.1f), m = gputest::random_normal(n, 1e-3f);
+    const std::vector<float> g = gputest::bf16_round(gputest::random_normal(n, 1e-2f)); // what the bf16 buffer holds
+    std::vector<float> v = gputest::random_normal(n, 1e-4f);
+    for (float& x : v) x = x * x; // a second moment is >= 0
+    const float norm_squared = 4.0f; // norm 2 > clip 1: the gradients are scaled
+    const int t = 3;
+    const ShardUpdate whole = update_one_shard(cfg, 0, 1, w, g, m, v, norm_squared, t);
+    ASSERT_EQ(whole.master.size(), n);
+    for (int shards : {2, 3}) {
+        SCOPED_TRACE(testing::Message() << shards << " shards");
+        const size_t padded = padded_parameter_count(n, shards);
+        ASSERT_EQ(padded % (8 * shards), 0u);
+        if (shards == 3) {
+            ASSERT_GT(padded, n); // the padding path runs
+        }
+        std::vector<floatX> params(padded);
+        std::vector<float> master, mm, vv;
+        bool boundary_inside_a_tensor = false;
+        for (int r = 0; r < shards; r++) {
+            const Shard s = shard_of(padded, r, shards);
+            ASSERT_EQ(s.size(), padded / shards);
+            auto sizes = parameter_sizes(cfg);
+            size_t off = 0;
+            for (size_t size : sizes) {
+                boundary_inside_a_tensor |= r > 0 && off < s.begin && s.begin < off + size;
+                off += size;
+            }
+            const ShardUpdate u = update_one_shard(cfg, r, shards, w, g, m, v, norm_squared, t);
+            std::copy(u.params.begin() + s.begin, u.params.begin() + s.end, params.begin() + s.begin);
+            master.insert(master.end(), u.master.begin(), u.master.end());
+            mm.insert(mm.end(), u.m.begin(), u.m.end());
+            vv.insert(vv.end(), u.v.begin(), u.v.end());
+        }
+        EXPECT_TRUE(boundary_inside_a_tensor);
+        for (size_t i = n; i < padded; i++) {
+            ASSERT_EQ(__bfloat162float(params[i]), 0.0f) << "parameter padding " << i;
+            ASSERT_EQ(master[i], 0.0f) << "master padding " << i;
+            ASSERT_EQ(mm[i], 0.0f) << "m padding " << i;
+            ASSERT_EQ(vv[i], 0.0f) << "v padding " << i;
+        }
+        for (size_t i = 0; i < n; i++) {
+            ASSERT_EQ(__bfloat162float(params[i]), __bfloat162float(whole.params[i])) << "params " << i;
+            ASSERT_EQ(master[i], whole.master[i]) << "master " << i;
+            ASSERT_EQ(mm[i], whole.m[i]) << "m " << i;
+            ASSERT_EQ(vv[i], whole.v[i]) << "v " << i;
+        }
+    }
+    // The update did something: the master weights moved.
+    EXPECT_NE(whole.master, w);
+}
+
+namespace {
+/*
+ * A stand-in for ZeRO-1's collectives over two ranks that hold the same batch (ShardedReduce in
+ * llmc/train/dist_nccl.cuh drives NCCL): the reduce-scatter doubles this rank's shard of the gradients (and the
+ * loss), the norm's sum adds the other shard's squares of the doubled gradients; the all-gather is left out
+ * (the test compares this rank's shard). It records the order of the calls.
+ */
+struct ShardedDoublingReduce {
+    GPT2GPU& gpu;
+    std::vector<std::string> calls;
+    std::vector<floatX> local; // the gradients before the reduction, for the other shard's norm
+    // On the model's stream, which a plain cudaMemcpy from pageable memory need not have finished before.
+    template <typename T> void upload(T* d, const T* h, size_t n) {
+        CUDA_CHECK(cudaMemcpyAsync(d, h, n * sizeof(T), cudaMemcpyHostToDevice, gpu.stream));
+        CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
+    }
+    void layer_done(int) { calls.push_back("layer"); }
+    void finish(float* loss) {
+        calls.push_back("finish");
+        local = gputest::download(gpu.grads_memory, gpu.padded_params);
+        std::vector<floatX> g = local;
+        for (size_t i = gpu.shard.begin; i < gpu.shard.end; i++) g[i] = (floatX)(2.0f * (float)g[i]);
+        upload(gpu.grads_memory, g.data(), g.size());
+        float l = gputest::download(loss, 1)[0] * 2.0f;
+        upload(loss, &l, 1);
+    }
+    void sum_norm(float* sq) {
+        calls.push_back("sum_norm");
+        double other = 0;
+        for (size_t i = 0; i < local.size(); i++)
+            if (i < gpu.shard.begin || i >= gpu.shard.end) other += std::pow(2.0 * (float)local[i], 2);
+        float s = gputest::download(sq, 1)[0] + (float)other;
+        upload(sq, &s, 1);
+    }
+    void gather_params() { calls.push_back("gather_params"); }
+};
+} // namespace
+
+/*
+ * train_step with the optimizer sharded over two ranks of the same batch: the reduce-scatter comes after the
+ * whole backward (after its last bucket), the norm is summed after it and before the update, the parameters
+ * gathered last. Each rank's shard of the master weights, moments and parameters is one process's,
+ * bit for bit (halving and doubling are exact, clipping is off so the norm's summation order does not matter);
+ * the norm agrees to fp32 rounding.
+ */
+GPU_TEST(GPT2GPU, ShardedTrainStepMatchesOneProcessOnItsShard) {
+    REQUIRE_GPU();
+    const int B = 2, T = 32, shards = 2;
+    const uint64_t seed = gputest::fresh_seed();
+    const GPT2Config cfg = gputest::tiny_gpt2_config();
+    auto in = gputest::random_tokens(B * T, cfg.vocab_size), tg = gputest::random_tokens(B * T, cfg.vocab_size);
+    auto batch = [&] { return std::make_pair(in.data(), tg.data()); };
+    AdamWConfig adam;
+    adam.grad_clip = 0.0f;
+    adam.weight_decay = 0.1f;
+    std::vector<float> w(num_parameters(cfg));
+    init_gpt2_parameters(w.data(), cfg, seed);
+    GPT2GPU one(cfg, B, T);
+    one.set_parameters(w.data());
+    const std::vector<floatX> params0 = gputest::download(one.params_memory, one.num_params);
+    auto [loss1, norm1] = one.train_step(batch, B, T, 1, 1e-3f, adam, 1);
+    const std::vector<float> master1 = one.get_master_weights(), m1 = one.get_moments_m(), v1 = one.get_moments_v();
+    const std::vector<floatX> params1 = gputest::download(one.params_memory, one.num_params);
+    for (int r = 0; r < shards; r++) {
+        SCOPED_TRACE(testing::Message() << "rank " << r);
+        GPT2GPU rank(cfg, B, T, r, shards);
+        rank.set_parameters(w.data());
+        ASSERT_EQ(rank.shard.size() * shards, rank.padded_params);
+        ShardedDoublingReduce reduce{rank, {}, {}};
+        reduce.upload(rank.params_memory, params0.data(), params0.size()); // the other shard's: the all-gather's part
+        auto [loss2, norm2] = rank.train_step(batch, B, T, 1, 1e-3f, adam, 1, shards, reduce);
+        std::vector<std::string> order(cfg.num_layers + 1, "layer"); // backward hands every bucket over, unused
+        for (const char* call : {"finish", "sum_norm", "gather_params"}) order.push_back(call);
+        EXPECT_EQ(reduce.calls, order);
+        EXPECT_EQ(loss1, loss2);
+        EXPECT_NEAR(norm1, norm2, 1e-5 * norm1);
+        const Shard s = rank.shard;
+        const size_t real = std::min(s.end, rank.num_params) - s.begin; // the shard's values that are parameters
+        const std::vector<float> master2 = rank.get_master_weights();
+        const std::vector<float> m2 = rank.get_moments_m(), v2 = rank.get_moments_v();
+        ASSERT_EQ(master2.size(), s.size());
+        const std::vector<floatX> params2 = gputest::download(rank.params_memory, rank.padded_params);
+        for (size_t k = 0; k < real; k++) {
+            ASSERT_EQ(master2[k], master1[s.begin + k]) << "master " << s.begin + k;
+            ASSERT_EQ(m2[k], m1[s.begin + k]) << "m " << s.begin + k;
+            ASSERT_EQ(v2[k], v1[s.begin + k]) << "v " << s.begin + k;
+            ASSERT_EQ((float)params2[s.begin + k], (float)params1[s.begin + k]) << "params " << s.begin + k;
+        }
+    }
 }
