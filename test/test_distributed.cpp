@@ -152,15 +152,15 @@ private:
 // wait() returns when all are done, and only the wait counts as exposed.
 TEST(Distributed, BackgroundReducerOverlapsTheCaller) {
     using namespace std::chrono;
-    SlowCommunicator comm(milliseconds(20));
+    SlowCommunicator comm(milliseconds(100));
     std::vector<float> buf(100, 0.0f);
     {
         BackgroundReducer reducer(comm);
         auto t0 = steady_clock::now();
         reducer.post(buf.data(), {{10, 5}, {40, 10}});
         reducer.post(buf.data(), {{0, 10}});
-        EXPECT_LT(duration<double>(steady_clock::now() - t0).count(), 0.015) << "post() waited for a collective";
-        std::this_thread::sleep_for(milliseconds(150)); // the caller's compute: longer than the 60 ms of collectives
+        EXPECT_LT(duration<double>(steady_clock::now() - t0).count(), 0.05) << "post() waited for a collective";
+        std::this_thread::sleep_for(milliseconds(500)); // the caller's compute: longer than the 300 ms of collectives
         reducer.wait();
     }
     ASSERT_EQ(comm.calls.size(), 3u);
@@ -175,14 +175,14 @@ TEST(Distributed, BackgroundReducerOverlapsTheCaller) {
     const CommStats& st = comm.stats();
     EXPECT_EQ(st.calls[(int)Collective::all_reduce], 3);
     EXPECT_EQ(st.bytes[(int)Collective::all_reduce], 25 * 4);
-    EXPECT_GE(st.total_seconds(), 0.055);
+    EXPECT_GE(st.total_seconds(), 0.295);
     EXPECT_LT(st.exposed_seconds, 0.5 * st.total_seconds()) << "the collectives ran beside the caller";
 
     // A collective on the training thread is exposed whole.
     std::vector<float> one(4, 0.0f);
     double before = comm.stats().exposed_seconds;
     comm.all_reduce_sum(one.data(), one.size());
-    EXPECT_GE(comm.stats().exposed_seconds - before, 0.019);
+    EXPECT_GE(comm.stats().exposed_seconds - before, 0.099);
 }
 
 TEST(Distributed, BackgroundReducerWaitRethrowsItsError) {

@@ -524,10 +524,15 @@ TEST_F(TrainCpu, TwoRankProfileShowsCommunication) {
     std::string merged = slurp(prof + "/distributed.txt");
     EXPECT_TRUE(testutil::has(merged, "data-parallel profile: 2 ranks")) << merged;
     EXPECT_TRUE(testutil::has(merged, "all_reduce")) << merged;
-    // The gradient buckets are summed while backward goes on: some of that time is hidden.
+    // The gradient is summed in buckets while backward goes on (each of a layer's 12 tensors, then the 4 outside
+    // the layers), beside the loss and the norm: at least 18 all-reduces a step, against 3 without buckets. How much
+    // of it is hidden depends on how busy the machine is (Distributed.BackgroundReducerOverlapsTheCaller tests the
+    // overlap itself); the share is reported either way.
     std::smatch m;
+    ASSERT_TRUE(std::regex_search(merged, m, std::regex(R"(\nall_reduce +([0-9]+) )"))) << merged;
+    EXPECT_GE(std::stoi(m[1]), 1 + 3 * 18) << merged;
     ASSERT_TRUE(std::regex_search(merged, m, std::regex(R"(, ([0-9.]+)% of it hidden behind compute)"))) << merged;
-    EXPECT_GT(std::stod(m[1]), 0.0) << merged;
+    EXPECT_LE(std::stod(m[1]), 100.0) << merged;
     // Two ranks on this machine: shared memory, its peak from the memory bandwidth the profile measured.
     EXPECT_TRUE(testutil::has(merged, "link: shared memory, peak ")) << merged;
     EXPECT_EQ(count(merged, "<- straggler"), 1) << merged;
