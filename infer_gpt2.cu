@@ -28,6 +28,7 @@ int run(int argc, char** argv) {
         printf("%s", infer_usage("infer_gpt2cu").c_str());
         return 0;
     }
+    require_gpu("infer_gpt2cu", "./infer_gpt2 generates on the CPU with the same flags");
     InferInputs in = load_infer_inputs(opt);
     const GPT2Config& cfg = in.cfg;
     const int B = (int)in.prompts.size();

@@ -252,13 +252,9 @@ int main(int argc, char** argv) {
             opt.warmup = 1;
             printf("profile_gpt2cu: --warmup 1: CUPTI starts during an untraced step\n");
         }
-        if (cuda_device_count() == 0)
-            throw Error("no CUDA device found: profile_gpt2cu needs an NVIDIA GPU (sm_80 or newer)");
+        require_gpu("profile_gpt2cu");
         cudaDeviceProp prop;
         CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-        if (prop.major < 8)
-            throw Error(
-                strprintf("%s is sm_%d%d: profile_gpt2cu needs sm_80 or newer", prop.name, prop.major, prop.minor));
 
         // ---- model: dN (optionally with fewer layers) or a model file ----
         GPT2Config cfg;

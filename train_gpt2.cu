@@ -246,16 +246,7 @@ int main(int argc, char** argv) {
         TrainOptions defaults; // GPT-2 124M, B=4, T=1024 (llm.c's defaults)
         bool help = false;
         for (int i = 1; i < argc; i++) help |= std::string(argv[i]) == "-h" || std::string(argv[i]) == "--help";
-        if (!help) {
-            if (cuda_device_count() == 0)
-                throw Error("no CUDA device found: train_gpt2cu needs an NVIDIA GPU (sm_80 or newer); "
-                            "./train_gpt2 is the CPU trainer with the same flags");
-            cudaDeviceProp p;
-            CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
-            if (p.major < 8)
-                throw Error(strprintf("%s is sm_%d%d: train_gpt2cu needs sm_80 or newer (bf16 tensor cores)", p.name,
-                                      p.major, p.minor));
-        }
+        if (!help) require_gpu("train_gpt2cu", "./train_gpt2 is the CPU trainer with the same flags");
         return run_training("train_gpt2cu", argc, argv, defaults, make_gpu_backend);
     });
 }

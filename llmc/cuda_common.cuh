@@ -31,6 +31,21 @@ inline int cuda_device_count() {
     return n;
 }
 
+/*
+ * The GPU programs' first check, before anything prints or touches the device: a usable GPU (one at all, sm_80 or
+ * newer for bf16 tensor cores), else one line naming the program and, where there is one, what runs on the CPU.
+ */
+inline void require_gpu(const char* program, const char* cpu_alternative = nullptr) {
+    if (cuda_device_count() == 0)
+        throw Error(strprintf("no CUDA device found: %s needs an NVIDIA GPU (sm_80 or newer)%s%s", program,
+                              cpu_alternative ? "; " : "", cpu_alternative ? cpu_alternative : ""));
+    cudaDeviceProp p;
+    CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    if (p.major < 8)
+        throw Error(strprintf("%s is sm_%d%d: %s needs sm_80 or newer (bf16 tensor cores)", p.name, p.major, p.minor,
+                              program));
+}
+
 inline __host__ __device__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 inline __host__ __device__ size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 // Device buffers are carved at 256-byte boundaries (what cuBLASLt's algorithms assume by default).

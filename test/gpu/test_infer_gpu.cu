@@ -48,6 +48,16 @@ TEST(InferGpuProgram, BadFlagsOneLineBeforeTheDevice) {
     }
 }
 
+// Without a GPU: one line saying so, before any profiler or model output (also with --profile).
+TEST(InferGpuProgram, NoDeviceOneLine) {
+    if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+    TempDir dir;
+    const RunResult r = run("./infer_gpt2cu -e d2 -n 4 --profile " + (dir / "prof"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output.rfind("error: no CUDA device found: infer_gpt2cu needs an NVIDIA GPU", 0), 0u) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
 TEST(InferGpuProgram, JsonDeterministicAndSamePromptsAsCpu) {
     REQUIRE_GPU_FOR_CHILD_PROCESS();
     TempDir dir;
