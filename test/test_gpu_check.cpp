@@ -166,7 +166,7 @@ TEST(GpuCheckParsers, ProfileSummaryAndCounters) {
     EXPECT_TRUE(has(j, "\"top_kernel\": \"adamw_kernel\"")) << j;
     EXPECT_TRUE(has(j, "\"findings\": [\"roofline\"]")) << j;
     EXPECT_TRUE(has(j, "\"counters\": null")) << j;
-    EXPECT_TRUE(has(j, "\"written_to\": \"/work/gpu/gpu_report/profile_default\"")) << j;
+    EXPECT_TRUE(has(j, "\"written_to\": \"/home/user/llmc/gpu_report/profile_default\"")) << j;
 
     std::string c = parse("profile", LOGS + "profile_counters.log");
     EXPECT_TRUE(has(c, "\"counters\": 572")) << c;
