@@ -77,7 +77,7 @@ public:
     const char* name() const override { return name_.c_str(); }
     void load_weights(const std::vector<float>& w) override {
         model_.set_parameters(w.data());
-        if (sharded()) gather_params();
+        if (model_.sharded()) gather_params();
     }
     // The loop's contract (llmc/train/loop.h): the whole fp32 arrays on every rank, whatever -z is.
     std::vector<float> weights() override { return whole(model_.get_master_weights()); }
@@ -104,7 +104,7 @@ public:
     void print_memory() const override {
         const GPUMemoryPlan& p = model_.memory;
         auto mib = [](size_t b) { return b / 1048576.0; };
-        std::string shard = sharded() ? strprintf(", this rank's 1/%d shard", comm_.world()) : "";
+        std::string shard = model_.sharded() ? strprintf(", this rank's 1/%d shard", comm_.world()) : "";
         printf("GPU memory: params %.0f MiB, grads %.0f MiB, optimizer (master, m, v%s) %.0f MiB, activations %.0f MiB "
                "(of %.0f MiB free); largest micro-batch at T=%d: %d\n",
                mib(p.params), mib(p.grads), shard.c_str(), mib(p.optimizer), mib(p.activations), mib(p.free_before), T_,
@@ -122,10 +122,8 @@ public:
         if (nccl_) {
             // The step ends synchronised (its loss and norm are read): its collectives' timings are ready.
             std::pair<float, float> r;
-            if (sharded()) {
-                ShardedReduce reduce(*nccl_, model_.stream, model_.params_memory, model_.grads_memory,
-                                     model_.padded_params);
-                r = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), reduce);
+            if (model_.sharded()) {
+                r = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), sharded_reduce());
             } else {
                 BucketedAllReduce buckets(*nccl_, model_.stream, model_.config, model_.grads_memory);
                 r = model_.train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), buckets);
@@ -170,27 +168,18 @@ public:
     CommStats comm_stats(const Communicator& comm) const override {
         CommStats s = comm.stats();
 #ifdef LLMC_HAVE_NCCL
-        if (nccl_) {
-            const CommStats& d = nccl_->device_stats();
-            for (int c = 0; c < (int)Collective::COUNT; c++) {
-                s.calls[c] += d.calls[c];
-                s.bytes[c] += d.bytes[c];
-                s.seconds[c] += d.seconds[c];
-            }
-            s.exposed_seconds += d.exposed_seconds;
-        }
+        if (nccl_) s += nccl_->device_stats();
 #endif
         return s;
     }
     Link link() const override { return link_; }
 
 private:
-    bool sharded() const { return model_.shard.size() != model_.padded_params; }
     // A -z 1 rank's shard (padding included) as the whole array (num_params) every rank gets. Through the MPI
     // communicator on the host, not NCCL: device memory is planned up front for training (print_memory is the
     // run's peak) and has no room for a whole fp32 copy, and the loop wants the arrays on the host anyway.
     std::vector<float> whole(const std::vector<float>& shard) {
-        if (!sharded()) return shard;
+        if (!model_.sharded()) return shard;
         std::vector<float> full(model_.padded_params);
         std::copy(shard.begin(), shard.end(), full.begin() + model_.shard.begin);
         comm_.all_gather(full.data(), full.size()); // shard_of(padded_params): the model's shards
@@ -200,13 +189,16 @@ private:
     // -z 1: the bf16 parameters of every shard to every rank, after the model has set its own.
     void gather_params() {
 #ifdef LLMC_HAVE_NCCL
-        nccl_->follow(model_.stream);
-        nccl_->all_gather(model_.params_memory, model_.padded_params);
-        nccl_->join(model_.stream);
+        sharded_reduce().gather_params();
         CUDA_CHECK(cudaStreamSynchronize(model_.stream));
         nccl_->collect();
 #endif
     }
+#ifdef LLMC_HAVE_NCCL
+    ShardedReduce sharded_reduce() {
+        return ShardedReduce(*nccl_, model_.stream, model_.params_memory, model_.grads_memory, model_.padded_params);
+    }
+#endif
 
     std::unique_ptr<prof::ProfileSession> profile_; // before model_: the ceilings are measured before it is allocated
     GPT2GPU model_;

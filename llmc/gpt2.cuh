@@ -206,6 +206,7 @@ public:
     size_t num_params;
     size_t padded_params; // the parameter and gradient buffers' length (padded_parameter_count)
     Shard shard;          // the parameters this device's optimizer updates: all, or its ZeRO-1 shard
+    bool sharded() const { return shard.size() != padded_params; } // ZeRO-1 over several devices
     ParameterTensors<floatX> params, grads;
     floatX* params_memory = nullptr; // (padded_params); the padding is zero
     floatX* grads_memory = nullptr;  // (padded_params); the padding is zero
@@ -497,7 +498,7 @@ public:
             Range r(SubBlock::grad_norm, Phase::opt);
             global_norm_squared(acts.scalars + 1, acts.scratch, grads_memory + shard.begin, shard.size(), stream);
         }
-        if (shard.size() != padded_params) {
+        if (sharded()) {
             Range r(SubBlock::comm, Phase::opt);
             reduce.sum_norm(acts.scalars + 1);
         }
@@ -506,7 +507,7 @@ public:
             adamw_update_shard(config, shard, params_memory, master, grads_memory, m, v, lr, beta1, beta2, eps,
                                weight_decay, t, acts.scalars + 1, grad_clip, stream);
         }
-        if (shard.size() != padded_params) {
+        if (sharded()) {
             Range r(SubBlock::comm, Phase::opt);
             reduce.gather_params();
         }

@@ -1,7 +1,6 @@
 // The data-parallel layer's transport-free parts: shards, gradient buckets, the merged profile's analysis and the
 // link's peak (llmc/train/dist.h, llmc/gpt2_config.h, llmc/profiler/distributed.h, llmc/profiler/nvml_sampler.h).
 // The runs under mpirun are in test_train_cpu.cpp.
-#include <atomic>
 #include <gtest/gtest.h>
 #include <random>
 #include <thread>

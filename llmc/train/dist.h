@@ -52,6 +52,12 @@ struct CommStats {
         for (double s : seconds) t += s;
         return t;
     }
+    CommStats& operator+=(const CommStats& o) {
+        for (int c = 0; c < (int)Collective::COUNT; c++)
+            calls[c] += o.calls[c], bytes[c] += o.bytes[c], seconds[c] += o.seconds[c];
+        exposed_seconds += o.exposed_seconds;
+        return *this;
+    }
 };
 
 // The link a rank's collectives cross, and its peak bandwidth per direction (GB/s; 0: unknown). A ring runs at
