@@ -48,14 +48,20 @@ TEST(InferGpuProgram, BadFlagsOneLineBeforeTheDevice) {
     }
 }
 
-// Without a GPU: one line saying so, before any profiler or model output (also with --profile).
-TEST(InferGpuProgram, NoDeviceOneLine) {
+// Without a GPU, each GPU program says so in one line before any profiler or model output (also with --profile):
+// their shared first check, require_gpu.
+TEST(GpuPrograms, NoDeviceOneLine) {
     if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
     TempDir dir;
-    const RunResult r = run("./infer_gpt2cu -e d2 -n 4 --profile " + (dir / "prof"));
-    EXPECT_EQ(r.exit_code, 1) << r.output;
-    EXPECT_EQ(r.output.rfind("error: no CUDA device found: infer_gpt2cu needs an NVIDIA GPU", 0), 0u) << r.output;
-    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    const std::pair<std::string, std::string> runs[] = {{"infer_gpt2cu", " -e d2 -n 4 --profile " + (dir / "infer")},
+                                                        {"train_gpt2cu", " -e d2 -x 1 --profile " + (dir / "train")},
+                                                        {"profile_gpt2cu", " -o " + (dir / "profile")}};
+    for (const auto& [program, args] : runs) {
+        const RunResult r = run("./" + program + args);
+        EXPECT_EQ(r.exit_code, 1) << program << ": " << r.output;
+        EXPECT_EQ(r.output.rfind("error: no CUDA device found: " + program + " needs an NVIDIA GPU", 0), 0u) << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << program << ": " << r.output;
+    }
 }
 
 TEST(InferGpuProgram, JsonDeterministicAndSamePromptsAsCpu) {
