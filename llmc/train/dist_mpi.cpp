@@ -22,7 +22,7 @@ public:
         MPI_Comm_free(&node);
         single_node_ = on_node == world;
     }
-    // Every rank gets here, also when unwinding from an error all ranks share (on_error returned).
+    // At process exit (run_training keeps the communicator to the end), also after an error all ranks share.
     ~MPICommunicator() override {
         MPI_Comm_free(&errors_);
         MPI_Finalize();

@@ -240,7 +240,9 @@ int train(Communicator* comm, const char* program, int argc, char** argv, const 
 
 int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
                  BackendFactory make_backend) {
-    std::unique_ptr<Communicator> comm = make_communicator();
+    // The communicator lives until the process exits: MPI_Finalize (its destructor) comes after main_guard has
+    // printed the error line, so no rank can end the job (and mpirun kill rank 0) before rank 0 has said why.
+    static const std::unique_ptr<Communicator> comm = make_communicator();
     try {
         return train(comm.get(), program, argc, argv, defaults, make_backend);
     } catch (const std::exception& e) {
