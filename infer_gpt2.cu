@@ -74,15 +74,14 @@ int run(int argc, char** argv) {
     profile.end_step(profile.shape.prompt_tokens, !any_running());
     record_prefill(in.prompts, seqs, sum);
     while (any_running()) {
-        // Every sequence steps (a fixed shape); a finished one's tokens are dropped, and its cache has room for
-        // them: it stopped before its prompt + -n tokens. The profile counts the running sequences' rows only.
+        // Only the running sequences step: the decoder computes a row for each of them and none for the others.
         const std::vector<bool> was = running;
         const auto ts = Clock::now();
         profile.begin_step();
         const long rows = profile.count_decode_step(running, [&](int b) { return dec.length(b); });
         {
             Range r("decode", -1, Phase::decode);
-            dec.decode();
+            dec.decode(running);
             choose();
         }
         const double ms = ms_since(ts);

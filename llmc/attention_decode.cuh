@@ -1,14 +1,18 @@
 /*
- * Decode attention: one query row per (sequence, head) against that sequence's cached keys and values, the
- * step of KV-cache generation after the prompt (llmc/cpu/gpt2_decoder.h is the CPU reference's layout and
+ * Decode attention: one query row per (running sequence, head) against that sequence's cached keys and values,
+ * the step of KV-cache generation after the prompt (llmc/cpu/gpt2_decoder.h is the CPU reference's layout and
  * cpu::attention_row its arithmetic). Split over the cached positions, flash-decoding style:
  *
- *   q        (B, q_stride) bf16: head h's query at q + b*q_stride + h*HS (a qkv row: q_stride = 3C)
- *   k, v     (B, maxT, C) bf16 caches: positions 0..len[b]-1 of sequence b are read, nothing past them
- *   len      (B) int on the device: positions sequence b attends (cached tokens, the current one included),
+ *   q        (B, q_stride) bf16: row b's query of head h at q + b*q_stride + h*HS (a qkv row: q_stride = 3C)
+ *   seq      (B) int on the device: the cache sequence row b belongs to. The rows are the sequences still
+ *            generating, so B may be less than the caches' sequences once some have stopped; distinct rows
+ *            may name the same sequence (nothing is written to the cache here)
+ *   k, v     (S, maxT, C) bf16 caches, S > every seq[b]: positions 0..len[b]-1 of sequence seq[b] are read,
+ *            nothing past them
+ *   len      (B) int on the device: positions row b attends (cached tokens, the current one included),
  *            1 <= len[b] <= maxT
  *   out      (B, C) bf16; may not alias q, k or v
- *   partial  fp32 scratch of attention_decode_scratch_floats(B, NH, HS, maxT): per (sequence, head, split) the
+ *   partial  fp32 scratch of attention_decode_scratch_floats(B, NH, HS, maxT): per (row, head, split) the
  *            split's running max, its sum of exponentials and its unnormalised output
  *
  * Step 1, grid (splits, NH, B), one warp per block: the split's kDecodeChunk positions one after the other,
@@ -45,12 +49,14 @@ template <int HS>
 __global__ void __launch_bounds__(32)
     attention_decode_split_kernel(float* __restrict__ partial, const floatX* __restrict__ q, int q_stride,
                                   const floatX* __restrict__ k, const floatX* __restrict__ v,
-                                  const int* __restrict__ len, int maxT, int NH, int splits, float scale) {
+                                  const int* __restrict__ seq, const int* __restrict__ len, int maxT, int NH,
+                                  int splits, float scale) {
     constexpr int PER = HS / 32;
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z, lane = threadIdx.x;
     const int n = len[b], t0 = s * kDecodeChunk;
     if (t0 >= n) return; // the whole warp leaves: no shuffle waits on it, and step 2 never reads this split
     const int t1 = min(n, t0 + kDecodeChunk), C = NH * HS;
+    const size_t cache_seq = (size_t)seq[b];
     float qr[PER], acc[PER];
 #pragma unroll
     for (int i = 0; i < PER; i++) {
@@ -59,7 +65,7 @@ __global__ void __launch_bounds__(32)
     }
     float m = -INFINITY, l = 0.0f;
     for (int t = t0; t < t1; t++) {
-        const size_t row = ((size_t)b * maxT + t) * C + h * HS;
+        const size_t row = (cache_seq * maxT + t) * C + h * HS;
         float d = 0.0f;
 #pragma unroll
         for (int i = 0; i < PER; i++) d += qr[i] * __bfloat162float(k[row + lane + 32 * i]);
@@ -97,10 +103,11 @@ __global__ void __launch_bounds__(HS)
 
 template <int HS>
 void attention_decode_launch(floatX* out, float* partial, const floatX* q, int q_stride, const floatX* k,
-                             const floatX* v, const int* len, int B, int maxT, int NH, cudaStream_t stream) {
+                             const floatX* v, const int* seq, const int* len, int B, int maxT, int NH,
+                             cudaStream_t stream) {
     const int splits = attention_decode_splits(maxT);
     attention_decode_split_kernel<HS><<<dim3(splits, NH, B), 32, 0, stream>>>(
-        partial, q, q_stride, k, v, len, maxT, NH, splits, (float)(1.0 / std::sqrt((double)HS)));
+        partial, q, q_stride, k, v, seq, len, maxT, NH, splits, (float)(1.0 / std::sqrt((double)HS)));
     CUDA_LAUNCH_CHECK();
     attention_decode_combine_kernel<HS><<<dim3(NH, B), HS, 0, stream>>>(out, partial, len, NH, splits);
     CUDA_LAUNCH_CHECK();
@@ -108,15 +115,18 @@ void attention_decode_launch(floatX* out, float* partial, const floatX* q, int q
 
 } // namespace detail
 
-// Head sizes 32, 64 (GPT-2) and 128; anything else throws llmc::Error. B <= 65535 (grid z).
+// Head sizes 32, 64 (GPT-2) and 128; anything else throws llmc::Error. B <= 65535 (grid z) rows.
 inline void attention_decode(floatX* out, float* partial, const floatX* q, int q_stride, const floatX* k,
-                             const floatX* v, const int* len, int B, int maxT, int NH, int HS, cudaStream_t stream) {
+                             const floatX* v, const int* seq, const int* len, int B, int maxT, int NH, int HS,
+                             cudaStream_t stream) {
     if (B < 1 || B > 65535 || maxT < 1 || NH < 1)
         throw Error(strprintf("attention_decode: bad shape B=%d maxT=%d NH=%d", B, maxT, NH));
     switch (HS) {
-    case 32: detail::attention_decode_launch<32>(out, partial, q, q_stride, k, v, len, B, maxT, NH, stream); break;
-    case 64: detail::attention_decode_launch<64>(out, partial, q, q_stride, k, v, len, B, maxT, NH, stream); break;
-    case 128: detail::attention_decode_launch<128>(out, partial, q, q_stride, k, v, len, B, maxT, NH, stream); break;
+    case 32: detail::attention_decode_launch<32>(out, partial, q, q_stride, k, v, seq, len, B, maxT, NH, stream); break;
+    case 64: detail::attention_decode_launch<64>(out, partial, q, q_stride, k, v, seq, len, B, maxT, NH, stream); break;
+    case 128:
+        detail::attention_decode_launch<128>(out, partial, q, q_stride, k, v, seq, len, B, maxT, NH, stream);
+        break;
     default: throw Error(strprintf("attention_decode: head size %d not supported (32, 64 or 128)", HS));
     }
 }

@@ -6,13 +6,15 @@
  * and position ids on the device), so a batch of prompts of different lengths needs no padding:
  *   prefill  every prompt token of every sequence, sequences one after the other (sum of prompt lengths rows),
  *            from an empty cache;
- *   decode   one row per sequence, the token the sampler chose last (it never leaves the device).
+ *   decode   one row per sequence still generating, the token the sampler chose last for it (it never leaves
+ *            the device); a sequence that stopped costs nothing more, its cache stays as it was.
  * Every op but attention is per row and is the training forward's kernel (llmc/layernorm.cuh, matmul.cuh with
  * GELU as cuBLASLt's epilogue, the residual adds fused into the layernorm that follows). Attention: each row's
  * key and value are first written into the cache at (its sequence, its position); then prefill runs the
  * training attention (llmc/attention.cuh) over each prompt's contiguous rows, and decode runs
  * llmc/attention_decode.cuh over each sequence's cached positions. Only each sequence's last row goes through
- * the classifier: logits (B, Vp) stay on the device for sample_tokens (llmc/sample.cuh).
+ * the classifier: logits (one row per sequence of the call, Vp) stay on the device for sample_tokens
+ * (llmc/sample.cuh), which writes each chosen id at its sequence's index.
  *
  * Profiling: every kernel and copy sits in an NVTX sub-block range (llmc/nvtx.h) of Phase::prefill or
  * Phase::decode, laid out as the training forward's (a "layer N" range around each layer's sub-blocks), so the
@@ -42,15 +44,18 @@
 namespace llmc {
 
 /*
- * x (R, C) = wte[tok[r]] + wpe[pos[r]] for every row r: the encoder for rows that carry their own position
- * (the training encoder derives it from the row index). x may not alias the tables.
+ * x (R, C) = wte[tok[at(r)]] + wpe[pos[r]] for every row r: the encoder for rows that carry their own position
+ * (the training encoder derives it from the row index). at(r) = tok_at[r], or r when tok_at is null: decode's
+ * rows read their token from the sampler's ids, which are indexed by sequence. x may not alias the tables.
  */
-static __global__ void embed_rows_kernel(floatX* __restrict__ x, const int* __restrict__ tok, const int* __restrict__ pos,
+static __global__ void embed_rows_kernel(floatX* __restrict__ x, const int* __restrict__ tok,
+                                         const int* __restrict__ tok_at, const int* __restrict__ pos,
                                          const floatX* __restrict__ wte, const floatX* __restrict__ wpe, int R, int C) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)R * C) return;
     const int r = (int)(i / C), c = (int)(i % C);
-    x[i] = __float2bfloat16(__bfloat162float(wte[(size_t)tok[r] * C + c]) + __bfloat162float(wpe[(size_t)pos[r] * C + c]));
+    const int id = tok[tok_at ? tok_at[r] : r];
+    x[i] = __float2bfloat16(__bfloat162float(wte[(size_t)id * C + c]) + __bfloat162float(wpe[(size_t)pos[r] * C + c]));
 }
 
 /*
@@ -74,11 +79,12 @@ struct DecoderTensors {
     floatX *x, *x1, *ln, *qkv, *atty, *proj, *fch, *fch_gelu; // (R, C), 3C or 4C per row; x: residual stream
     float *mean, *rstd, *lse;                                  // (R), (R), (NH, R)
     floatX* last;                                              // (B, C) each sequence's last row after lnf
-    floatX* logits;                                            // (B, Vp)
+    floatX* logits;                                            // (B, Vp): a row per sequence of the last call
     float* partial;                                            // attention_decode's scratch
     int *tok, *seq, *pos;                                      // (R) per row
-    int *len, *ids;                                            // (B) positions attended in decode; chosen ids
-    float* coins;                                              // (B) the sampler's uniforms
+    int *len, *order;                                          // (B) decode: positions attended; 0..B-1
+    int* ids;                                                  // (B) chosen ids, by sequence
+    float* coins;                                              // (B) the sampler's uniforms, by sequence
     floatX* cache;                                             // (L, 2, B, maxT, C): K then V per layer
 };
 
@@ -105,6 +111,7 @@ inline DecoderLayout layout_decoder(char* base, const GPT2Config& c, int B, int 
     carve(a.partial, attention_decode_scratch_floats(B, (int)NH, (int)(C / NH), max_len));
     for (int** p : {&a.tok, &a.seq, &a.pos}) carve(*p, R);
     carve(a.len, B);
+    carve(a.order, B);
     carve(a.ids, B);
     carve(a.coins, B);
     const size_t cache_off = carve.bytes();
@@ -179,8 +186,11 @@ public:
         std::vector<floatX> bf(n);
         for (size_t i = 0; i < n; i++) bf[i] = __float2bfloat16(host_params[i]);
         CUDA_CHECK(cudaMemcpyAsync(params_memory_, bf.data(), n * sizeof(floatX), cudaMemcpyHostToDevice, stream));
+        std::vector<int> order(B);
+        for (int b = 0; b < B; b++) order[b] = b;
+        upload(a_.order, order);
         CUDA_CHECK(cudaMallocHost(&pinned_ids_, B * sizeof(int)));
-        CUDA_CHECK(cudaStreamSynchronize(stream)); // bf goes out of scope
+        CUDA_CHECK(cudaStreamSynchronize(stream)); // bf and order go out of scope
     }
     ~GPT2DecoderGPU() {
         cudaFreeHost(pinned_ids_);
@@ -194,7 +204,9 @@ public:
     int batch() const { return B_; }
     int length(int b) const { return len_.at(b); }
     size_t cache_bytes() const { return memory.cache; }
-    const floatX* logits() const { return a_.logits; } // (B, Vp) after prefill() or decode()
+    // The sequence of each logits row of the last prefill() (every sequence, in order) or decode() (the
+    // running ones, in order).
+    const std::vector<int>& logits_rows() const { return rows_; }
 
     // Every sequence's prompt (B non-empty lists of at most `longest` ids) from an empty cache.
     void prefill(const std::vector<std::vector<int>>& prompts) {
@@ -213,7 +225,7 @@ public:
             Range r(SubBlock::encoder, phase_);
             upload(a_.tok, tok), upload(a_.seq, seq), upload(a_.pos, pos);
         }
-        forward_rows(R, a_.tok, [&](const floatX* qkv, floatX*, floatX*) {
+        forward_rows(R, a_.tok, nullptr, [&](const floatX* qkv, floatX*, floatX*) {
             // Each prompt's rows are contiguous and start at position 0: the training attention's (1, T) case.
             for (int b = 0, r0 = 0; b < B_; r0 += (int)prompts[b].size(), b++)
                 attention_forward(a_.atty + (size_t)r0 * c.channels, a_.lse, qkv + (size_t)r0 * 3 * c.channels, 1,
@@ -231,53 +243,69 @@ public:
                            stream);
         }
         for (int b = 0; b < B_; b++) len_[b] = (int)prompts[b].size();
+        rows_.resize(B_);
+        for (int b = 0; b < B_; b++) rows_[b] = b;
+        rows_seq_ = a_.order;
         // tok/seq/pos are pageable copies: they must have landed before the vectors go.
         CUDA_CHECK(cudaStreamSynchronize(stream));
     }
 
-    // One row per sequence: the id sample() chose last, at the sequence's next position.
-    void decode() {
+    /*
+     * One row for each running sequence (running[b]: sequence b still generates; at least one), the id sample()
+     * chose last for it, at the sequence's next position. The others' caches and lengths stay as they are, and
+     * nothing is computed for them: a batch whose sequences stop at different lengths costs the rows it runs.
+     */
+    void decode(const std::vector<bool>& running) {
         const GPT2Config& c = config;
-        std::vector<int> seq(B_), pos(B_), len(B_);
+        if ((int)running.size() != B_)
+            throw Error(strprintf("decoder: %zu running flags for %d sequences", running.size(), B_));
+        std::vector<int> seq, pos, len;
         for (int b = 0; b < B_; b++) {
-            if (len_[b] >= maxT_)
-                throw Error(strprintf("decoder: sequence %d is full (%d tokens)", b, maxT_));
-            seq[b] = b, pos[b] = len_[b], len[b] = len_[b] + 1;
+            if (!running[b]) continue;
+            if (len_[b] >= maxT_) throw Error(strprintf("decoder: sequence %d is full (%d tokens)", b, maxT_));
+            seq.push_back(b), pos.push_back(len_[b]), len.push_back(len_[b] + 1);
         }
+        if (seq.empty()) throw Error("decoder: decode with no running sequence");
+        const int R = (int)seq.size();
         phase_ = Phase::decode;
         {
             Range r(SubBlock::encoder, phase_);
             upload(a_.seq, seq), upload(a_.pos, pos), upload(a_.len, len);
         }
-        forward_rows(B_, a_.ids, [&](const floatX* qkv, floatX* kc, floatX* vc) {
-            attention_decode(a_.atty, a_.partial, qkv, 3 * c.channels, kc, vc, a_.len, B_, maxT_, c.num_heads,
+        forward_rows(R, a_.ids, a_.seq, [&](const floatX* qkv, floatX* kc, floatX* vc) {
+            attention_decode(a_.atty, a_.partial, qkv, 3 * c.channels, kc, vc, a_.seq, a_.len, R, maxT_, c.num_heads,
                              c.channels / c.num_heads, stream);
         });
         {
             Range r(SubBlock::classifier, phase_);
-            matmul_forward(a_.logits, a_.ln, params_.wte, nullptr, B_, c.channels, c.padded_vocab_size, nullptr,
+            matmul_forward(a_.logits, a_.ln, params_.wte, nullptr, R, c.channels, c.padded_vocab_size, nullptr,
                            stream);
         }
-        for (int& n : len_) n++;
+        for (int b : seq) len_[b]++;
+        rows_ = seq;
+        rows_seq_ = a_.seq;
         CUDA_CHECK(cudaStreamSynchronize(stream)); // the pageable uploads above
     }
 
-    // Chooses each sequence's next id from the logits (llmc/sample.cuh) with coins[b] in [0, 1); returns
-    // the B ids, the only data that crosses to the host.
+    // Chooses the next id of each sequence of the last call's logits rows (llmc/sample.cuh) with coins[b] in
+    // [0, 1) for sequence b; returns the B ids by sequence, the only data that crosses to the host (entries of
+    // sequences outside logits_rows() are stale).
     // Attributed to the classifier of the phase that computed the logits.
     const int* sample(float temperature, int top_k, const std::vector<float>& coins) {
+        if ((int)coins.size() != B_) throw Error(strprintf("decoder: %zu coins for %d sequences", coins.size(), B_));
+        if (rows_.empty()) throw Error("decoder: sample before prefill");
         Range r(SubBlock::classifier, phase_);
         upload(a_.coins, coins);
-        sample_tokens(a_.ids, a_.logits, a_.coins, B_, config.vocab_size, config.padded_vocab_size, temperature, top_k,
-                      stream);
+        sample_tokens(a_.ids, a_.logits, rows_seq_, a_.coins, (int)rows_.size(), config.vocab_size,
+                      config.padded_vocab_size, temperature, top_k, stream);
         CUDA_CHECK(cudaMemcpyAsync(pinned_ids_, a_.ids, B_ * sizeof(int), cudaMemcpyDeviceToHost, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
         return pinned_ids_;
     }
 
-    // The logits as fp32 on the host (tests).
+    // The logits as fp32 on the host, row i for sequence logits_rows()[i] (tests).
     std::vector<float> logits_host() const {
-        std::vector<floatX> raw((size_t)B_ * config.padded_vocab_size);
+        std::vector<floatX> raw(rows_.size() * config.padded_vocab_size);
         CUDA_CHECK(cudaMemcpyAsync(raw.data(), a_.logits, raw.size() * sizeof(floatX), cudaMemcpyDeviceToHost, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
         std::vector<float> out(raw.size());
@@ -287,7 +315,9 @@ public:
 
 private:
     int B_, longest_, maxT_;
-    std::vector<int> len_; // tokens cached per sequence
+    std::vector<int> len_;         // tokens cached per sequence
+    std::vector<int> rows_;        // the sequence of each logits row (host)
+    const int* rows_seq_ = nullptr; // the same on the device: a_.order after prefill, a_.seq after decode
     floatX* params_memory_ = nullptr;
     char* acts_memory_ = nullptr;
     ParameterTensors<floatX> params_;
@@ -300,18 +330,19 @@ private:
     }
 
     /*
-     * The layers over R rows whose ids are `tok` (device) and whose sequence/position ids are a_.seq/a_.pos,
+     * The layers over R rows whose ids are tok[tok_at[r]] (tok_at null: tok[r]; device arrays) and whose
+     * sequence/position ids are a_.seq/a_.pos,
      * ending with lnf over every row in a_.ln. attend(qkv, k cache, v cache) writes a_.atty (R, C), called per layer
      * once the rows' keys and values are in that layer's cache. The ranges carry phase_.
      */
-    template <typename Attend> void forward_rows(int R, const int* tok, Attend&& attend) {
+    template <typename Attend> void forward_rows(int R, const int* tok, const int* tok_at, Attend&& attend) {
         const GPT2Config& c = config;
         const int C = c.channels, L = c.num_layers, threads = 256;
         const unsigned grid = (unsigned)ceil_div((size_t)R * C, (size_t)threads);
         const Phase ph = phase_;
         {
             Range r(SubBlock::encoder, ph);
-            embed_rows_kernel<<<grid, threads, 0, stream>>>(a_.x, tok, a_.pos, params_.wte, params_.wpe, R, C);
+            embed_rows_kernel<<<grid, threads, 0, stream>>>(a_.x, tok, tok_at, a_.pos, params_.wte, params_.wpe, R, C);
             CUDA_LAUNCH_CHECK();
         }
         for (int l = 0; l < L; l++) {

@@ -1,15 +1,17 @@
 /*
- * Token choice on the GPU for infer_gpt2cu: one block per sequence reads that sequence's logits row and writes
- * the chosen id, so only B ids cross to the host per step. Same rule as the CPU's pick_token (llmc/infer.h):
+ * Token choice on the GPU for infer_gpt2cu: one block per logits row reads the row and writes the chosen id of
+ * the row's sequence, so only the ids cross to the host per step. Same rule as the CPU's pick_token (llmc/infer.h):
  *
  *   temperature 0: the argmax, the lowest id among equal maxima;
  *   else:          a draw from softmax(logits / temperature) restricted to the top k (k = 0: all), every
  *                  logit equal to the k-th largest kept (ties are not broken arbitrarily), by the inverse CDF
  *                  in id order at coin * total.
  *
- *   ids     (B) int, written
- *   logits  (B, Vp) bf16; ids >= V (the padding) are never read
- *   coins   (B) fp32 in [0, 1) on the device, one per sequence (the host draws them: the same stream as the CPU)
+ *   logits  (R, Vp) bf16, one row per sequence still generating; ids >= V (the padding) are never read
+ *   seq     (R) int: the sequence of each row, distinct (rows of a decode step after some sequences stopped
+ *           are the running ones only)
+ *   ids     (S) int indexed by sequence, S > every seq[r]: ids[seq[r]] written, the others left as they are
+ *   coins   (S) fp32 in [0, 1) on the device, one per sequence (the host draws them: the same stream as the CPU)
  *
  * The k-th largest logit is found by bisection on the bf16 bit pattern mapped to an ordered 16-bit key
  * (16 counting passes over the row): no sort, no scratch, exact on ties. The CDF walk: each thread owns a
@@ -38,16 +40,16 @@ __device__ __forceinline__ unsigned bf16_order_key(floatX x) {
 }
 
 __global__ void __launch_bounds__(kSampleThreads)
-    sample_tokens_kernel(int* __restrict__ ids, const floatX* __restrict__ logits, const float* __restrict__ coins,
-                         int V, int Vp, float temperature, int top_k) {
+    sample_tokens_kernel(int* __restrict__ ids, const floatX* __restrict__ logits, const int* __restrict__ seq,
+                         const float* __restrict__ coins, int V, int Vp, float temperature, int top_k) {
     __shared__ float s_val[kSampleThreads];
     __shared__ int s_idx[kSampleThreads];
     __shared__ unsigned s_lo;
     __shared__ unsigned s_hi;
     __shared__ int s_owner;
     __shared__ float s_target;
-    const int tid = threadIdx.x, b = blockIdx.x;
-    const floatX* row = logits + (size_t)b * Vp;
+    const int tid = threadIdx.x, r = blockIdx.x, b = seq[r];
+    const floatX* row = logits + (size_t)r * Vp;
 
     // ---- argmax, lowest id on ties: strided pass, then a tree ----
     float best = -INFINITY;
@@ -152,13 +154,14 @@ __global__ void __launch_bounds__(kSampleThreads)
 
 } // namespace detail
 
-// B rows of Vp logits, the first V of each real; temperature >= 0, top_k >= 0 (0 or >= V: all).
-inline void sample_tokens(int* ids, const floatX* logits, const float* coins, int B, int V, int Vp, float temperature,
-                          int top_k, cudaStream_t stream) {
-    if (B < 1 || V < 1 || V > Vp || !(temperature >= 0.0f) || top_k < 0)
-        throw Error(strprintf("sample_tokens: bad arguments B=%d V=%d Vp=%d temperature=%g top_k=%d", B, V, Vp,
+// R rows of Vp logits, the first V of each real; temperature >= 0, top_k >= 0 (0 or >= V: all).
+inline void sample_tokens(int* ids, const floatX* logits, const int* seq, const float* coins, int R, int V, int Vp,
+                          float temperature, int top_k, cudaStream_t stream) {
+    if (R < 1 || V < 1 || V > Vp || !(temperature >= 0.0f) || top_k < 0)
+        throw Error(strprintf("sample_tokens: bad arguments R=%d V=%d Vp=%d temperature=%g top_k=%d", R, V, Vp,
                               temperature, top_k));
-    detail::sample_tokens_kernel<<<B, kSampleThreads, 0, stream>>>(ids, logits, coins, V, Vp, temperature, top_k);
+    detail::sample_tokens_kernel<<<R, kSampleThreads, 0, stream>>>(ids, logits, seq, coins, V, Vp, temperature,
+                                                                   top_k);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -455,7 +455,7 @@ TEST(InferProfile, DecodeFindings) {
 
 // infer_gpt2cu's profile from CUPTI records, synthetic here: kernels tagged prefill or decode by the decoder's
 // ranges give the phase rows, the per-step phase columns and the decode buckets; the decode counts come from
-// InferProfile, which counts the running sequences' rows only (the GPU decoder steps every sequence).
+// InferProfile, which counts the running sequences' rows only (the rows the decoder computes).
 TEST(InferProfile, GpuRecordsGivePhasesAndBuckets) {
     InferOptions opt;
     opt.new_tokens = 4;

@@ -1,9 +1,10 @@
 // The GPU decoder (llmc/gpt2_decoder.cuh) and the GPU sampler (llmc/sample.cuh) on a tiny random model:
 //  - greedy generation with the KV cache against full recomputation through the training forward (GPT2GPU) on
-//    the same prefix, ragged prompts in one batch: the logits of every generated position within relative L2
-//    3e-2 (bf16 activations; decode attention sums in another order than the training kernel), and the same
-//    token unless the recomputation's best and the cache's choice lie within twice the two runs' largest logit
-//    difference (a near tie that bf16 rounding may decide either way);
+//    the same prefix, ragged prompts in one batch, sequences stopping at different steps (decode then computes
+//    rows for the running ones only; the others' caches and lengths stay): the logits of every generated
+//    position within relative L2 3e-2 (bf16 activations; decode attention sums in another order than the
+//    training kernel), and the same token unless the recomputation's best and the cache's choice lie within
+//    twice the two runs' largest logit difference (a near tie that bf16 rounding may decide either way);
 //  - the same logits against the CPU decoder (fp32, llmc/cpu/gpt2_decoder.h) on the bf16-rounded weights,
 //    relative L2 5e-2 (bf16 rounding of every activation against none);
 //  - the profiler's view: every kernel the decoder launches sits in a sub-block range of Phase::prefill in
@@ -77,6 +78,9 @@ GPU_TEST(GpuGPT2Decoder, GreedyCacheMatchesRecomputeAndCpu) {
     GPT2DecoderCPU<float> cpu(cpu_model, B, max_len);
     std::vector<float> cpu_logits((size_t)B * Vp);
 
+    // Sequences stop at different steps, as at <|endoftext|> or -n: decode then computes the running ones only.
+    const std::vector<int> stop_after = {new_tokens, 2, new_tokens - 2}; // tokens each sequence generates
+    std::vector<bool> running(B, true);
     std::vector<std::vector<int>> seqs = prompts;
     dec.prefill(prompts);
     cpu.append(prompts, cpu_logits.data());
@@ -84,10 +88,15 @@ GPU_TEST(GpuGPT2Decoder, GreedyCacheMatchesRecomputeAndCpu) {
     int near_ties = 0;
     for (int step = 0; step < new_tokens; step++) {
         SCOPED_TRACE(testing::Message() << "generated token " << step);
+        std::vector<int> want_rows;
+        for (int b = 0; b < B; b++)
+            if (running[b]) want_rows.push_back(b);
+        ASSERT_EQ(dec.logits_rows(), want_rows);
         const std::vector<float> logits = dec.logits_host();
         const int* ids = dec.sample(0.0f, 0, coins);
-        for (int b = 0; b < B; b++) {
-            const float* got = logits.data() + (size_t)b * Vp;
+        for (size_t i = 0; i < want_rows.size(); i++) {
+            const int b = want_rows[i];
+            const float* got = logits.data() + i * Vp;
             EXPECT_EQ(ids[b], argmax(got, V)) << "sequence " << b << ": the sampler's greedy id";
             // Full recomputation of this sequence's prefix through the training forward.
             full.forward(seqs[b].data(), nullptr, 1, (int)seqs[b].size(), 0.0f, 0.0f);
@@ -100,17 +109,24 @@ GPU_TEST(GpuGPT2Decoder, GreedyCacheMatchesRecomputeAndCpu) {
                 EXPECT_LE(gap, 2 * diff) << "sequence " << b << ": cache chose " << ids[b] << ", recompute " << best;
                 near_ties++;
             }
-            const std::vector<float> cpu_v(cpu_logits.begin() + (size_t)b * Vp, cpu_logits.begin() + (size_t)b * Vp + V);
-            EXPECT_TRUE(gputest::close_rel(got_v, cpu_v, 5e-2, "GPU vs CPU decoder, sequence " + std::to_string(b)));
+            const float* cpu_row = cpu_logits.data() + (size_t)b * Vp;
+            EXPECT_TRUE(gputest::close_rel(got_v, std::vector<float>(cpu_row, cpu_row + V), 5e-2,
+                                           "GPU vs CPU decoder, sequence " + std::to_string(b)));
         }
         std::vector<std::vector<int>> next(B);
-        for (int b = 0; b < B; b++) seqs[b].push_back(ids[b]), next[b] = {ids[b]};
-        if (step + 1 < new_tokens) {
-            dec.decode();
-            cpu.append(next, cpu_logits.data());
-            for (int b = 0; b < B; b++) EXPECT_EQ(dec.length(b), (int)seqs[b].size());
+        for (int b : want_rows) {
+            seqs[b].push_back(ids[b]);
+            if ((int)(seqs[b].size() - prompts[b].size()) == stop_after[b]) running[b] = false;
+            else next[b] = {ids[b]};
         }
+        if (std::count(running.begin(), running.end(), true) == 0) break;
+        dec.decode(running);
+        cpu.append(next, cpu_logits.data());
+        for (int b = 0; b < B; b++)
+            EXPECT_EQ(dec.length(b), (int)seqs[b].size() - (running[b] ? 0 : 1)) << "sequence " << b;
     }
+    for (int b = 0; b < B; b++)
+        EXPECT_EQ((int)(seqs[b].size() - prompts[b].size()), stop_after[b]) << "sequence " << b;
     EXPECT_LE(near_ties, 1) << "more near ties than bf16 rounding explains";
 }
 
@@ -176,7 +192,7 @@ GPU_TEST(GpuGPT2Decoder, RangesCarryPhaseAndSubBlock) {
         log.last = RangeLog::launch_count();
         range_hook() = RangeHook{&RangeLog::push, &RangeLog::pop, &log};
         if (phase == Phase::prefill) dec.prefill(prompts);
-        else dec.decode();
+        else dec.decode({true, true});
         dec.sample(0.0f, 0, coins);
         CUDA_CHECK(cudaDeviceSynchronize());
         range_hook() = RangeHook{};
@@ -240,17 +256,27 @@ GPU_TEST(GpuGPT2Decoder, MemoryPlanAndRefusal) {
 
 namespace {
 
-// Runs the sampler on `rows` copies of one logits row (bf16), one coin each.
+// Runs the sampler on `rows` copies of one logits row (bf16), one coin each; returns the id chosen for each
+// row. The rows name sequences rows..1 in reverse order and sequence 0 is named by none, as after it stopped:
+// coins are read and ids written at the row's sequence, and sequence 0's id is left as it was.
 std::vector<int> sample_rows(const std::vector<float>& row, int V, int rows, float temperature, int top_k,
                              const std::vector<float>& coins) {
-    const int Vp = (int)row.size();
+    const int Vp = (int)row.size(), S = rows + 1;
     std::vector<float> all;
     for (int r = 0; r < rows; r++) all.insert(all.end(), row.begin(), row.end());
+    std::vector<int> seq(rows);
+    std::vector<float> by_seq(S, 2.0f); // the unnamed sequence's coin is out of range: never read
+    for (int r = 0; r < rows; r++) seq[r] = S - 1 - r, by_seq[seq[r]] = coins[r];
     DeviceBuffer<floatX> d_logits(gputest::to_bf16(all));
-    DeviceBuffer<float> d_coins(coins);
-    DeviceBuffer<int> d_ids((size_t)rows);
-    sample_tokens(d_ids, d_logits, d_coins, rows, V, Vp, temperature, top_k, 0);
-    return d_ids.download();
+    DeviceBuffer<int> d_seq(seq);
+    DeviceBuffer<float> d_coins(by_seq);
+    DeviceBuffer<int> d_ids(std::vector<int>(S, -7));
+    sample_tokens(d_ids, d_logits, d_seq, d_coins, rows, V, Vp, temperature, top_k, 0);
+    const std::vector<int> ids = d_ids.download();
+    EXPECT_EQ(ids[0], -7) << "the id of a sequence no row names was written";
+    std::vector<int> out(rows);
+    for (int r = 0; r < rows; r++) out[r] = ids[seq[r]];
+    return out;
 }
 
 std::vector<float> random_row(int V, int Vp, float scale) {
@@ -322,7 +348,7 @@ GPU_TEST(GpuSampleTokens, TemperatureFollowsDistribution) {
 
 GPU_TEST(GpuSampleTokens, BadArgumentsThrow) {
     REQUIRE_GPU();
-    EXPECT_THROW(sample_tokens(nullptr, nullptr, nullptr, 0, 10, 16, 1.0f, 0, 0), Error);
-    EXPECT_THROW(sample_tokens(nullptr, nullptr, nullptr, 1, 20, 16, 1.0f, 0, 0), Error);
-    EXPECT_THROW(sample_tokens(nullptr, nullptr, nullptr, 1, 10, 16, -1.0f, 0, 0), Error);
+    EXPECT_THROW(sample_tokens(nullptr, nullptr, nullptr, nullptr, 0, 10, 16, 1.0f, 0, 0), Error);
+    EXPECT_THROW(sample_tokens(nullptr, nullptr, nullptr, nullptr, 1, 20, 16, 1.0f, 0, 0), Error);
+    EXPECT_THROW(sample_tokens(nullptr, nullptr, nullptr, nullptr, 1, 10, 16, -1.0f, 0, 0), Error);
 }
