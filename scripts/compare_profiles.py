@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Compares two profile directories sub-block by sub-block (CPU vs GPU, or GPU vs GPU).
 
-Prints each (sub-block, phase)'s time per step in A and B and the ratio A/B, then the fwd/bwd/opt
-totals, and writes a grouped bar chart (log time axis: CPU and GPU differ by orders of magnitude).
+Prints each (sub-block, phase)'s time per step in A and B and the ratio A/B, then the per-phase and
+whole-run totals, and writes a grouped bar chart (log time axis: CPU and GPU differ by orders of magnitude).
 Profiles of different models or batch shapes do different work per step: the script warns, and
---per-token compares time per token trained instead (tokens per step = B * T * grad_accum).
+--per-token compares time per token instead. Training profiles: every phase per training step, a step's
+tokens B * T * grad_accum. Inference profiles (infer_gpt2, infer_gpt2cu): a phase's rows per step of that
+phase (the prefill is one step, each decode step one), and per token of that phase (prompt tokens for
+prefill, generated tokens for decode), so a batch's decode cost per token reads directly.
 
     python3 scripts/compare_profiles.py A B [-o compare.png] [--per-token]
 """
@@ -23,8 +26,39 @@ def fail(msg, code=1):
     sys.exit(code)
 
 
+class Profile:
+    """A profile directory's context, its (subblock, phase) -> microseconds in the window, and the steps and
+    tokens each phase's time is divided by."""
+
+    def __init__(self, context, us, steps, phase_steps, phase_tokens):
+        self.context, self.us, self.steps = context, us, steps
+        self.phase_steps, self.phase_tokens = phase_steps, phase_tokens
+
+    def divisor(self, phase, per_token):
+        """What a phase's microseconds are divided by: steps (in ms) or tokens (in us), None if unknown;
+        phase None: the whole run."""
+        if self.phase_steps:  # inference: each phase has its own steps and tokens
+            pick = self.phase_tokens if per_token else self.phase_steps
+            n = sum(pick.values()) if phase is None else pick.get(phase)
+            return n * (1 if per_token else 1e3) if n else None
+        if not per_token:
+            return self.steps * 1e3
+        t = tokens_per_step(self.context)
+        return self.steps * t if t else None
+
+    def values(self, per_token):
+        """{(subblock, phase): ms per step or us per token}."""
+        return {k: v / self.divisor(k[1], per_token) for k, v in self.us.items() if self.divisor(k[1], per_token)}
+
+    def total(self, phase, per_token):
+        """A phase's (or, phase None, the whole run's) time per step or per token."""
+        v = sum(t for (s, q), t in self.us.items() if phase is None or q == phase)
+        n = self.divisor(phase, per_token)
+        return v / n if v and n else None
+
+
 def load(d):
-    """(context, {(subblock, phase): ms per step}) of a profile directory."""
+    """The Profile of a directory."""
     if not os.path.isdir(d):
         fail(f"no profile directory '{d}'", 2)
     for name in ("profile.json", "subblocks.csv"):
@@ -33,7 +67,10 @@ def load(d):
     with open(os.path.join(d, "profile.json")) as f:
         prof = json.load(f)
     steps = max(1, prof.get("throughput", {}).get("steps", 1) or 1)
-    ms = {}
+    phases = (prof.get("inference") or {}).get("phases", [])
+    phase_steps = {p["phase"]: p["steps"] for p in phases if p.get("steps")}
+    phase_tokens = {p["phase"]: p["tokens"] for p in phases if p.get("tokens")}
+    us = {}
     with open(os.path.join(d, "subblocks.csv"), newline="") as f:
         for r in csv.DictReader(f):
             try:
@@ -41,8 +78,8 @@ def load(d):
             except ValueError:
                 continue
             if t > 0:
-                ms[(r["subblock"], r["phase"])] = t / 1e3 / steps
-    return prof.get("context", {}), ms
+                us[(r["subblock"], r["phase"])] = t
+    return Profile(prof.get("context", {}), us, steps, phase_steps, phase_tokens)
 
 
 def shape(c):
@@ -80,7 +117,8 @@ def main():
     ap.add_argument("-o", "--out", default="compare.png", help="comparison plot [compare.png]")
     ap.add_argument("--per-token", action="store_true", help="compare microseconds per token instead of ms per step")
     args = ap.parse_args()
-    (ca, a), (cb, b) = load(args.a), load(args.b)
+    pa, pb = load(args.a), load(args.b)
+    ca, cb = pa.context, pb.context
     # Legends say which directory each bar comes from: two runs on one device differ in nothing else.
     na, nb = distinct_names(args.a, args.b)
     la = f"{na}: {ca.get('program', '?')} ({ca.get('device', '?')})"
@@ -90,15 +128,12 @@ def main():
     if differ:
         print(f"compare_profiles.py: warning: A and B differ in {', '.join(differ)}: they do different work per "
               f"step{'' if args.per_token else '; --per-token compares time per token'}", file=sys.stderr)
-    unit = "ms"
     if args.per_token:
-        ta, tb = tokens_per_step(ca), tokens_per_step(cb)
-        for d, t in ((args.a, ta), (args.b, tb)):
-            if t is None:
+        for d, p in ((args.a, pa), (args.b, pb)):
+            if p.divisor(None, True) is None:
                 fail(f"{d}: profile.json has no batch shape (B, T), so no tokens per step for --per-token")
-        a = {k: v * 1e3 / ta for k, v in a.items()}
-        b = {k: v * 1e3 / tb for k, v in b.items()}
-        unit = "us/tok"
+    unit = "us/tok" if args.per_token else "ms"
+    a, b = pa.values(args.per_token), pb.values(args.per_token)
 
     # Rows in A's order, then B's extra ones: both follow the report's phase / sub-block order.
     keys = list(dict.fromkeys(list(a) + list(b)))
@@ -115,11 +150,10 @@ def main():
     for s, p in keys:
         row(s, p, a.get((s, p)), b.get((s, p)))
     print()
-    for p in PHASES + ("total",):
-        ta = sum(v for (s, q), v in a.items() if p in (q, "total"))
-        tb = sum(v for (s, q), v in b.items() if p in (q, "total"))
+    for p in PHASES + (None,):
+        ta, tb = pa.total(p, args.per_token), pb.total(p, args.per_token)
         if ta or tb:
-            row(p, "", ta, tb)
+            row(p or "total", "", ta, tb)
 
     try:
         import matplotlib

@@ -2,7 +2,10 @@
 // (test/data/sample_profile, from dev/sample_profile.cpp) and on a CPU profile written here. They need
 // python3 with matplotlib; LLMC_SKIP_PLOT_TESTS=1 skips them where neither can be installed.
 #include <cstdlib>
+#include <cstring>
 #include <gtest/gtest.h>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <unistd.h>
 
@@ -127,6 +130,57 @@ TEST(PlotProfile, CompareLegendsNameTheDirectories) {
     EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("A: data/sample_profile: train_gpt2cu ("), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("B: run2/sample_profile: train_gpt2cu ("), std::string::npos) << r.output;
+}
+
+// Two CPU inference profiles (batch 1 and 3): each phase's rows per step of that phase and, with --per-token,
+// per token of that phase (prompt tokens for prefill, generated tokens for decode), checked against the
+// profiles' own subblocks.csv and phase counts; the phase totals likewise.
+TEST(PlotProfile, CompareInferenceProfilesPerPhase) {
+    REQUIRE_MATPLOTLIB();
+    TempDir dir;
+    for (const char* b : {"1", "3"}) {
+        auto r = run("XDG_CACHE_HOME=" + (dir / "cache") + " LLMC_POWERCAP_ROOT=" + (dir / "no_powercap") +
+                     " GPT2_VOCAB_DIR=" + testutil::vocab_dir() + " ./infer_gpt2 -e d2 --prompt-len 8 -n 6 -b " + b +
+                     " --temperature 0 --profile " + (dir / ("b" + std::string(b))) + " > /dev/null");
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+    }
+    // Column A of a row of the comparison (4 significant digits).
+    auto column_a = [](const std::string& out, const std::string& row) {
+        size_t at = out.find("\n" + row);
+        EXPECT_NE(at, std::string::npos) << row << "\n" << out;
+        return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 1 + row.size()));
+    };
+    // B=1, prompt 8, 6 new tokens: prefill is 1 step of 8 tokens, decode 5 steps of 1 token.
+    const std::string a = dir / "b1";
+    const auto pj = nlohmann::json::parse(testutil::slurp(a + "/profile.json"));
+    std::map<std::string, std::pair<double, double>> steps_tokens;
+    for (auto& ph : pj["inference"]["phases"])
+        steps_tokens[ph["phase"]] = {ph["steps"].get<double>(), ph["tokens"].get<double>()};
+    ASSERT_EQ(steps_tokens["prefill"], std::make_pair(1.0, 8.0));
+    ASSERT_EQ(steps_tokens["decode"], std::make_pair(5.0, 5.0));
+    std::map<std::string, double> qkv_us, phase_us;
+    for (auto& row : testutil::read_csv(a + "/subblocks.csv")) {
+        phase_us[row["phase"]] += std::stod(row["time_us"]);
+        if (row["subblock"] == "qkv") qkv_us[row["phase"]] = std::stod(row["time_us"]);
+    }
+    const std::string cmd = "python3 scripts/compare_profiles.py " + a + " " + (dir / "b3") + " -o " + (dir / "c.png");
+    for (bool per_token : {false, true}) {
+        SCOPED_TRACE(per_token ? "--per-token" : "per step");
+        auto r = run(cmd + (per_token ? " --per-token" : ""));
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_NE(r.output.find(per_token ? "A us/tok" : "A ms"), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find("warning: A and B differ in B (1 vs 3)"), std::string::npos) << r.output;
+        for (const char* phase : {"prefill", "decode"}) {
+            const auto [steps, tokens] = steps_tokens[phase];
+            // ms per step of the phase, or us per token of the phase
+            auto want = [&](double us) { return per_token ? us / tokens : us / 1e3 / steps; };
+            const std::string qkv_row = "qkv          " + std::string(phase) + std::string(8 - strlen(phase), ' ');
+            EXPECT_NEAR(column_a(r.output, qkv_row), want(qkv_us[phase]), 1e-3 * want(qkv_us[phase])) << phase;
+            const std::string total_row = std::string(phase) + std::string(21 - strlen(phase), ' ');
+            EXPECT_NEAR(column_a(r.output, total_row), want(phase_us[phase]), 1e-3 * want(phase_us[phase])) << phase;
+        }
+        EXPECT_TRUE(is_png(dir / "c.png"));
+    }
 }
 
 // Roofline labels: on the sample (sub-blocks crowded near the ridge, some on one spot) and on a CPU profile,
