@@ -2,7 +2,7 @@
 """Loads a profile directory's trace.json in Holistic Trace Analysis and checks that HTA's standard analyses
 run and agree with the profile's own tables (doc/profiling.md, "Holistic Trace Analysis").
 
-    python3 test/hta_check.py DIR
+    python3 test/hta_check.py DIR        (a profile directory, or a data-parallel one holding rank0/, rank1/, ...)
 
 Analyses and what each must match:
   profiler steps        the steps of steps.csv
@@ -13,6 +13,11 @@ Analyses and what each must match:
   kernel launch stats   one row per launching CUDA call of api.csv (cudaLaunchKernel, cudaMemcpyAsync,
                         cudaMemsetAsync), their CPU time = api.csv's, the GPU time no more than kernels.csv's
 
+A data-parallel profile directory (rank0/, rank1/, ... beside distributed.txt) is checked rank by rank as above,
+then as one set: HTA must read each trace's rank from its distributedInfo as the directory names it, and its
+communication/computation overlap runs on the set (HTA counts NCCL kernels as communication: the overlap is
+printed per rank with the NCCL kernel time of that rank's kernels.csv; a CPU rank has none).
+
 Times agree within rounding: kernels.csv and api.csv hold microseconds with 3 decimals, so each row may be off
 by 0.0005 us, and HTA rounds its idle time breakdown to 2; the trace holds whole nanoseconds, which HTA keeps
 (HTA_DISABLE_NS_ROUNDING=1, set here).
@@ -22,7 +27,9 @@ Exit status 0: every analysis ran and agreed; 1: a disagreement or an analysis f
 import argparse
 import csv
 import logging
+import math
 import os
+import re
 import sys
 import warnings
 
@@ -30,6 +37,7 @@ os.environ.setdefault("HTA_DISABLE_NS_ROUNDING", "1")
 
 ROW_ROUNDING_US = 0.0005  # half the last decimal of a CSV time
 LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")
+NCCL_KERNEL = re.compile(r"^nccl.*Kernel")  # what HTA counts as a communication kernel
 
 
 def fail(msg, code):
@@ -144,26 +152,45 @@ def check_launches(hta, prof):
     return errors, f"{len(df)} launches, CPU {cpu_us:.3f} us, GPU {gpu_us:.3f} us"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("dir", help="profile directory (with trace.json, kernels.csv, steps.csv, api.csv)")
-    args = ap.parse_args()
-    d = args.dir
-    if not os.path.isdir(d):
-        fail(f"no profile directory '{d}'", 2)
-    trace = os.path.join(os.path.abspath(d), "trace.json")
-    if not os.path.isfile(trace):
-        fail(f"{d}: missing trace.json", 1)
+def check_ranks(d, rank_dirs, TraceAnalysis, create_rank_to_trace_dict):
+    """A data-parallel profile: the ranks' traces as one set, each rank as HTA reads it from the trace's
+    distributedInfo, and HTA's communication/computation overlap per rank. HTA counts NCCL kernels as
+    communication: their time per rank must be the NCCL rows of that rank's kernels.csv."""
+    files = [os.path.join(rd, "trace.json") for rd in rank_dirs]
+    _, ranks = create_rank_to_trace_dict(files)
+    want = {int(os.path.basename(rd)[len("rank"):]): f for rd, f in zip(rank_dirs, files)}
+    errors = []
+    if ranks != want:
+        got = {r: os.path.relpath(f, d) for r, f in ranks.items()}
+        return [f"ranks: HTA reads {got} from distributedInfo, the directories say "
+                f"{ {r: os.path.relpath(f, d) for r, f in want.items()} }"]
+    print(f"ranks: {len(ranks)} traces, each with its directory's rank in distributedInfo")
     try:
-        import pandas
-        from hta.trace_analysis import TraceAnalysis
-    except ImportError as e:
-        fail(f"Holistic Trace Analysis not importable ({e}): "
-             "python3 -m pip install HolisticTraceAnalysis==0.5.0 psutil 'pandas<3'", 2)
-    if int(pandas.__version__.split(".")[0]) >= 3:
-        fail(f"HTA 0.5.0 fails under pandas {pandas.__version__}: python3 -m pip install 'pandas<3'", 2)
-    logging.disable(logging.WARNING)  # HTA warns about every ns-resolution trace and single-rank run
-    warnings.filterwarnings("ignore", category=FutureWarning)  # pandas on HTA's own dtype handling
+        hta = TraceAnalysis(trace_files=ranks, trace_dir=os.path.abspath(d), include_last_profiler_step=True)
+        df = hta.get_comm_comp_overlap(visualize=False)
+    except Exception as e:  # as in main: HTA reports a trace it cannot read by whatever its parser raises
+        return [f"communication overlap: HTA raised {type(e).__name__}: {e}"]
+    pct = {int(r.rank): float(r.comp_comm_overlap_pctg) for r in df.itertuples()}
+    for r in sorted(ranks):
+        nccl_us = sum(float(k["total_us"]) for k in Profile(os.path.join(d, f"rank{r}")).kernels
+                      if NCCL_KERNEL.match(trace_name(k)))
+        v = pct.get(r)
+        if nccl_us == 0:
+            # The CPU trainer's ranks: their MPI time is the comm sub-block, not an NCCL kernel.
+            print(f"communication overlap: rank {r}: no NCCL kernels (HTA counts only those as communication)")
+            if v is not None and not math.isnan(v) and v != 0:
+                errors.append(f"communication overlap: rank {r}: {v}% without communication kernels")
+        elif v is None or not (0 <= v <= 100):
+            errors.append(f"communication overlap: rank {r}: HTA gives {v}")
+        else:
+            print(f"communication overlap: rank {r}: {pct[r]:.2f}% of {nccl_us:.3f} us of NCCL kernels "
+                  "overlapped with computation")
+    return errors
+
+
+def check_dir(d, TraceAnalysis):
+    """HTA's single-trace analyses on one profile directory against its tables; returns the disagreements."""
+    trace = os.path.join(os.path.abspath(d), "trace.json")
     prof = Profile(d)
 
     # profile.json and the CSVs sit beside trace.json: name the trace, or HTA would read every *.json.
@@ -193,6 +220,41 @@ def main():
     if temporal:
         run("idle time breakdown", check_idle, hta, temporal[2], one_stream)
     run("kernel launch stats", check_launches, hta, prof)
+    return errors
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir", help="profile directory (with trace.json, kernels.csv, steps.csv, api.csv)")
+    args = ap.parse_args()
+    d = args.dir
+    if not os.path.isdir(d):
+        fail(f"no profile directory '{d}'", 2)
+    # A data-parallel profile holds one directory per rank (rank0/, rank1/, ...).
+    rank_dirs = sorted((os.path.join(d, n) for n in os.listdir(d) if re.fullmatch(r"rank[0-9]+", n)),
+                       key=lambda p: int(os.path.basename(p)[4:]))
+    rank_dirs = [rd for rd in rank_dirs if os.path.isfile(os.path.join(rd, "trace.json"))]
+    if not rank_dirs and not os.path.isfile(os.path.join(d, "trace.json")):
+        fail(f"{d}: missing trace.json", 1)
+    try:
+        import pandas
+        from hta.common.trace_file import create_rank_to_trace_dict
+        from hta.trace_analysis import TraceAnalysis
+    except ImportError as e:
+        fail(f"Holistic Trace Analysis not importable ({e}): "
+             "python3 -m pip install HolisticTraceAnalysis==0.5.0 psutil 'pandas<3'", 2)
+    if int(pandas.__version__.split(".")[0]) >= 3:
+        fail(f"HTA 0.5.0 fails under pandas {pandas.__version__}: python3 -m pip install 'pandas<3'", 2)
+    logging.disable(logging.WARNING)  # HTA warns about every ns-resolution trace and single-rank run
+    warnings.filterwarnings("ignore", category=FutureWarning)  # pandas on HTA's own dtype handling
+    warnings.filterwarnings("ignore", category=RuntimeWarning)  # HTA's overlap ratio is 0/0 without NCCL kernels
+    errors = []
+    for rd in rank_dirs or [d]:
+        if rank_dirs:
+            print(f"{os.path.basename(rd)}:")
+        errors += check_dir(rd, TraceAnalysis)
+    if rank_dirs:
+        errors += check_ranks(d, rank_dirs, TraceAnalysis, create_rank_to_trace_dict)
     for e in errors:
         print(f"hta_check.py: {d}: {e}", file=sys.stderr)
     if errors:

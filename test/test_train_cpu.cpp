@@ -536,6 +536,14 @@ TEST_F(TrainCpu, TwoRankProfileShowsCommunication) {
     // Two ranks on this machine: shared memory, its peak from the memory bandwidth the profile measured.
     EXPECT_TRUE(testutil::has(merged, "link: shared memory, peak ")) << merged;
     EXPECT_EQ(count(merged, "<- straggler"), 1) << merged;
+    // HTA, where installed, reads the two traces as one set (test/hta_check.py; test_hta.cpp covers GPU ranks).
+    if (run("python3 -c 'import hta.trace_analysis'").exit_code == 0) {
+        auto hta = run("python3 test/hta_check.py " + prof);
+        EXPECT_EQ(hta.exit_code, 0) << hta.output;
+        EXPECT_TRUE(testutil::has(hta.output, "ranks: 2 traces, each with its directory's rank in distributedInfo"))
+            << hta.output;
+        EXPECT_TRUE(testutil::has(hta.output, "communication overlap: rank 1: no NCCL kernels")) << hta.output;
+    }
 }
 
 // A trainer built without MPI (SAN=1 builds, or no libopenmpi-dev) run by a launcher of several ranks: one line
