@@ -92,6 +92,7 @@ int run(int argc, char** argv) {
 
     // ---- output ----
     sum.peak_mem_mib = peak_rss_mib();
+    sum.avg_power_w = profile.avg_power_w(), sum.j_per_token = profile.joules_per_token();
     print_results(opt, in, seqs, sum);
     return 0;
 }

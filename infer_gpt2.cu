@@ -93,6 +93,7 @@ int run(int argc, char** argv) {
 
     // ---- output ----
     sum.peak_mem_mib = dec.memory.total() / 1048576.0; // device memory: the weights, the one allocation, cuBLASLt's
+    sum.avg_power_w = profile.avg_power_w(), sum.j_per_token = profile.joules_per_token();
     print_results(opt, in, seqs, sum);
     return 0;
 }

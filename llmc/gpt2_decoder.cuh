@@ -93,6 +93,16 @@ struct DecoderLayout {
     size_t bytes = 0, cache_bytes = 0;
 };
 
+// The prefill's rows at most (B prompts of up to `longest` tokens): the row capacity, checked to fit the kernels'
+// int row counts (a model file's maxT may pass 32768, and B * longest then an int).
+inline int prefill_rows(int B, int longest) {
+    const long long rows = (long long)B * longest;
+    if (rows > INT32_MAX)
+        throw Error(strprintf("-b %d: %d sequences of prompts up to %d tokens are %lld rows, too many for one prefill",
+                              B, B, longest, rows));
+    return (int)rows;
+}
+
 // base may be null to only measure.
 inline DecoderLayout layout_decoder(char* base, const GPT2Config& c, int B, int max_len, int rows) {
     const size_t C = c.channels, NH = c.num_heads, R = rows, Vp = c.padded_vocab_size;
@@ -136,7 +146,7 @@ struct DecoderMemoryPlan {
 inline DecoderMemoryPlan plan_decoder_memory(const GPT2Config& c, int B, int longest, int max_len, size_t free_bytes) {
     DecoderMemoryPlan p{};
     p.params = num_parameters(c) * sizeof(floatX);
-    const DecoderLayout l = layout_decoder(nullptr, c, B, max_len, B * longest);
+    const DecoderLayout l = layout_decoder(nullptr, c, B, max_len, prefill_rows(B, longest));
     p.activations = l.bytes;
     p.cache = l.cache_bytes;
     p.other = CublasLt::WORKSPACE_BYTES;
@@ -167,6 +177,8 @@ public:
         if (B < 1 || longest < 1 || max_len < longest || max_len > c.max_seq_len)
             throw Error(strprintf("decoder: bad shape B=%d longest=%d max_len=%d (maxT=%d)", B, longest, max_len,
                                   c.max_seq_len));
+        if (B > 65535) // attention_decode's grid; infer.h's kMaxInferBatch
+            throw Error(strprintf("-b %d: the GPU decoder runs at most 65535 sequences", B));
         size_t free_bytes = 0, total = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
         memory = plan_decoder_memory(c, B, longest, max_len, free_bytes);
@@ -180,7 +192,7 @@ public:
         CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         CUDA_CHECK(cudaMalloc(&params_memory_, memory.params));
         CUDA_CHECK(cudaMalloc(&acts_memory_, memory.activations));
-        a_ = layout_decoder(acts_memory_, c, B, max_len, B * longest).t;
+        a_ = layout_decoder(acts_memory_, c, B, max_len, prefill_rows(B, longest)).t;
         params_.point_into(params_memory_, c);
         const size_t n = num_parameters(c);
         std::vector<floatX> bf(n);
@@ -246,6 +258,7 @@ public:
         rows_.resize(B_);
         for (int b = 0; b < B_; b++) rows_[b] = b;
         rows_seq_ = a_.order;
+        sampled_ = false;
         // tok/seq/pos are pageable copies: they must have landed before the vectors go.
         CUDA_CHECK(cudaStreamSynchronize(stream));
     }
@@ -263,9 +276,14 @@ public:
         for (int b = 0; b < B_; b++) {
             if (!running[b]) continue;
             if (len_[b] >= maxT_) throw Error(strprintf("decoder: sequence %d is full (%d tokens)", b, maxT_));
+            if (!std::binary_search(rows_.begin(), rows_.end(), b)) // rows_ ascends
+                throw Error(strprintf("decoder: sequence %d stopped before the last step: no token to append", b));
             seq.push_back(b), pos.push_back(len_[b]), len.push_back(len_[b] + 1);
         }
         if (seq.empty()) throw Error("decoder: decode with no running sequence");
+        // Each row's token is the id sample() chose from the last call's logits: without it, ids would be
+        // stale (or never written: uninitialised memory as embedding rows).
+        if (!sampled_) throw Error("decoder: decode before sample() chose the tokens it appends");
         const int R = (int)seq.size();
         phase_ = Phase::decode;
         {
@@ -284,6 +302,7 @@ public:
         for (int b : seq) len_[b]++;
         rows_ = seq;
         rows_seq_ = a_.seq;
+        sampled_ = false;
         CUDA_CHECK(cudaStreamSynchronize(stream)); // the pageable uploads above
     }
 
@@ -300,6 +319,7 @@ public:
                       config.padded_vocab_size, temperature, top_k, stream);
         CUDA_CHECK(cudaMemcpyAsync(pinned_ids_, a_.ids, B_ * sizeof(int), cudaMemcpyDeviceToHost, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
+        sampled_ = true;
         return pinned_ids_;
     }
 
@@ -318,6 +338,7 @@ private:
     std::vector<int> len_;         // tokens cached per sequence
     std::vector<int> rows_;        // the sequence of each logits row (host)
     const int* rows_seq_ = nullptr; // the same on the device: a_.order after prefill, a_.seq after decode
+    bool sampled_ = false;          // sample() ran since the last prefill() or decode()
     floatX* params_memory_ = nullptr;
     char* acts_memory_ = nullptr;
     ParameterTensors<floatX> params_;

@@ -27,6 +27,10 @@
 
 namespace llmc {
 
+// Sequences run together at most: the GPU decode attention puts them on a grid dimension of at most 65535
+// blocks; both programs take the same limit.
+constexpr int kMaxInferBatch = 65535;
+
 struct InferOptions {
     std::string model = "d12";      // -e: dN or a model file
     std::string prompt_text;        // -p
@@ -55,7 +59,8 @@ inline std::string infer_usage(const char* program) {
         "      --prompt-ids LIST      one prompt as token ids, \"1,2,3\"\n"
         "      --prompt-len N         one synthetic prompt of N random token ids per sequence\n"
         "                             (without a prompt flag: the prompt is <|endoftext|>)\n"
-        "  -b, --batch N              sequences run together; prompts are cycled to fill them [number of prompts]\n"
+        "  -b, --batch N              sequences run together (at most 65535); prompts are cycled to fill them\n"
+        "                             [number of prompts]\n"
         "  -n, --new-tokens N         tokens generated per sequence [%d]\n"
         "      --temperature X        sampling temperature, 0 = greedy [%g]\n"
         "      --top-k N              sample from the N most likely tokens, 0 = all [%d]\n"
@@ -108,15 +113,21 @@ inline InferOptions parse_infer_options(int argc, char** argv) {
                 if (value.empty()) throw UsageError("-p: empty prompt");
                 opt.prompt_text = value, prompt_flags++;
             }
-            else if (k == "--prompt-file") opt.prompt_file = value, prompt_flags++;
+            else if (k == "--prompt-file") {
+                if (value.empty()) throw UsageError("--prompt-file: empty path");
+                opt.prompt_file = value, prompt_flags++;
+            }
             else if (k == "--prompt-ids") opt.prompt_ids = parse_id_list(flag, value), prompt_flags++;
             else if (k == "--prompt-len") opt.prompt_len = (int)parse_long(flag, value, 1, IMAX), prompt_flags++;
-            else if (k == "-b") opt.B = (int)parse_long(flag, value, 1, 65536);
+            else if (k == "-b") opt.B = (int)parse_long(flag, value, 1, kMaxInferBatch);
             else if (k == "-n") opt.new_tokens = (int)parse_long(flag, value, 1, IMAX);
             else if (k == "--temperature") opt.temperature = parse_float(flag, value, 0.0f, 100.0f);
             else if (k == "--top-k") opt.top_k = (int)parse_long(flag, value, 0, IMAX);
             else if (k == "--seed") opt.seed = (unsigned long long)parse_long(flag, value, 0, IMAX);
-            else if (k == "--profile") opt.profile_dir = value;
+            else if (k == "--profile") {
+                if (value.empty()) throw UsageError("--profile: empty directory name");
+                opt.profile_dir = value;
+            }
         }
     }
     if (prompt_flags > 1)
@@ -163,6 +174,9 @@ inline std::vector<std::vector<int>> build_prompts(const InferOptions& opt, cons
     } else {
         prompts.push_back({eot});
     }
+    if (prompts.size() > (size_t)kMaxInferBatch)
+        throw UsageError(strprintf("%s: %zu prompts, more than the %d sequences that run together at most",
+                                   opt.prompt_file.c_str(), prompts.size(), kMaxInferBatch));
     const int B = opt.B > 0 ? opt.B : (int)prompts.size();
     if ((int)prompts.size() > B)
         throw UsageError(strprintf("-b: %d sequences cannot hold the %zu prompts given", B, prompts.size()));
@@ -208,11 +222,15 @@ inline InferInputs load_infer_inputs(const InferOptions& opt) {
         if (in.tok->vocab_size() != in.cfg.vocab_size) in.tok.reset();
     }
     in.eot = in.tok ? in.tok->eot() : in.cfg.vocab_size - 1;
+    auto check_length = [&](long longest) {
+        if ((size_t)longest + opt.new_tokens > (size_t)in.cfg.max_seq_len)
+            throw Error(strprintf("-n: a prompt of %ld tokens and %d new tokens exceed the model's maximum sequence "
+                                  "length %d", longest, opt.new_tokens, in.cfg.max_seq_len));
+    };
+    if (opt.prompt_len > 0) check_length(opt.prompt_len); // before B prompts of that length are drawn
     in.prompts = build_prompts(opt, in.tok.get(), in.cfg.vocab_size, in.eot);
     for (auto& p : in.prompts) in.longest = std::max(in.longest, (int)p.size());
-    if ((size_t)in.longest + opt.new_tokens > (size_t)in.cfg.max_seq_len)
-        throw Error(strprintf("-n: a prompt of %d tokens and %d new tokens exceed the model's maximum sequence "
-                              "length %d", in.longest, opt.new_tokens, in.cfg.max_seq_len));
+    check_length(in.longest);
     return in;
 }
 
@@ -285,6 +303,10 @@ public:
         session_->step_done(last);
         step_++;
     }
+    // The profile's average power and joules per token over the run (NaN without --profile or a reading):
+    // the summary's avg_power_w and j_per_token.
+    double avg_power_w() const { return session_ ? session_->written_avg_w() : NAN; }
+    double joules_per_token() const { return session_ ? session_->written_joules_per_token() : NAN; }
 
 private:
     const InferOptions& opt_;
@@ -329,7 +351,7 @@ struct InferSummary {
     double peak_mem_mib = 0;
     int B = 0, prompt_len = 0, gen_len = 0;
     size_t params = 0;
-    double avg_power_w = NAN, j_per_token = NAN; // NaN: not measured (printed as null)
+    double avg_power_w = NAN, j_per_token = NAN; // --profile's power over the run; NaN: not measured (null)
 };
 
 // After the prefill: each sequence's prompt and time to first token (one for all: they prefill together), and the

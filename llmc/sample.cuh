@@ -32,10 +32,12 @@ constexpr int kSampleThreads = 256;
 
 namespace detail {
 
-// bf16 bits -> a key whose unsigned order is the numeric order (negative values bit-flipped).
+// bf16 bits -> a key whose unsigned order is the numeric order (negative values bit-flipped); -0 keys as +0,
+// so the two zeros tie as they compare equal on the CPU.
 __device__ __forceinline__ unsigned bf16_order_key(floatX x) {
     unsigned short u;
     memcpy(&u, &x, sizeof(u)); // the bit pattern (memcpy: no aliasing assumptions, and the emulator's bf16 too)
+    if (u == 0x8000u) u = 0;
     return (u & 0x8000u) ? (unsigned)(0xFFFFu & ~u) : (unsigned)(u | 0x8000u);
 }
 
@@ -52,8 +54,10 @@ __global__ void __launch_bounds__(kSampleThreads)
     const floatX* row = logits + (size_t)r * Vp;
 
     // ---- argmax, lowest id on ties: strided pass, then a tree ----
+    // Each thread starts at its first id, so a row with nothing above -inf (NaN or -inf throughout: a broken
+    // model) still gives an id of the vocabulary, 0, as the CPU's max_element does.
     float best = -INFINITY;
-    int best_i = V;
+    int best_i = tid < V ? tid : V;
     for (int i = tid; i < V; i += kSampleThreads) {
         const float x = __bfloat162float(row[i]);
         if (x > best) best = x, best_i = i; // ids rise along the pass: the first maximum stays

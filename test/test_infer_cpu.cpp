@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -217,6 +218,11 @@ TEST(InferProgram, BadFlagsAndFiles) {
         {"-e d1 --prompt-file /nonexistent/prompts.txt", 1, "error: /nonexistent/prompts.txt"},
         {"-e d1 --prompt-len 1000 -n 100", 1, "error: -n:"},
         {"-e d1 --prompt-ids 1,2,3 -b 0", 2, "error: -b:"},
+        {"-e d1 --prompt-ids 1,2,3 -b 65536", 2, "error: -b:"}, // the GPU decode's grid limit, on both
+        {"-e d1 --prompt-file ''", 2, "error: --prompt-file: empty path"},
+        {"-e d1 --profile ''", 2, "error: --profile: empty directory name"},
+        // Refused before two billion prompt ids are drawn (this would take gigabytes and minutes).
+        {"-e d1 --prompt-len 2000000000 -n 1", 1, "error: -n: a prompt of 2000000000 tokens"},
     };
     for (const Case& c : cases) {
         auto r = run(infer(c.args));
@@ -406,6 +412,47 @@ TEST(InferProgram, ProfileSeparatesPrefillAndDecode) {
         EXPECT_EQ(phases[1].at("bound"), "memory");
         EXPECT_TRUE(weight_bound) << pj["findings"].dump();
     }
+}
+
+// The summary's avg_power_w and j_per_token are the profile's power over the run: on a CPU whose RAPL counter
+// is readable (here a fake powercap tree whose counter a background writer advances every 0.2 ms, replacing
+// the file whole so that no read sees half of it), numbers equal to profile.json's; without --profile, null.
+TEST(InferProgram, SummaryPowerIsTheProfiles) {
+    TempDir dir;
+    const std::string zone = dir / "powercap/intel-rapl:0";
+    ASSERT_EQ(run("mkdir -p '" + zone + "' && echo package-0 > '" + zone + "/name' && echo 5000000 > '" + zone +
+                  "/energy_uj' && echo 262143328850 > '" + zone + "/max_energy_range_uj'")
+                  .exit_code,
+              0);
+    const std::string writer = "import os, sys, time\n"
+                               "e = 5000000\n"
+                               "while os.path.exists(sys.argv[2]):\n"
+                               "    e += 1000\n"
+                               "    open(sys.argv[1] + '.tmp', 'w').write(str(e) + '\\n')\n"
+                               "    os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
+                               "    time.sleep(0.0002)\n";
+    std::ofstream(dir / "writer.py") << writer;
+    const std::string prof_dir = dir / "profile", running = dir / "running";
+    auto r = run("touch '" + running + "'; python3 '" + (dir / "writer.py") + "' '" + zone + "/energy_uj' '" +
+                 running + "' & sleep 0.2; { XDG_CACHE_HOME=" + (dir / "cache") + " LLMC_POWERCAP_ROOT=" +
+                 (dir / "powercap") + " " +
+                 "nice -n 5 env " + infer("-e d4 -b 4 --prompt-len 16 -n 3 --temperature 0 --json --profile " + prof_dir) +
+                 " 2>/dev/null; }; status=$?; rm -f '" + running + "'; wait; exit $status");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto lines = json_lines(r.output);
+    ASSERT_FALSE(lines.empty());
+    const nlohmann::json& summary = lines.back()["summary"];
+    const auto pj = nlohmann::json::parse(testutil::slurp(prof_dir + "/profile.json"));
+    ASSERT_TRUE(pj["power"]["avg_w"].is_number()) << pj["power"].dump();
+    ASSERT_TRUE(summary["avg_power_w"].is_number()) << summary.dump();
+    EXPECT_DOUBLE_EQ(summary["avg_power_w"].get<double>(), pj["power"]["avg_w"].get<double>());
+    EXPECT_DOUBLE_EQ(summary["j_per_token"].get<double>(), pj["power"]["joules_per_token"].get<double>());
+
+    auto plain = run(infer("-e d2 --prompt-len 8 -n 4 --temperature 0 --json"));
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    const nlohmann::json s2 = json_lines(plain.output).back()["summary"]; // a copy: the lines are a temporary
+    EXPECT_TRUE(s2["avg_power_w"].is_null()) << s2.dump();
+    EXPECT_TRUE(s2["j_per_token"].is_null()) << s2.dump();
 }
 
 // The two inference rules from a hand-made report: a decode row that is memory-bound on weight reads, and

@@ -102,6 +102,7 @@ void ProfileSession::write() {
     if (opt_.print_summary) printf("%s", format_summary(report, opt_.summary_top).c_str());
     write_profile_dir(opt_.dir, report, records, opt_.summary_top);
     outcome_ = format_outcome(report, opt_.dir);
+    written_avg_w_ = report.power.avg_w, written_j_per_token_ = report.power.joules_per_token;
     std::string dropped = records.dropped_records ? strprintf(" (%llu CUPTI records dropped: incomplete)",
                                                              (unsigned long long)records.dropped_records)
                                                   : "";

@@ -13,6 +13,7 @@
  * step, and the profile is written when the window closes (or the run ends inside it).
  */
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -78,6 +79,10 @@ public:
     using BeforeReport = std::function<CounterReport(const ProfileRecords&, ProfileContext&)>;
     void before_report(BeforeReport fn) { before_report_ = std::move(fn); }
     const ProfileContext& context() const { return ctx_; } // the run's description and the measured ceilings
+    // The written profile's average power (W) and energy per token (J) over its window, as summary.txt gives
+    // them; NaN before it is written or where the device has no power reading.
+    double written_avg_w() const { return written_avg_w_; }
+    double written_joules_per_token() const { return written_j_per_token_; }
 
 private:
     bool armed() const { return source_running_; }
@@ -95,6 +100,7 @@ private:
     int step_ = -1;
     int64_t flush_ns_ = 0; // summed time of the between-step flushes
     std::string outcome_;  // print_outcome's lines, kept from write()
+    double written_avg_w_ = NAN, written_j_per_token_ = NAN;
 };
 
 } // namespace llmc::prof

@@ -233,6 +233,28 @@ GPU_TEST(GpuGPT2Decoder, RangesCarryPhaseAndSubBlock) {
     }
 }
 
+// decode() appends the ids sample() chose at the last step: before sample(), or for a sequence that stopped
+// before the last step, there is no such id, and decode() refuses instead of embedding a stale one.
+GPU_TEST(GpuGPT2Decoder, DecodeAppendsOnlyTokensTheLastStepChose) {
+    REQUIRE_GPU();
+    const GPT2Config cfg = gputest::tiny_gpt2_config();
+    const std::vector<float> w = tiny_weights(cfg);
+    GPT2DecoderGPU dec(cfg, w.data(), 2, 3, 8);
+    const std::vector<float> coins(2, 0.5f);
+    dec.prefill({gputest::random_tokens(3, cfg.vocab_size), gputest::random_tokens(2, cfg.vocab_size)});
+    EXPECT_THROW(dec.decode({true, true}), Error); // nothing sampled yet
+    dec.sample(0.0f, 0, coins);
+    dec.decode({true, false}); // sequence 1 stops
+    EXPECT_EQ(dec.logits_rows(), std::vector<int>{0});
+    dec.sample(0.0f, 0, coins);
+    EXPECT_THROW(dec.decode({true, true}), Error); // sequence 1 has no token from the last step
+    EXPECT_THROW(dec.decode({false, false}), Error);
+    EXPECT_THROW(dec.sample(0.0f, 0, {0.5f}), Error); // a coin per sequence
+    dec.decode({true, false});
+    EXPECT_EQ(dec.length(0), 5);
+    EXPECT_EQ(dec.length(1), 2);
+}
+
 GPU_TEST(GpuGPT2Decoder, MemoryPlanAndRefusal) {
     REQUIRE_GPU();
     GPT2Config cfg = gputest::tiny_gpt2_config();
@@ -241,15 +263,15 @@ GPU_TEST(GpuGPT2Decoder, MemoryPlanAndRefusal) {
     ASSERT_GT(p.max_batch, 1);
     EXPECT_LE(plan_decoder_memory(cfg, p.max_batch, 40, 60, free_bytes).total(), p.budget());
     EXPECT_GT(plan_decoder_memory(cfg, p.max_batch + p.max_batch / 10 + 2, 40, 60, free_bytes).total(), p.budget());
-    // Far past any device: 65536 sequences of 1024 tokens. Refused with the largest -b, nothing allocated.
+    // Far past any device: 65535 sequences of 1024 tokens. Refused with the largest -b, nothing allocated.
     cfg.max_seq_len = 1024;
     const std::vector<float> w(num_parameters(cfg), 0.0f);
     try {
-        GPT2DecoderGPU dec(cfg, w.data(), 65536, 1000, 1024);
+        GPT2DecoderGPU dec(cfg, w.data(), 65535, 1000, 1024);
         FAIL() << "a request far beyond device memory was accepted";
     } catch (const Error& e) {
         const std::string msg = e.what();
-        EXPECT_NE(msg.find("-b 65536"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("-b 65535"), std::string::npos) << msg;
         EXPECT_NE(msg.find("the largest -b that fits"), std::string::npos) << msg;
     }
 }
@@ -344,6 +366,39 @@ GPU_TEST(GpuSampleTokens, TemperatureFollowsDistribution) {
     }
     // The same coin gives the same id as the CPU except where fp32 and double CDFs straddle it.
     EXPECT_GE(same_as_cpu, rows - rows / 100);
+}
+
+// A row with nothing above -inf (a broken model's NaN or -inf logits) still gives an id of the vocabulary: 0,
+// as the CPU's max_element.
+GPU_TEST(GpuSampleTokens, GreedyOnARowWithoutNumbersGivesIdZero) {
+    REQUIRE_GPU();
+    const int V = 1000, Vp = 1024;
+    for (float fill : {NAN, -INFINITY}) {
+        std::vector<float> row(Vp, fill);
+        EXPECT_EQ(sample_rows(row, V, 1, 0.0f, 0, {0.5f})[0], 0) << fill;
+        EXPECT_EQ(pick_token(row.data(), V, 0.0f, 0, 0.5f), 0) << fill;
+    }
+}
+
+// The two zeros are one value: with +0 the k-th largest logit, a -0 is kept as a tie, as on the CPU. Every
+// coin on a grid gives the CPU's id, and -0's id is drawn for some.
+GPU_TEST(GpuSampleTokens, TopKKeepsBothZerosAsATie) {
+    REQUIRE_GPU();
+    const int V = 40, Vp = 48, pos_zero = 7, neg_zero = 23, top = 31;
+    std::vector<float> row(Vp, 1e30f);
+    for (int i = 0; i < V; i++) row[i] = -1.0f - 0.125f * (i % 8);
+    row[top] = 1.0f, row[pos_zero] = 0.0f, row[neg_zero] = -0.0f;
+    const int rows = 256;
+    std::vector<float> coins(rows);
+    for (int r = 0; r < rows; r++) coins[r] = (r + 0.5f) / rows;
+    const std::vector<int> ids = sample_rows(row, V, rows, 1.0f, 2, coins);
+    int drew_neg_zero = 0;
+    for (int r = 0; r < rows; r++) {
+        EXPECT_TRUE(ids[r] == top || ids[r] == pos_zero || ids[r] == neg_zero) << "coin " << coins[r] << ": " << ids[r];
+        EXPECT_EQ(ids[r], pick_token(row.data(), V, 1.0f, 2, coins[r])) << "coin " << coins[r];
+        drew_neg_zero += ids[r] == neg_zero;
+    }
+    EXPECT_GT(drew_neg_zero, 0) << "-0 was never kept";
 }
 
 GPU_TEST(GpuSampleTokens, BadArgumentsThrow) {

@@ -87,9 +87,9 @@ TEST(InferGpuProgram, JsonDeterministicAndSamePromptsAsCpu) {
 TEST(InferGpuProgram, TooLargeBatchRefusedWithTheLargestThatFits) {
     REQUIRE_GPU_FOR_CHILD_PROCESS();
     TempDir dir;
-    const RunResult r = run("./infer_gpt2cu -e " + tiny_model(dir) + " --prompt-len 1000 -n 24 -b 65536");
+    const RunResult r = run("./infer_gpt2cu -e " + tiny_model(dir) + " --prompt-len 1000 -n 24 -b 65535");
     EXPECT_EQ(r.exit_code, 1) << r.output;
-    EXPECT_TRUE(has(r.output, "error: -b 65536: needs")) << r.output;
+    EXPECT_TRUE(has(r.output, "error: -b 65535: needs")) << r.output;
     EXPECT_TRUE(has(r.output, "the largest -b that fits")) << r.output;
 }
 
