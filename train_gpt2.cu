@@ -58,9 +58,13 @@ public:
         if (comm.world() > 1) {
             CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
             nccl_ = std::make_unique<NcclCommunicator>(comm, comm_stream_);
-            char bus_id[32];
-            CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, device));
-            link_ = prof::nvml_link(bus_id);
+            // NVLink or PCIe within a node; across nodes the ring crosses the network, whose peak NVML does not
+            // know: unknown then.
+            if (comm.single_node()) {
+                char bus_id[32];
+                CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, device));
+                link_ = prof::nvml_link(bus_id);
+            }
         }
 #endif
         cudaDeviceProp p;

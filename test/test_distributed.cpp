@@ -42,8 +42,6 @@ TEST(Distributed, SummaryNamesTheStragglerAndTheHiddenShare) {
     std::uniform_real_distribution<double> u(0.1, 1.0);
     const int world = 4, steps = 5;
     std::vector<prof::RankRecord> ranks(world);
-    double comm_sum = 0, exposed_sum = 0, longest = 0;
-    int slowest = -1;
     for (int r = 0; r < world; r++) {
         prof::RankRecord& rec = ranks[r];
         rec.rank = r, rec.steps = steps, rec.step_seconds = steps * u(g);
@@ -51,23 +49,41 @@ TEST(Distributed, SummaryNamesTheStragglerAndTheHiddenShare) {
         rec.comm.bytes[(int)Collective::all_reduce] = 4000 * steps;
         rec.comm.seconds[(int)Collective::all_reduce] = u(g) * 1e-3;
         rec.comm.exposed_seconds = rec.comm.seconds[(int)Collective::all_reduce] * u(g);
+    }
+    // Rank 0 has the longest steps but waited for communication through nearly all of them: the others kept it
+    // waiting, so it is not the straggler.
+    ranks[0].step_seconds = 10.0 * steps;
+    ranks[0].comm.seconds[(int)Collective::all_reduce] = ranks[0].comm.exposed_seconds = 9.99 * steps;
+    double comm_sum = 0, exposed_sum = 0, longest = 0;
+    int slowest = -1;
+    for (const prof::RankRecord& rec : ranks) {
         comm_sum += rec.comm.seconds[(int)Collective::all_reduce];
         exposed_sum += rec.comm.exposed_seconds;
-        if (rec.step_seconds > longest) longest = rec.step_seconds, slowest = r;
+        const double computing = rec.step_seconds - rec.comm.exposed_seconds; // the straggler computes longest
+        if (computing > longest) longest = computing, slowest = rec.rank;
     }
+    ASSERT_NE(slowest, 0);
     prof::DistributedSummary s = prof::summarize_ranks(ranks);
     EXPECT_EQ(s.world, world);
     EXPECT_EQ(s.straggler, slowest);
     ASSERT_EQ(s.collectives.size(), 1u); // only the collectives that ran
     EXPECT_EQ(s.collectives[0].calls, world * steps);
+    EXPECT_TRUE(s.collectives[0].small); // 4000 bytes a call: latency, not compared with a peak
     EXPECT_NEAR(s.collectives[0].seconds, comm_sum / world, 1e-15);
     EXPECT_NEAR(s.comm_seconds, comm_sum / world / steps, 1e-15);
     EXPECT_NEAR(s.hidden_share, 1 - exposed_sum / comm_sum, 1e-12);
-    for (int r = 0; r < world; r++) EXPECT_NEAR(s.step_ms[r], 1e3 * ranks[r].step_seconds / steps, 1e-9);
+    for (int r = 0; r < world; r++) {
+        EXPECT_NEAR(s.step_ms[r], 1e3 * ranks[r].step_seconds / steps, 1e-9);
+        EXPECT_NEAR(s.wait_ms[r], 1e3 * ranks[r].comm.exposed_seconds / steps, 1e-9);
+    }
     std::string text = prof::format_distributed(s);
     EXPECT_TRUE(testutil::has(text, "rank " + std::to_string(slowest))) << text;
-    EXPECT_TRUE(testutil::has(text, "<- straggler")) << text;
+    size_t at = text.find("<- straggler");
+    ASSERT_NE(at, std::string::npos) << text;
+    EXPECT_EQ(text.find("<- straggler", at + 1), std::string::npos) << text; // once
+    EXPECT_EQ(text.rfind("\nrank " + std::to_string(slowest) + " ", at), text.rfind('\n', at)) << text;
     EXPECT_TRUE(testutil::has(text, "all_reduce")) << text;
+    EXPECT_TRUE(testutil::has(text, " small\n")) << text;
     EXPECT_TRUE(testutil::has(text, "peak unknown")) << text; // no rank knew its link
 }
 

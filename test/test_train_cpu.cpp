@@ -11,6 +11,7 @@
 #include <regex>
 #include <string>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
 #include "llmc/checkpoint.h"
@@ -492,6 +493,53 @@ TEST_F(TrainCpu, DataParallelUsageErrors) {
         << mixed.output;
 }
 
+// Every rank must train the same run. The flags can be the same while the files behind them differ (node-local
+// copies, here each rank's working directory): other train data, or another model file, is one line from rank 0
+// and every rank stops before training (else the ranks would train different models, or stop at different
+// steps and hang).
+TEST_F(TrainCpu, RanksMustSeeTheSameDataAndWeights) {
+    SKIP_WITHOUT_MPIRUN();
+    char cwd[4096];
+    ASSERT_NE(getcwd(cwd, sizeof cwd), nullptr);
+    auto setup = [&](const std::string& wdir, const std::string& shard, const std::string& model) {
+        std::filesystem::create_directories(wdir + "/data");
+        std::filesystem::copy_file(shard, wdir + "/data/toy_train.bin");
+        std::filesystem::copy_file(model, wdir + "/model.bin");
+    };
+    // Rank 1's shard is a prefix of rank 0's; rank 1's model another random init.
+    std::vector<uint16_t> tokens(12000);
+    for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (uint16_t)((i * 7) % 23);
+    write_shard(dir / "short_train.bin", tokens);
+    GPT2CPU<float> other(load_model(model_path()).config);
+    other.init_random(8);
+    save_model(dir / "other_model.bin", other.config, other.params_memory.data());
+    setup(dir / "same0", dir / "toy_train.bin", model_path());
+    setup(dir / "data1", dir / "short_train.bin", model_path());
+    setup(dir / "model1", dir / "toy_train.bin", dir / "other_model.bin");
+    const std::string flags = " -i data -e model.bin -b 2 -t 16 -d 64 -x 2 -v 0 -s 0";
+    auto two = [&](const std::string& w1) {
+        return run("timeout 120 env " + MPIRUN + "-np 1 --wdir " + (dir / "same0") + " " + cwd + "/train_gpt2" +
+                   flags + " : -np 1 --wdir " + (dir / w1) + " " + cwd + "/train_gpt2" + flags);
+    };
+    auto data = two("data1");
+    EXPECT_NE(data.exit_code, 0) << data.output;
+    EXPECT_EQ(count(data.output, "error:"), 1) << data.output;
+    EXPECT_TRUE(testutil::has(data.output, "error: 1 of 2 ranks see other data than rank 0 (1 train shards, 20000 "
+                                           "tokens"))
+        << data.output;
+    EXPECT_EQ(count(data.output, "step    1/"), 0) << data.output;
+    auto model = two("model1");
+    EXPECT_NE(model.exit_code, 0) << model.output;
+    EXPECT_EQ(count(model.output, "error:"), 1) << model.output;
+    EXPECT_TRUE(testutil::has(model.output, "error: 1 of 2 ranks start from other weights than rank 0 (model.bin)"))
+        << model.output;
+    EXPECT_EQ(count(model.output, "step    1/"), 0) << model.output;
+    // The same files on both: it trains.
+    setup(dir / "same1", dir / "toy_train.bin", model_path());
+    auto same = two("same1");
+    EXPECT_EQ(same.exit_code, 0) << same.output;
+}
+
 // An error only one rank meets (here a checkpoint only rank 0 writes: its path is taken by a directory) would
 // leave the other rank waiting in its next collective: the failing rank names itself and stops them all.
 TEST_F(TrainCpu, ErrorOnOneRankStopsEveryRank) {
@@ -536,6 +584,11 @@ TEST_F(TrainCpu, TwoRankProfileShowsCommunication) {
     // Two ranks on this machine: shared memory, its peak from the memory bandwidth the profile measured.
     EXPECT_TRUE(testutil::has(merged, "link: shared memory, peak ")) << merged;
     EXPECT_EQ(count(merged, "<- straggler"), 1) << merged;
+    EXPECT_TRUE(testutil::has(merged, "rank            step    waiting  computing\n")) << merged;
+    // The loss's and the norm's all-reduces are a few bytes: the gradient's buckets (KBs for this toy model)
+    // carry the all_reduce row's average.
+    EXPECT_TRUE(std::regex_search(merged, std::regex(R"(\nall_reduce +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +(small|[0-9.]+%)\n)")))
+        << merged;
     // HTA, where installed, reads the two traces as one set (test/hta_check.py; test_hta.cpp covers GPU ranks).
     if (run("python3 -c 'import hta.trace_analysis'").exit_code == 0) {
         auto hta = run("python3 test/hta_check.py " + prof);

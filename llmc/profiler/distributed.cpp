@@ -56,7 +56,8 @@ DistributedSummary summarize_ranks(const std::vector<RankRecord>& ranks) {
         }
         if (row.calls == 0) continue;
         row.bus_gbps = bus_bandwidth(row.kind, (double)row.bytes / s.world, row.seconds, s.world);
-        row.of_peak = s.link.peak_gbps > 0 ? row.bus_gbps / s.link.peak_gbps : 0;
+        row.small = (double)row.bytes / row.calls < kSmallMessageBytes;
+        row.of_peak = s.link.peak_gbps > 0 && !row.small ? row.bus_gbps / s.link.peak_gbps : 0;
         comm += row.seconds;
         s.collectives.push_back(row);
     }
@@ -64,9 +65,11 @@ DistributedSummary summarize_ranks(const std::vector<RankRecord>& ranks) {
     double longest = -1;
     for (const RankRecord& r : ranks) {
         exposed += r.comm.exposed_seconds / s.world;
-        double ms = r.steps ? 1e3 * r.step_seconds / r.steps : 0;
+        const double ms = r.steps ? 1e3 * r.step_seconds / r.steps : 0;
+        const double wait = r.steps ? 1e3 * r.comm.exposed_seconds / r.steps : 0;
         s.step_ms.push_back(ms);
-        if (ms > longest) longest = ms, s.straggler = r.rank;
+        s.wait_ms.push_back(wait);
+        if (ms - wait > longest) longest = ms - wait, s.straggler = r.rank;
         steps = std::max(steps, r.steps);
     }
     s.comm_seconds = steps ? comm / steps : 0;
@@ -75,23 +78,32 @@ DistributedSummary summarize_ranks(const std::vector<RankRecord>& ranks) {
 }
 
 std::string format_distributed(const DistributedSummary& s) {
-    std::string out = strprintf("data-parallel profile: %d ranks\n\ncommunication (per rank, over the whole run)\n",
+    std::string out = strprintf("data-parallel profile: %d ranks\n\ncommunication (per rank, over the training "
+                                "steps)\n",
                                 s.world);
     out += strprintf("%-15s %8s %14s %12s %12s %9s\n", "collective", "calls", "bytes/rank", "ms/rank", "bus GB/s",
                      "of peak");
     for (const CollectiveRow& r : s.collectives)
         out += strprintf("%-15s %8lld %14lld %12.3f %12.3f %9s\n", collective_name(r.kind),
                          (long long)(r.calls / s.world), (long long)(r.bytes / s.world), 1e3 * r.seconds, r.bus_gbps,
-                         r.of_peak > 0 ? strprintf("%.1f%%", 100 * r.of_peak).c_str() : "-");
+                         r.small ? "small" : r.of_peak > 0 ? strprintf("%.1f%%", 100 * r.of_peak).c_str() : "-");
     out += s.link.peak_gbps > 0
                ? strprintf("link: %s, peak %.1f GB/s per direction (bus bandwidth is comparable with it)\n",
                            link_kind_name(s.link.kind), s.link.peak_gbps)
                : strprintf("link: %s, peak unknown\n", link_kind_name(s.link.kind));
+    for (const CollectiveRow& r : s.collectives)
+        if (r.small) {
+            out += strprintf("small: messages under %.0f KiB on average, whose time is latency (not compared with "
+                             "the peak)\n", kSmallMessageBytes / 1024);
+            break;
+        }
     out += strprintf("\ncommunication per step: %.3f ms per rank, %.1f%% of it hidden behind compute\n",
                      1e3 * s.comm_seconds, 100 * s.hidden_share);
-    out += "\nstep time per rank (mean ms over the run)\n";
+    out += "\nstep time per rank (mean ms per step; waiting: for communication, not hidden; computing: the rest)\n";
+    out += strprintf("%-9s %10s %10s %10s\n", "rank", "step", "waiting", "computing");
     for (size_t r = 0; r < s.step_ms.size(); r++)
-        out += strprintf("rank %-4zu %10.3f%s\n", r, s.step_ms[r], (int)r == s.straggler ? "  <- straggler" : "");
+        out += strprintf("rank %-4zu %10.3f %10.3f %10.3f%s\n", r, s.step_ms[r], s.wait_ms[r],
+                         s.step_ms[r] - s.wait_ms[r], (int)r == s.straggler ? "  <- straggler" : "");
     return out;
 }
 

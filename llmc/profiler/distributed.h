@@ -16,7 +16,7 @@ struct RankRecord {
     int rank = 0;
     int steps = 0;
     double step_seconds = 0; // summed wall time of those steps
-    CommStats comm;          // every collective of the run, and the part of their time the rank waited for
+    CommStats comm;          // the collectives of those steps, and the part of their time the rank waited for
     Link link;               // what they crossed
 };
 
@@ -25,8 +25,13 @@ struct CollectiveRow {
     int64_t calls = 0, bytes = 0; // summed over ranks
     double seconds = 0;           // mean per rank
     double bus_gbps = 0;          // achieved bus bandwidth (NCCL's busBw convention), GB/s
-    double of_peak = 0;           // bus_gbps over the link's peak; 0 when the peak is unknown
+    double of_peak = 0;           // bus_gbps over the link's peak; 0 when the peak is unknown or messages small
+    bool small = false;           // mean message under kSmallMessageBytes: latency-bound, not compared with peak
 };
+
+// Below this mean message size a collective's time is its latency, not the link's bandwidth (the loss's and
+// the norm's one-value all-reduces): its bus bandwidth is shown, but not as a share of the peak.
+constexpr double kSmallMessageBytes = 64 * 1024;
 
 struct DistributedSummary {
     int world = 0;
@@ -35,7 +40,10 @@ struct DistributedSummary {
     double comm_seconds = 0;                // mean per rank per step (the run's collectives over its steps)
     double hidden_share = 0;                // of communication time, the part overlapped with compute
     std::vector<double> step_ms;            // mean step time per rank
-    int straggler = -1;                     // the rank with the longest mean step
+    std::vector<double> wait_ms;            // of it, mean wait for communication per step (exposed)
+    // The rank that computes longest per step (step less its wait). In synchronous training every rank's step
+    // ends at the same collectives, so step times even out; the straggler is the one the others wait for.
+    int straggler = -1;
 };
 
 /*

@@ -39,26 +39,31 @@ int launcher_world_size() {
 }
 #endif
 
-// FNV-1a over the arguments, each followed by a NUL.
-uint64_t hash_args(int argc, char** argv) {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 1; i < argc; i++)
-        for (const char* p = argv[i];; p++) {
-            h = (h ^ (uint8_t)*p) * 1099511628211ull;
-            if (!*p) break;
-        }
+} // namespace
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
     return h;
 }
 
-} // namespace
+uint64_t hash_floats(const float* x, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, x + i, sizeof bits);
+        h = (h ^ bits) * 1099511628211ull;
+    }
+    return h;
+}
 
 std::unique_ptr<Communicator> make_communicator() {
 #ifdef LLMC_HAVE_MPI
     return make_mpi_communicator();
 #else
     if (int n = launcher_world_size(); n > 1) {
-        const char* rank = getenv("OMPI_COMM_WORLD_RANK");
-        if (rank && atoi(rank) != 0) errors_quiet() = true; // one line, from rank 0
+        for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+            if (const char* rank = getenv(name); rank && atoi(rank) != 0) errors_quiet() = true; // one line, rank 0
         throw UsageError(strprintf("started as %d ranks, but this build has no MPI: data-parallel runs need "
                                    "libopenmpi-dev at build time (doc/distributed.md); run one process instead", n));
     }
@@ -66,14 +71,19 @@ std::unique_ptr<Communicator> make_communicator() {
 #endif
 }
 
-void check_same_args(Communicator& comm, int argc, char** argv) {
-    uint64_t mine = hash_args(argc, argv), root = mine;
+void check_same_on_every_rank(Communicator& comm, uint64_t mine, const std::string& what) {
+    uint64_t root = mine;
     comm.broadcast(&root, sizeof root);
     double differ = mine != root ? 1.0 : 0.0;
     comm.all_reduce_sum(&differ, 1);
-    if (differ > 0)
-        throw UsageError(strprintf("%d of %d ranks were started with flags different from rank 0's; every rank "
-                                   "needs the same flags", (int)differ, comm.world()));
+    if (differ > 0) throw UsageError(strprintf("%d of %d ranks %s", (int)differ, comm.world(), what.c_str()));
+}
+
+void check_same_args(Communicator& comm, int argc, char** argv) {
+    uint64_t h = fnv1a(nullptr, 0);
+    for (int i = 1; i < argc; i++) h = fnv1a(argv[i], strlen(argv[i]) + 1, h); // each with its NUL
+    check_same_on_every_rank(comm, h, "were started with flags different from rank 0's; every rank needs the same "
+                                      "flags");
 }
 
 BackgroundReducer::BackgroundReducer(Communicator& comm) : comm_(comm), thread_([this] { run(); }) {}

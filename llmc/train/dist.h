@@ -58,6 +58,14 @@ struct CommStats {
         exposed_seconds += o.exposed_seconds;
         return *this;
     }
+    // What ran between an earlier reading o and this one.
+    CommStats since(const CommStats& o) const {
+        CommStats d = *this;
+        for (int c = 0; c < (int)Collective::COUNT; c++)
+            d.calls[c] -= o.calls[c], d.bytes[c] -= o.bytes[c], d.seconds[c] -= o.seconds[c];
+        d.exposed_seconds -= o.exposed_seconds;
+        return d;
+    }
 };
 
 // The link a rank's collectives cross, and its peak bandwidth per direction (GB/s; 0: unknown). A ring runs at
@@ -155,10 +163,17 @@ private:
 std::unique_ptr<Communicator> make_communicator();
 
 /*
- * Flags must be the same on every rank (else each would train a different model and hang in a collective):
- * compares a hash of argv with rank 0's and throws UsageError on every rank when any differs.
+ * A value every rank must share (a hash of what it was started with, or found): compared with rank 0's, and
+ * when any rank's differs, UsageError on every rank: "K of N ranks <what>" (rank 0 prints it, so `what` may
+ * name rank 0's own value).
  */
+void check_same_on_every_rank(Communicator& comm, uint64_t mine, const std::string& what);
+// Flags must be the same on every rank (else each would train a different model and hang in a collective).
 void check_same_args(Communicator& comm, int argc, char** argv);
+// FNV-1a over bytes, continuing from h (a run's identity: flags, files found).
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull);
+// The same rule over n floats' bit patterns, one multiply per float (weights: hundreds of MB).
+uint64_t hash_floats(const float* x, size_t n);
 
 /*
  * Gradient buckets summed over the ranks on a thread of their own while backward goes on (the CPU trainer's

@@ -35,11 +35,12 @@ inline int local_rank(int rank) {
 }
 
 /*
- * Picks this rank's GPU (its local rank) before anything allocates on the device. Every rank takes part, so a
- * node short of GPUs stops all of them with one line from rank 0.
+ * Picks this rank's GPU (its local rank) before anything allocates on the device. A rank that sees one GPU
+ * only (the launcher gave each rank its own, CUDA_VISIBLE_DEVICES or Slurm's --gpus-per-task) takes that one.
+ * Every rank takes part, so a node short of GPUs stops all of them with one line from rank 0.
  */
 inline void select_device(Communicator& comm) {
-    int local = local_rank(comm.rank()), count = cuda_device_count();
+    const int count = cuda_device_count(), local = count == 1 ? 0 : local_rank(comm.rank());
     double missing = local < count ? 0.0 : 1.0;
     comm.all_reduce_sum(&missing, 1);
     if (missing > 0)
@@ -58,7 +59,7 @@ inline void select_device(Communicator& comm) {
 class NcclCommunicator : public Communicator {
 public:
     NcclCommunicator(Communicator& bootstrap, cudaStream_t stream)
-        : Communicator(bootstrap.rank(), bootstrap.world()), stream_(stream) {
+        : Communicator(bootstrap.rank(), bootstrap.world()), bootstrap_(bootstrap), stream_(stream) {
         ncclUniqueId id;
         if (rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
         bootstrap.broadcast(&id, sizeof id);
@@ -68,7 +69,11 @@ public:
         for (cudaEvent_t e : events_) cudaEventDestroy(e);
         ncclCommDestroy(comm_);
     }
-    void barrier() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+    // This rank's queued collectives done, then every rank here (through the bootstrap communicator).
+    void barrier() override {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        bootstrap_.barrier();
+    }
     cudaStream_t stream() const { return stream_; }
     const CommStats& device_stats() const { return device_stats_; }
 
@@ -188,6 +193,7 @@ private:
         }
         return events_[used_++];
     }
+    Communicator& bootstrap_; // the process's MPI communicator: lives as long as the process
     cudaStream_t stream_;
     ncclComm_t comm_ = nullptr;
     std::vector<cudaEvent_t> events_;

@@ -45,10 +45,34 @@ void print_sample(TrainBackend& be, const GPT2Config& cfg, Rng& rng, const Train
     printf("----------------\n");
 }
 
+/*
+ * Every rank must train the same model on the same data from the same point. A rank whose -o, data or model
+ * file differs (a node-local copy) would otherwise train on silently from other weights, or stop at another
+ * step and leave the rest waiting in a collective for ever: each is compared with rank 0's before the backend
+ * allocates, and a difference is one line from rank 0 on every rank.
+ */
+void check_same_run(Communicator& comm, const TrainOptions& opt, int64_t resume_step, const DataLoader& train,
+                    bool has_val, int max_steps, const std::vector<float>& weights, const std::string& source) {
+    if (opt.resume)
+        check_same_on_every_rank(comm, (uint64_t)resume_step,
+                                 strprintf("find another checkpoint to resume from in %s than rank 0 (%s); every rank "
+                                           "needs the same -o", opt.output_dir.c_str(),
+                                           resume_step >= 0 ? strprintf("step %lld", (long long)resume_step).c_str()
+                                                            : "none"));
+    const uint64_t data[] = {train.files().size(), train.total_tokens(), (uint64_t)max_steps, has_val};
+    check_same_on_every_rank(comm, fnv1a(data, sizeof data),
+                             strprintf("see other data than rank 0 (%zu train shards, %zu tokens, %d steps, val %s); "
+                                       "every rank needs the same -i and -j", train.files().size(),
+                                       train.total_tokens(), max_steps, has_val ? "on" : "off"));
+    check_same_on_every_rank(comm, hash_floats(weights.data(), weights.size()),
+                             strprintf("start from other weights than rank 0 (%s); every rank needs the same model",
+                                       source.c_str()));
+}
+
 // One rank's run (data parallelism, llmc/train/dist.h): every rank runs this loop on its part of each batch; rank 0
-// alone prints, logs, samples, evaluates and writes files.
-int train(Communicator* comm, const char* program, int argc, char** argv, const TrainOptions& defaults,
-          BackendFactory make_backend) {
+// alone prints, logs, samples, evaluates and writes files. backend: the caller's, so that it outlives an error.
+int train_run(Communicator* comm, const char* program, int argc, char** argv, const TrainOptions& defaults,
+              BackendFactory make_backend, std::unique_ptr<TrainBackend>& backend) {
     using Clock = std::chrono::steady_clock;
     check_same_args(*comm, argc, argv);
     const int rank = comm->rank(), world = comm->world();
@@ -90,8 +114,8 @@ int train(Communicator* comm, const char* program, int argc, char** argv, const 
     DataLoader train(opt.train_data, "train", opt.B, opt.T, cfg.vocab_size, opt.overfit, rank, world);
     std::string val_spec = find_val_spec(opt, train.files()[0]);
     std::unique_ptr<DataLoader> val;
-    if (!val_spec.empty() && opt.val_every > 0 && rank == 0)
-        val = std::make_unique<DataLoader>(val_spec, "val", opt.B, opt.T, cfg.vocab_size);
+    const bool has_val = !val_spec.empty() && opt.val_every > 0; // rank 0 evaluates
+    if (has_val && rank == 0) val = std::make_unique<DataLoader>(val_spec, "val", opt.B, opt.T, cfg.vocab_size);
     int val_batches = val ? (int)std::min<size_t>(opt.val_batches, val->batches_per_epoch()) : 0;
     std::unique_ptr<GPT2Tokenizer> tokenizer = opt.sample_every > 0 ? find_sample_tokenizer(train.files()[0]) : nullptr;
     const int grad_accum = opt.grad_accum / world; // this rank's micro-batches per step
@@ -134,7 +158,8 @@ int train(Communicator* comm, const char* program, int argc, char** argv, const 
         weights = std::move(mf.params);
     }
     mf = ModelFile();
-    std::unique_ptr<TrainBackend> backend = make_backend(cfg, opt, *comm);
+    if (world > 1) check_same_run(*comm, opt, resume_step, train, has_val, max_steps, weights, source);
+    backend = make_backend(cfg, opt, *comm);
     TrainBackend& be = *backend;
     prof::ProfileSession* profile = be.profile_session();
     Rng sample_rng(opt.seed);
@@ -173,17 +198,22 @@ int train(Communicator* comm, const char* program, int argc, char** argv, const 
     // (val loss, samples, checkpoints) comes after it (step 0: before training).
     const auto run_start = Clock::now();
     double trained_seconds = 0;
+    CommStats step_comm; // the collectives of the training steps (not the setup's checks, nor checkpoints')
     for (int step = start_step; step <= max_steps; step++) {
         bool last = step == max_steps;
-        if (val && (step % opt.val_every == 0 || last)) {
+        // The same on every rank (rank 0 alone evaluates, samples and writes the checkpoint's files).
+        const bool do_val = has_val && (step % opt.val_every == 0 || last);
+        const bool do_sample = opt.sample_every > 0 && step > start_step && (step % opt.sample_every == 0 || last);
+        const bool do_checkpoint =
+            opt.checkpoint_every > 0 && step > start_step && (step % opt.checkpoint_every == 0 || last);
+        if (do_val && val) {
             Progress progress(strprintf("step %d/%d | val loss", step, max_steps));
             float vl = be.val_loss(*val, val_batches, progress);
             printf("step %4d/%d | val loss %.6f\n", step, max_steps, vl);
             log.val(step, vl);
         }
-        if (opt.sample_every > 0 && step > start_step && (step % opt.sample_every == 0 || last) && rank == 0)
-            print_sample(be, cfg, sample_rng, opt, tokenizer.get());
-        if (opt.checkpoint_every > 0 && step > start_step && (step % opt.checkpoint_every == 0 || last)) {
+        if (do_sample && rank == 0) print_sample(be, cfg, sample_rng, opt, tokenizer.get());
+        if (do_checkpoint) {
             // Every rank takes part in gathering the moments; rank 0 writes them all, and the data position,
             // which is the same on every rank.
             std::vector<float> w = be.weights();
@@ -197,13 +227,18 @@ int train(Communicator* comm, const char* program, int argc, char** argv, const 
             }
         }
         if (last) break;
+        // The other ranks wait here for it, untimed: else they would start the step and wait in its first
+        // collective, a wait the profile would count as theirs (their step longer, their communication slower).
+        if (world > 1 && (do_val || do_sample || do_checkpoint)) comm->barrier();
 
         float lr = sched.lr(step);
         if (profile) profile->begin_step(step);
+        const CommStats comm_before = world > 1 ? be.comm_stats(*comm) : CommStats{};
         // The step's own time: the profile session's readings at its edges (NVML power) stay outside it.
         auto t0 = Clock::now();
         StepStats s = be.train_step(train, grad_accum, lr, step + 1);
         double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (world > 1) step_comm += be.comm_stats(*comm).since(comm_before);
         if (profile) profile->end_step((long)grad_accum * opt.B * opt.T);
         if (!std::isfinite(s.loss))
             throw Error(strprintf("loss is %f at step %d; stopping (checkpoints in -o are from before this step)",
@@ -222,7 +257,7 @@ int train(Communicator* comm, const char* program, int argc, char** argv, const 
     if (profile) profile->print_outcome();
     if (world > 1 && !profile_root.empty()) {
         // The ranks' step times and communication side by side, written by rank 0 beside the rank<r>/ profiles.
-        prof::RankRecord mine{rank, trained, trained_seconds, be.comm_stats(*comm), be.link()};
+        prof::RankRecord mine{rank, trained, trained_seconds, step_comm, be.link()};
         std::vector<prof::RankRecord> all = prof::gather_rank_records(*comm, mine);
         if (rank == 0) {
             std::string text = prof::format_distributed(prof::summarize_ranks(all));
@@ -243,8 +278,12 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     // The communicator lives until the process exits: MPI_Finalize (its destructor) comes after main_guard has
     // printed the error line, so no rank can end the job (and mpirun kill rank 0) before rank 0 has said why.
     static const std::unique_ptr<Communicator> comm = make_communicator();
+    // on_error runs while the backend still exists: a rank alone with an error must reach MPI_Abort before
+    // tearing down what its peers may be waiting on (destroying an NCCL communicator, or joining the reducer
+    // thread, inside a collective the others never finish would block for ever).
+    std::unique_ptr<TrainBackend> backend;
     try {
-        return train(comm.get(), program, argc, argv, defaults, make_backend);
+        return train_run(comm.get(), program, argc, argv, defaults, make_backend, backend);
     } catch (const std::exception& e) {
         comm->on_error(e.what(), exit_code_for(e)); // returns when every rank has failed
         throw;
