@@ -64,6 +64,13 @@ MUTATIONS = [
      "dropped epilogue: GELU backward not applied", "EmuKernelsMatmul.*"),
     ("llmc/matmul.cuh", "for (int i = 0; i < BIAS_ROW_SLICES; i++) s += partial", "for (int i = 0; i < BIAS_ROW_SLICES - 1; i++) s += partial",
      "off-by-one: last slice of the bias gradient dropped", "EmuKernelsMatmul.*"),
+    ("llmc/attention_decode.cuh", "const size_t cache_seq = (size_t)seq[b];", "const size_t cache_seq = (size_t)b;",
+     "decode reads the cache of the row's index, not its sequence's", "EmuGpuAttentionDecode.RowsOfTheRunningSequencesOnly"),
+    ("llmc/sample.cuh", "const int tid = threadIdx.x, r = blockIdx.x, b = seq[r];",
+     "const int tid = threadIdx.x, r = blockIdx.x, b = r;", "sampler writes ids by row, not by sequence",
+     "EmuGpuSampleTokens.*"),
+    ("llmc/gpt2_decoder.cuh", "const int id = tok[tok_at ? tok_at[r] : r];", "const int id = tok[r];",
+     "decode embeds the id of the row's index, not its sequence's", "EmuGpuGPT2Decoder.GreedyCacheMatchesRecomputeAndCpu"),
 ]
 
 
