@@ -78,7 +78,7 @@ static __global__ void kv_cache_write_kernel(floatX* __restrict__ k, floatX* __r
 struct DecoderTensors {
     floatX *x, *x1, *ln, *qkv, *atty, *proj, *fch, *fch_gelu; // (R, C), 3C or 4C per row; x: residual stream
     float *mean, *rstd, *lse;                                  // (R), (R), (NH, R)
-    floatX* last;                                              // (B, C) each sequence's last row after lnf
+    floatX* last;                                              // (B, C) prefill: each prompt's last row after lnf
     floatX* logits;                                            // (B, Vp): a row per sequence of the last call
     float* partial;                                            // attention_decode's scratch
     int *tok, *seq, *pos;                                      // (R) per row

@@ -37,9 +37,9 @@ class Profile:
     def divisor(self, phase, per_token):
         """What a phase's microseconds are divided by: steps (in ms) or tokens (in us), None if unknown;
         phase None: the whole run."""
-        if self.phase_steps:  # inference: each phase has its own steps and tokens
+        if self.phase_steps:  # inference: each phase has its own steps and tokens (another phase: the run's)
             pick = self.phase_tokens if per_token else self.phase_steps
-            n = sum(pick.values()) if phase is None else pick.get(phase)
+            n = pick[phase] if phase in pick else sum(pick.values())
             return n * (1 if per_token else 1e3) if n else None
         if not per_token:
             return self.steps * 1e3

@@ -155,7 +155,8 @@ def check_launches(hta, prof):
 def check_ranks(d, rank_dirs, TraceAnalysis, create_rank_to_trace_dict):
     """A data-parallel profile: the ranks' traces as one set, each rank as HTA reads it from the trace's
     distributedInfo, and HTA's communication/computation overlap per rank. HTA counts NCCL kernels as
-    communication: their time per rank must be the NCCL rows of that rank's kernels.csv."""
+    communication; their time per rank is printed from kernels.csv, which check_dir's kernel breakdown has
+    compared with HTA's, name by name."""
     files = [os.path.join(rd, "trace.json") for rd in rank_dirs]
     _, ranks = create_rank_to_trace_dict(files)
     want = {int(os.path.basename(rd)[len("rank"):]): f for rd, f in zip(rank_dirs, files)}
@@ -233,7 +234,9 @@ def main():
     # A data-parallel profile holds one directory per rank (rank0/, rank1/, ...).
     rank_dirs = sorted((os.path.join(d, n) for n in os.listdir(d) if re.fullmatch(r"rank[0-9]+", n)),
                        key=lambda p: int(os.path.basename(p)[4:]))
-    rank_dirs = [rd for rd in rank_dirs if os.path.isfile(os.path.join(rd, "trace.json"))]
+    for rd in rank_dirs:
+        if not os.path.isfile(os.path.join(rd, "trace.json")):
+            fail(f"{rd}: missing trace.json (a rank of the data-parallel profile)", 1)
     if not rank_dirs and not os.path.isfile(os.path.join(d, "trace.json")):
         fail(f"{d}: missing trace.json", 1)
     try:

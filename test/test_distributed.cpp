@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "llmc/gpt2_config.h"
+#include "llmc/profiler/cpu_timers.h"
 #include "llmc/profiler/distributed.h"
 #include "llmc/profiler/nvml_sampler.h"
 #include "test/test_util.h"
@@ -45,15 +46,16 @@ TEST(Distributed, SummaryNamesTheStragglerAndTheHiddenShare) {
     for (int r = 0; r < world; r++) {
         prof::RankRecord& rec = ranks[r];
         rec.rank = r, rec.steps = steps, rec.step_seconds = steps * u(g);
-        rec.comm.calls[(int)Collective::all_reduce] = steps;
-        rec.comm.bytes[(int)Collective::all_reduce] = 4000 * steps;
-        rec.comm.seconds[(int)Collective::all_reduce] = u(g) * 1e-3;
+        const double seconds = u(g) * 1e-3;
+        for (int i = 0; i < steps; i++) rec.comm.add(Collective::all_reduce, 4000, seconds / steps); // small
+        rec.comm.add(Collective::all_reduce, 1 << 20, 2e-3);                                      // and large
         rec.comm.exposed_seconds = rec.comm.seconds[(int)Collective::all_reduce] * u(g);
     }
     // Rank 0 has the longest steps but waited for communication through nearly all of them: the others kept it
     // waiting, so it is not the straggler.
     ranks[0].step_seconds = 10.0 * steps;
-    ranks[0].comm.seconds[(int)Collective::all_reduce] = ranks[0].comm.exposed_seconds = 9.99 * steps;
+    ranks[0].comm.add(Collective::all_reduce, 1 << 20, 9.99 * steps - ranks[0].comm.seconds[(int)Collective::all_reduce]);
+    ranks[0].comm.exposed_seconds = 9.99 * steps;
     double comm_sum = 0, exposed_sum = 0, longest = 0;
     int slowest = -1;
     for (const prof::RankRecord& rec : ranks) {
@@ -66,11 +68,16 @@ TEST(Distributed, SummaryNamesTheStragglerAndTheHiddenShare) {
     prof::DistributedSummary s = prof::summarize_ranks(ranks);
     EXPECT_EQ(s.world, world);
     EXPECT_EQ(s.straggler, slowest);
-    ASSERT_EQ(s.collectives.size(), 1u); // only the collectives that ran
-    EXPECT_EQ(s.collectives[0].calls, world * steps);
-    EXPECT_TRUE(s.collectives[0].small); // 4000 bytes a call: latency, not compared with a peak
-    EXPECT_NEAR(s.collectives[0].seconds, comm_sum / world, 1e-15);
-    EXPECT_NEAR(s.comm_seconds, comm_sum / world / steps, 1e-15);
+    // Only the collectives that ran: all_reduce's large messages, then its small ones (latency, not compared with
+    // a peak).
+    ASSERT_EQ(s.collectives.size(), 2u);
+    EXPECT_FALSE(s.collectives[0].small);
+    EXPECT_TRUE(s.collectives[1].small);
+    EXPECT_EQ(s.collectives[0].calls, world + 1); // rank 0 has two large ones
+    EXPECT_EQ(s.collectives[1].calls, world * steps);
+    EXPECT_EQ(s.collectives[1].bytes, world * steps * 4000);
+    EXPECT_NEAR(s.collectives[0].seconds + s.collectives[1].seconds, comm_sum / world, 1e-12);
+    EXPECT_NEAR(s.comm_seconds, comm_sum / world / steps, 1e-12);
     EXPECT_NEAR(s.hidden_share, 1 - exposed_sum / comm_sum, 1e-12);
     for (int r = 0; r < world; r++) {
         EXPECT_NEAR(s.step_ms[r], 1e3 * ranks[r].step_seconds / steps, 1e-9);
@@ -82,8 +89,9 @@ TEST(Distributed, SummaryNamesTheStragglerAndTheHiddenShare) {
     ASSERT_NE(at, std::string::npos) << text;
     EXPECT_EQ(text.find("<- straggler", at + 1), std::string::npos) << text; // once
     EXPECT_EQ(text.rfind("\nrank " + std::to_string(slowest) + " ", at), text.rfind('\n', at)) << text;
-    EXPECT_TRUE(testutil::has(text, "all_reduce")) << text;
-    EXPECT_TRUE(testutil::has(text, " small\n")) << text;
+    EXPECT_TRUE(testutil::has(text, "\nall_reduce small ")) << text;
+    EXPECT_TRUE(testutil::has(text, "\nall_reduce      ")) << text;
+    EXPECT_TRUE(testutil::has(text, "small: messages under 64 KiB")) << text;
     EXPECT_TRUE(testutil::has(text, "peak unknown")) << text; // no rank knew its link
 }
 
@@ -172,11 +180,22 @@ TEST(Distributed, BackgroundReducerOverlapsTheCaller) {
     {
         BackgroundReducer reducer(comm);
         auto t0 = steady_clock::now();
-        reducer.post(buf.data(), {{10, 5}, {40, 10}});
-        reducer.post(buf.data(), {{0, 10}});
+        const int64_t t0_ns = steady_ns();
+        reducer.post(buf.data(), {{10, 5}, {40, 10}}, 1);
+        reducer.post(buf.data(), {{0, 10}}, -1);
         EXPECT_LT(duration<double>(steady_clock::now() - t0).count(), 0.05) << "post() waited for a collective";
         std::this_thread::sleep_for(milliseconds(500)); // the caller's compute: longer than the 300 ms of collectives
         reducer.wait();
+        // Each bucket's time, in order, on the profile's clock: its collectives' 100 ms each, one after the other.
+        const std::vector<BackgroundReducer::Timing> times = reducer.take_timings();
+        ASSERT_EQ(times.size(), 2u);
+        EXPECT_EQ(times[0].tag, 1);
+        EXPECT_EQ(times[1].tag, -1);
+        EXPECT_GE(times[0].start_ns, t0_ns);
+        EXPECT_GE(times[0].end_ns - times[0].start_ns, 195'000'000); // two ranges, 100 ms each
+        EXPECT_GE(times[1].start_ns, times[0].end_ns);
+        EXPECT_GE(times[1].end_ns - times[1].start_ns, 95'000'000);
+        EXPECT_TRUE(reducer.take_timings().empty()); // taken once
     }
     ASSERT_EQ(comm.calls.size(), 3u);
     const std::pair<size_t, size_t> order[] = {{10, 5}, {40, 10}, {0, 10}};
@@ -204,10 +223,10 @@ TEST(Distributed, BackgroundReducerWaitRethrowsItsError) {
     SlowCommunicator comm(std::chrono::milliseconds(1), 1);
     std::vector<float> buf(8, 0.0f);
     BackgroundReducer reducer(comm);
-    reducer.post(buf.data(), {{0, 4}});
-    reducer.post(buf.data(), {{4, 4}});
+    reducer.post(buf.data(), {{0, 4}}, 0);
+    reducer.post(buf.data(), {{4, 4}}, 1);
     EXPECT_THROW(reducer.wait(), Error);
-    reducer.post(buf.data(), {{4, 4}}); // usable again after the error was reported
+    reducer.post(buf.data(), {{4, 4}}, 1); // usable again after the error was reported
     reducer.wait();
     EXPECT_EQ(comm.calls.size(), 2u);
 }

@@ -41,10 +41,17 @@ ProfileRecords cpu_profile_records(const std::vector<SubBlockEvent>& events, con
     for (const StepRecord& s : steps) rec.ranges.push_back({"step", s.start_ns, s.end_ns, 0, 0, {-1, -1, -1, s.step}});
     static constexpr const char* phase_ranges[] = {"forward", "backward", "optimizer", "prefill", "decode"};
     const StepWindow window(steps);
+    std::vector<RangeRecord> beside; // other threads' work: ranges on their own tracks, after the phase ranges
     for (const SubBlockEvent& e : events) {
         auto start = (uint64_t)e.start_ns, end = (uint64_t)e.end_ns;
         int si = window.step_of(start);
         Attribution where{(int)e.subblock, (int)e.phase, e.layer, si < 0 ? -1 : window.steps()[si].step};
+        if (e.thread != 0) {
+            std::string name = cpu_op_name(e.subblock, e.part) + (e.layer >= 0 ? strprintf(" layer %d", e.layer)
+                                                                                : std::string(" outside the layers"));
+            beside.push_back({name, start, end, e.thread, 0, where});
+            continue;
+        }
         // Consecutive executions of one phase make one range ("forward" of a micro-batch, ...), whose
         // correlation id the executions carry.
         RangeRecord* last = rec.ranges.size() > steps.size() ? &rec.ranges.back() : nullptr;
@@ -60,6 +67,7 @@ ProfileRecords cpu_profile_records(const std::vector<SubBlockEvent>& events, con
         k.where = where;
         rec.kernels.push_back(k);
     }
+    rec.ranges.insert(rec.ranges.end(), beside.begin(), beside.end());
     return rec;
 }
 

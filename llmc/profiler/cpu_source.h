@@ -31,7 +31,9 @@ std::string cpu_model_name();
 /*
  * Sub-block executions and steps to profiler records. A step's `step` is its index in the window; an
  * execution belongs to the step whose interval holds its start (none are outside one: both are timed by
- * the same clock around the same code).
+ * the same clock around the same code). The training thread's executions are the ops (kernel records, in
+ * phase ranges); another thread's (SubBlockEvent::thread, the gradient buckets' all-reduces) are ranges on
+ * that thread's track, named by op and layer, in no table.
  */
 ProfileRecords cpu_profile_records(const std::vector<SubBlockEvent>& events, const std::vector<StepRecord>& steps);
 

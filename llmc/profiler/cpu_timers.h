@@ -24,6 +24,10 @@ struct SubBlockEvent {
     int layer; // -1 outside the layers
     int64_t start_ns, end_ns;
     SubBlockPart part = SubBlockPart::main;
+    // 0: an op of the training thread (the profile's op, in its tables). Else work of another thread beside it
+    // (the gradient buckets' all-reduces), drawn on that thread's track of the trace and counted in no table:
+    // the training thread's wait for it is the comm op.
+    uint32_t thread = 0;
 };
 
 inline int64_t steady_ns() {

@@ -17,24 +17,30 @@ double bus_bandwidth(Collective c, double bytes, double seconds, int world) {
 
 std::vector<RankRecord> gather_rank_records(Communicator& comm, const RankRecord& mine) {
     // Each rank fills its own row of a zeroed table; the sum over ranks is the whole table.
-    constexpr int C = (int)Collective::COUNT, K = 5 + 3 * C;
+    constexpr int C = (int)Collective::COUNT, K = 5 + 6 * C;
     std::vector<double> table((size_t)comm.world() * K, 0.0);
     double* row = table.data() + (size_t)comm.rank() * K;
-    row[0] = mine.steps, row[1] = mine.step_seconds, row[2] = mine.comm.exposed_seconds;
+    const CommStats& m = mine.comm;
+    row[0] = mine.steps, row[1] = mine.step_seconds, row[2] = m.exposed_seconds;
     row[3] = (double)mine.link.kind, row[4] = mine.link.peak_gbps;
-    for (int c = 0; c < C; c++)
-        row[5 + c] = (double)mine.comm.calls[c], row[5 + C + c] = (double)mine.comm.bytes[c],
-        row[5 + 2 * C + c] = mine.comm.seconds[c];
+    for (int c = 0; c < C; c++) {
+        double* x = row + 5 + 6 * c;
+        x[0] = (double)m.calls[c], x[1] = (double)m.bytes[c], x[2] = m.seconds[c];
+        x[3] = (double)m.small_calls[c], x[4] = (double)m.small_bytes[c], x[5] = m.small_seconds[c];
+    }
     comm.all_reduce_sum(table.data(), table.size());
     std::vector<RankRecord> out(comm.world());
     for (int r = 0; r < comm.world(); r++) {
         const double* x = table.data() + (size_t)r * K;
         RankRecord& rec = out[r];
-        rec.rank = r, rec.steps = (int)x[0], rec.step_seconds = x[1], rec.comm.exposed_seconds = x[2];
+        CommStats& s = rec.comm;
+        rec.rank = r, rec.steps = (int)x[0], rec.step_seconds = x[1], s.exposed_seconds = x[2];
         rec.link = {(LinkKind)(int)x[3], x[4]};
-        for (int c = 0; c < C; c++)
-            rec.comm.calls[c] = (int64_t)x[5 + c], rec.comm.bytes[c] = (int64_t)x[5 + C + c],
-            rec.comm.seconds[c] = x[5 + 2 * C + c];
+        for (int c = 0; c < C; c++) {
+            const double* y = x + 5 + 6 * c;
+            s.calls[c] = (int64_t)y[0], s.bytes[c] = (int64_t)y[1], s.seconds[c] = y[2];
+            s.small_calls[c] = (int64_t)y[3], s.small_bytes[c] = (int64_t)y[4], s.small_seconds[c] = y[5];
+        }
     }
     return out;
 }
@@ -47,20 +53,22 @@ DistributedSummary summarize_ranks(const std::vector<RankRecord>& ranks) {
     s.link = ranks[0].link;
     for (const RankRecord& r : ranks)
         if (r.link.peak_gbps > 0 && (s.link.peak_gbps <= 0 || r.link.peak_gbps < s.link.peak_gbps)) s.link = r.link;
-    for (int c = 0; c < (int)Collective::COUNT; c++) {
-        CollectiveRow row{(Collective)c};
-        for (const RankRecord& r : ranks) {
-            row.calls += r.comm.calls[c];
-            row.bytes += r.comm.bytes[c];
-            row.seconds += r.comm.seconds[c] / s.world;
+    for (int c = 0; c < (int)Collective::COUNT; c++)
+        for (bool small : {false, true}) {
+            CollectiveRow row{(Collective)c};
+            row.small = small;
+            for (const RankRecord& r : ranks) {
+                const CommStats& x = r.comm;
+                row.calls += small ? x.small_calls[c] : x.calls[c] - x.small_calls[c];
+                row.bytes += small ? x.small_bytes[c] : x.bytes[c] - x.small_bytes[c];
+                row.seconds += (small ? x.small_seconds[c] : x.seconds[c] - x.small_seconds[c]) / s.world;
+            }
+            if (row.calls == 0) continue;
+            row.bus_gbps = bus_bandwidth(row.kind, (double)row.bytes / s.world, row.seconds, s.world);
+            row.of_peak = s.link.peak_gbps > 0 && !small ? row.bus_gbps / s.link.peak_gbps : 0;
+            comm += row.seconds;
+            s.collectives.push_back(row);
         }
-        if (row.calls == 0) continue;
-        row.bus_gbps = bus_bandwidth(row.kind, (double)row.bytes / s.world, row.seconds, s.world);
-        row.small = (double)row.bytes / row.calls < kSmallMessageBytes;
-        row.of_peak = s.link.peak_gbps > 0 && !row.small ? row.bus_gbps / s.link.peak_gbps : 0;
-        comm += row.seconds;
-        s.collectives.push_back(row);
-    }
     int steps = 0;
     double longest = -1;
     for (const RankRecord& r : ranks) {
@@ -84,17 +92,18 @@ std::string format_distributed(const DistributedSummary& s) {
     out += strprintf("%-15s %8s %14s %12s %12s %9s\n", "collective", "calls", "bytes/rank", "ms/rank", "bus GB/s",
                      "of peak");
     for (const CollectiveRow& r : s.collectives)
-        out += strprintf("%-15s %8lld %14lld %12.3f %12.3f %9s\n", collective_name(r.kind),
+        out += strprintf("%-15s %8lld %14lld %12.3f %12.3f %9s\n",
+                         (collective_name(r.kind) + std::string(r.small ? " small" : "")).c_str(),
                          (long long)(r.calls / s.world), (long long)(r.bytes / s.world), 1e3 * r.seconds, r.bus_gbps,
-                         r.small ? "small" : r.of_peak > 0 ? strprintf("%.1f%%", 100 * r.of_peak).c_str() : "-");
+                         r.small ? "-" : r.of_peak > 0 ? strprintf("%.1f%%", 100 * r.of_peak).c_str() : "-");
     out += s.link.peak_gbps > 0
                ? strprintf("link: %s, peak %.1f GB/s per direction (bus bandwidth is comparable with it)\n",
                            link_kind_name(s.link.kind), s.link.peak_gbps)
                : strprintf("link: %s, peak unknown\n", link_kind_name(s.link.kind));
     for (const CollectiveRow& r : s.collectives)
         if (r.small) {
-            out += strprintf("small: messages under %.0f KiB on average, whose time is latency (not compared with "
-                             "the peak)\n", kSmallMessageBytes / 1024);
+            out += strprintf("small: messages under %lld KiB (the loss's, the norm's, small tensors'), whose time is "
+                             "latency: not compared with the peak\n", (long long)(kSmallMessageBytes / 1024));
             break;
         }
     out += strprintf("\ncommunication per step: %.3f ms per rank, %.1f%% of it hidden behind compute\n",

@@ -25,18 +25,14 @@ struct CollectiveRow {
     int64_t calls = 0, bytes = 0; // summed over ranks
     double seconds = 0;           // mean per rank
     double bus_gbps = 0;          // achieved bus bandwidth (NCCL's busBw convention), GB/s
-    double of_peak = 0;           // bus_gbps over the link's peak; 0 when the peak is unknown or messages small
-    bool small = false;           // mean message under kSmallMessageBytes: latency-bound, not compared with peak
+    double of_peak = 0;           // bus_gbps over the link's peak; 0 when the peak is unknown or the row small
+    bool small = false;           // its messages are under kSmallMessageBytes: latency, not compared with the peak
 };
-
-// Below this mean message size a collective's time is its latency, not the link's bandwidth (the loss's and
-// the norm's one-value all-reduces): its bus bandwidth is shown, but not as a share of the peak.
-constexpr double kSmallMessageBytes = 64 * 1024;
 
 struct DistributedSummary {
     int world = 0;
     Link link;                              // the slowest rank's link (a known peak beats an unknown one)
-    std::vector<CollectiveRow> collectives; // those that ran
+    std::vector<CollectiveRow> collectives; // those that ran: per collective its large messages, then its small
     double comm_seconds = 0;                // mean per rank per step (the run's collectives over its steps)
     double hidden_share = 0;                // of communication time, the part overlapped with compute
     std::vector<double> step_ms;            // mean step time per rank

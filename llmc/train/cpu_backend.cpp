@@ -73,7 +73,7 @@ public:
             // the background while backward goes on with the layers below (DataParallel::overlaps).
             if (micro == grad_accum - 1 && dp_.overlaps())
                 model_.backward(1.0f / micro_batches, [this](int layer) {
-                    dp_.post_bucket(model_.grads_memory.data(), layer_parameter_ranges(model_.config, layer));
+                    dp_.post_bucket(model_.grads_memory.data(), layer_parameter_ranges(model_.config, layer), layer);
                 });
             else
                 model_.backward(1.0f / micro_batches);
@@ -83,6 +83,12 @@ public:
             // With overlap, the wait for the buckets still in flight: the communication backward did not hide.
             ScopedSubBlockTimer timer(&timings_, SubBlock::comm, Phase::bwd);
             dp_.reduce_gradients(model_.grads_memory.data());
+            // The buckets' all-reduces themselves, on the reducer thread's track of a profile's trace (taken every
+            // step, so that none pile up outside a profile window).
+            for (const BackgroundReducer::Timing& b : dp_.take_bucket_timings())
+                if (timings_.events)
+                    timings_.events->push_back(
+                        {SubBlock::comm, Phase::bwd, b.tag, b.start_ns, b.end_ns, SubBlockPart::main, 1});
             loss = dp_.sum_loss(loss);
         }
         double norm;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "llmc/cpu/adamw.h"
+#include "llmc/profiler/cpu_timers.h"
 #include "llmc/utils.h"
 
 namespace llmc {
@@ -98,10 +99,10 @@ BackgroundReducer::~BackgroundReducer() {
     thread_.join();
 }
 
-void BackgroundReducer::post(float* buf, std::vector<ParamRange> ranges) {
+void BackgroundReducer::post(float* buf, std::vector<ParamRange> ranges, int tag) {
     {
         std::lock_guard<std::mutex> lock(mu_);
-        queue_.push_back({buf, std::move(ranges)});
+        queue_.push_back({buf, std::move(ranges), tag});
     }
     cv_.notify_all();
 }
@@ -114,6 +115,11 @@ void BackgroundReducer::wait() {
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
+std::vector<BackgroundReducer::Timing> BackgroundReducer::take_timings() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(timings_, {});
+}
+
 void BackgroundReducer::run() {
     Communicator::mark_background_thread();
     std::unique_lock<std::mutex> lock(mu_);
@@ -124,12 +130,15 @@ void BackgroundReducer::run() {
         queue_.pop_front();
         busy_ = true;
         lock.unlock();
+        const int64_t start = steady_ns();
         try {
             for (const ParamRange& r : b.ranges) comm_.all_reduce_sum(b.buf + r.offset, r.count);
         } catch (...) {
             error_ = std::current_exception(); // read by wait(), after busy_ is cleared under the lock
         }
+        const int64_t end = steady_ns();
         lock.lock();
+        timings_.push_back({b.tag, start, end});
         busy_ = false;
         cv_.notify_all();
     }

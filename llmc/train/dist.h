@@ -39,33 +39,46 @@ inline const char* collective_name(Collective c) {
     return enum_table<Collective>(names)[(int)c];
 }
 
-// What a rank's collectives have done so far: calls, bytes each rank sent in, and busy seconds, per collective;
-// and exposed_seconds, the part of that time the training itself waited for (a blocking collective on the
-// training thread is exposed whole; one running beside compute only for the wait at its end).
+// Below this message size a collective's time is its latency, not the link's bandwidth (the loss's and the
+// norm's one-value all-reduces): counted apart, so they neither drag down the bandwidth of the large ones nor
+// are compared with the link's peak.
+constexpr int64_t kSmallMessageBytes = 64 * 1024;
+
+// What a rank's collectives have done so far: calls, bytes each rank sent in, and busy seconds, per collective
+// (small_*: the part of them in messages under kSmallMessageBytes); and exposed_seconds, the part of that time
+// the training itself waited for (a blocking collective on the training thread is exposed whole; one running
+// beside compute only for the wait at its end).
 struct CommStats {
     int64_t calls[(int)Collective::COUNT] = {};
     int64_t bytes[(int)Collective::COUNT] = {};
     double seconds[(int)Collective::COUNT] = {};
+    int64_t small_calls[(int)Collective::COUNT] = {};
+    int64_t small_bytes[(int)Collective::COUNT] = {};
+    double small_seconds[(int)Collective::COUNT] = {};
     double exposed_seconds = 0;
+    // One collective of `n` bytes that took `s` seconds.
+    void add(Collective c, int64_t n, double s) {
+        calls[(int)c]++, bytes[(int)c] += n, seconds[(int)c] += s;
+        if (n < kSmallMessageBytes) small_calls[(int)c]++, small_bytes[(int)c] += n, small_seconds[(int)c] += s;
+    }
     double total_seconds() const {
         double t = 0;
         for (double s : seconds) t += s;
         return t;
     }
-    CommStats& operator+=(const CommStats& o) {
-        for (int c = 0; c < (int)Collective::COUNT; c++)
-            calls[c] += o.calls[c], bytes[c] += o.bytes[c], seconds[c] += o.seconds[c];
-        exposed_seconds += o.exposed_seconds;
+    // Adds o (sign 1) or takes it away (sign -1), field by field.
+    CommStats& accumulate(const CommStats& o, int sign) {
+        for (int c = 0; c < (int)Collective::COUNT; c++) {
+            calls[c] += sign * o.calls[c], bytes[c] += sign * o.bytes[c], seconds[c] += sign * o.seconds[c];
+            small_calls[c] += sign * o.small_calls[c], small_bytes[c] += sign * o.small_bytes[c];
+            small_seconds[c] += sign * o.small_seconds[c];
+        }
+        exposed_seconds += sign * o.exposed_seconds;
         return *this;
     }
+    CommStats& operator+=(const CommStats& o) { return accumulate(o, 1); }
     // What ran between an earlier reading o and this one.
-    CommStats since(const CommStats& o) const {
-        CommStats d = *this;
-        for (int c = 0; c < (int)Collective::COUNT; c++)
-            d.calls[c] -= o.calls[c], d.bytes[c] -= o.bytes[c], d.seconds[c] -= o.seconds[c];
-        d.exposed_seconds -= o.exposed_seconds;
-        return d;
-    }
+    CommStats since(const CommStats& o) const { return CommStats(*this).accumulate(o, -1); }
 };
 
 // The link a rank's collectives cross, and its peak bandwidth per direction (GB/s; 0: unknown). A ring runs at
@@ -146,9 +159,7 @@ private:
         auto t0 = std::chrono::steady_clock::now();
         fn();
         double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        stats_.calls[(int)c]++;
-        stats_.bytes[(int)c] += (int64_t)bytes;
-        stats_.seconds[(int)c] += dt;
+        stats_.add(c, (int64_t)bytes, dt);
         if (!background_thread()) stats_.exposed_seconds += dt;
     }
     int rank_, world_;
@@ -184,17 +195,26 @@ uint64_t hash_floats(const float* x, size_t n);
  */
 class BackgroundReducer {
 public:
+    // When a bucket's all-reduce ran, steady_clock nanoseconds (the profile's clock); tag: post()'s.
+    struct Timing {
+        int tag;
+        int64_t start_ns, end_ns;
+    };
     explicit BackgroundReducer(Communicator& comm);
     ~BackgroundReducer(); // drops what is still queued (an error is unwinding) and joins the thread
-    void post(float* buf, std::vector<ParamRange> ranges);
+    void post(float* buf, std::vector<ParamRange> ranges, int tag);
     void wait(); // rethrows what the thread threw
+    // The timings of the buckets summed since the last call (after wait(): all of them).
+    std::vector<Timing> take_timings();
 
 private:
     void run();
     struct Bucket {
         float* buf;
         std::vector<ParamRange> ranges;
+        int tag;
     };
+    std::vector<Timing> timings_; // under mu_
     Communicator& comm_;
     std::mutex mu_;
     std::condition_variable cv_;
@@ -222,10 +242,15 @@ public:
     // (-z 0) over several ranks, on a communicator that runs collectives in the background. -z 1's
     // reduce-scatter runs after backward, on the whole buffer.
     bool overlaps() const { return reducer_ != nullptr; }
-    // A bucket of gradients backward has finished (layer_parameter_ranges): summed over the ranks from now on.
-    void post_bucket(float* grads, std::vector<ParamRange> ranges) {
-        reducer_->post(grads, std::move(ranges));
+    // A bucket of gradients backward has finished (layer_parameter_ranges of `layer`): summed over the ranks from
+    // now on.
+    void post_bucket(float* grads, std::vector<ParamRange> ranges, int layer) {
+        reducer_->post(grads, std::move(ranges), layer);
         posted_ = true;
+    }
+    // When each bucket's all-reduce ran since the last call (tag: its layer), for the profile's trace.
+    std::vector<BackgroundReducer::Timing> take_bucket_timings() {
+        return reducer_ ? reducer_->take_timings() : std::vector<BackgroundReducer::Timing>{};
     }
     // Sums each rank's gradients: over the whole buffer, or (-z 1) only into this rank's shard. After buckets
     // were posted (they cover the buffer), waits for them instead.

@@ -10,6 +10,10 @@
 #pragma once
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <unistd.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -37,16 +41,35 @@ inline int local_rank(int rank) {
 /*
  * Picks this rank's GPU (its local rank) before anything allocates on the device. A rank that sees one GPU
  * only (the launcher gave each rank its own, CUDA_VISIBLE_DEVICES or Slurm's --gpus-per-task) takes that one.
- * Every rank takes part, so a node short of GPUs stops all of them with one line from rank 0.
+ * Every rank takes part, so a node short of GPUs, or two ranks on one GPU (ranks that each see one, the same),
+ * stops all of them with one line from rank 0.
  */
 inline void select_device(Communicator& comm) {
     const int count = cuda_device_count(), local = count == 1 ? 0 : local_rank(comm.rank());
+    const std::string one_per_rank = strprintf("one GPU per rank: the ranks on a node are its local ranks 0..N-1, "
+                                               "or each sees one GPU of its own; this node has %d GPUs", count);
     double missing = local < count ? 0.0 : 1.0;
     comm.all_reduce_sum(&missing, 1);
     if (missing > 0)
-        throw Error(strprintf("%d of %d ranks have no GPU of their own (one GPU per rank: the ranks on a node are its "
-                              "local ranks 0..N-1, this node has %d GPUs)", (int)missing, comm.world(), count));
+        throw Error(strprintf("%d of %d ranks have no GPU of their own (%s)", (int)missing, comm.world(),
+                              one_per_rank.c_str()));
     CUDA_CHECK(cudaSetDevice(local));
+    // The GPU's identity (host and PCI bus id) from every rank, each in its own slot, as two exact 32-bit halves.
+    char bus[32] = {}, host[256] = {};
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, local));
+    gethostname(host, sizeof host - 1);
+    const uint64_t id = fnv1a(bus, strlen(bus), fnv1a(host, strlen(host)));
+    std::vector<double> ids(2 * (size_t)comm.world(), 0.0);
+    ids[2 * comm.rank()] = (double)(id >> 32), ids[2 * comm.rank() + 1] = (double)(id & 0xFFFFFFFFu);
+    comm.all_reduce_sum(ids.data(), ids.size());
+    double shared = 0;
+    for (int r = 0; r < comm.world(); r++)
+        if (r != comm.rank() && ids[2 * r] == ids[2 * comm.rank()] && ids[2 * r + 1] == ids[2 * comm.rank() + 1])
+            shared = 1;
+    comm.all_reduce_sum(&shared, 1);
+    if (shared > 0)
+        throw Error(strprintf("%d of %d ranks share their GPU with another rank (%s)", (int)shared, comm.world(),
+                              one_per_rank.c_str()));
 }
 
 /*
@@ -67,7 +90,10 @@ public:
     }
     ~NcclCommunicator() override {
         for (cudaEvent_t e : events_) cudaEventDestroy(e);
-        ncclCommDestroy(comm_);
+        // Unwinding an error: collectives may be queued that the other ranks will never join, and destroying
+        // (which completes them) could wait for ever; aborting does not.
+        if (std::uncaught_exceptions() > 0) ncclCommAbort(comm_);
+        else ncclCommDestroy(comm_);
     }
     // This rank's queued collectives done, then every rank here (through the bootstrap communicator).
     void barrier() override {
@@ -129,9 +155,7 @@ public:
             if (p.collective < 0) {
                 device_stats_.exposed_seconds += seconds;
             } else {
-                device_stats_.calls[p.collective]++;
-                device_stats_.bytes[p.collective] += p.bytes;
-                device_stats_.seconds[p.collective] += seconds;
+                device_stats_.add((Collective)p.collective, (int64_t)p.bytes, seconds);
             }
         }
         pending_.clear();

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -45,6 +46,23 @@ void print_sample(TrainBackend& be, const GPT2Config& cfg, Rng& rng, const Train
     printf("----------------\n");
 }
 
+// The shards' content, cheaply: each file's first and last 64 KiB (its header, and tokens at both ends).
+uint64_t shards_fingerprint(const std::vector<std::string>& files) {
+    uint64_t h = fnv1a(nullptr, 0);
+    std::vector<char> buf(64 * 1024);
+    for (const std::string& f : files) {
+        std::ifstream in(f, std::ios::binary | std::ios::ate);
+        const std::streamoff size = in.tellg(), part = (std::streamoff)buf.size();
+        for (std::streamoff at : {(std::streamoff)0, std::max<std::streamoff>(0, size - part)}) {
+            in.seekg(at);
+            in.read(buf.data(), part);
+            h = fnv1a(buf.data(), (size_t)in.gcount(), h);
+            in.clear();
+        }
+    }
+    return h;
+}
+
 /*
  * Every rank must train the same model on the same data from the same point. A rank whose -o, data or model
  * file differs (a node-local copy) would otherwise train on silently from other weights, or stop at another
@@ -59,7 +77,8 @@ void check_same_run(Communicator& comm, const TrainOptions& opt, int64_t resume_
                                            "needs the same -o", opt.output_dir.c_str(),
                                            resume_step >= 0 ? strprintf("step %lld", (long long)resume_step).c_str()
                                                             : "none"));
-    const uint64_t data[] = {train.files().size(), train.total_tokens(), (uint64_t)max_steps, has_val};
+    const uint64_t data[] = {train.files().size(), train.total_tokens(), (uint64_t)max_steps, has_val,
+                             shards_fingerprint(train.files())};
     check_same_on_every_rank(comm, fnv1a(data, sizeof data),
                              strprintf("see other data than rank 0 (%zu train shards, %zu tokens, %d steps, val %s); "
                                        "every rank needs the same -i and -j", train.files().size(),
