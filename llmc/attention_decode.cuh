@@ -36,7 +36,8 @@
 
 namespace llmc {
 
-constexpr int kDecodeChunk = 64; // cached positions per split
+constexpr int kDecodeChunk = 64;      // cached positions per split
+constexpr int kMaxDecodeRows = 65535; // rows (running sequences) per call: the grid's z dimension
 
 inline int attention_decode_splits(int maxT) { return ceil_div(maxT, kDecodeChunk); }
 inline size_t attention_decode_scratch_floats(int B, int NH, int HS, int maxT) {
@@ -115,11 +116,11 @@ void attention_decode_launch(floatX* out, float* partial, const floatX* q, int q
 
 } // namespace detail
 
-// Head sizes 32, 64 (GPT-2) and 128; anything else throws llmc::Error. B <= 65535 (grid z) rows.
+// Head sizes 32, 64 (GPT-2) and 128; anything else throws llmc::Error. B <= kMaxDecodeRows.
 inline void attention_decode(floatX* out, float* partial, const floatX* q, int q_stride, const floatX* k,
                              const floatX* v, const int* seq, const int* len, int B, int maxT, int NH, int HS,
                              cudaStream_t stream) {
-    if (B < 1 || B > 65535 || maxT < 1 || NH < 1)
+    if (B < 1 || B > kMaxDecodeRows || maxT < 1 || NH < 1)
         throw Error(strprintf("attention_decode: bad shape B=%d maxT=%d NH=%d", B, maxT, NH));
     switch (HS) {
     case 32: detail::attention_decode_launch<32>(out, partial, q, q_stride, k, v, seq, len, B, maxT, NH, stream); break;

@@ -177,8 +177,8 @@ public:
         if (B < 1 || longest < 1 || max_len < longest || max_len > c.max_seq_len)
             throw Error(strprintf("decoder: bad shape B=%d longest=%d max_len=%d (maxT=%d)", B, longest, max_len,
                                   c.max_seq_len));
-        if (B > 65535) // attention_decode's grid; infer.h's kMaxInferBatch
-            throw Error(strprintf("-b %d: the GPU decoder runs at most 65535 sequences", B));
+        if (B > kMaxDecodeRows) // infer.h's kMaxInferBatch is the same limit
+            throw Error(strprintf("-b %d: the GPU decoder runs at most %d sequences", B, kMaxDecodeRows));
         size_t free_bytes = 0, total = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
         memory = plan_decoder_memory(c, B, longest, max_len, free_bytes);
@@ -257,7 +257,6 @@ public:
         for (int b = 0; b < B_; b++) len_[b] = (int)prompts[b].size();
         rows_.resize(B_);
         for (int b = 0; b < B_; b++) rows_[b] = b;
-        rows_seq_ = a_.order;
         sampled_ = false;
         // tok/seq/pos are pageable copies: they must have landed before the vectors go.
         CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -301,7 +300,6 @@ public:
         }
         for (int b : seq) len_[b]++;
         rows_ = seq;
-        rows_seq_ = a_.seq;
         sampled_ = false;
         CUDA_CHECK(cudaStreamSynchronize(stream)); // the pageable uploads above
     }
@@ -315,7 +313,7 @@ public:
         if (rows_.empty()) throw Error("decoder: sample before prefill");
         Range r(SubBlock::classifier, phase_);
         upload(a_.coins, coins);
-        sample_tokens(a_.ids, a_.logits, rows_seq_, a_.coins, (int)rows_.size(), config.vocab_size,
+        sample_tokens(a_.ids, a_.logits, phase_ == Phase::prefill ? a_.order : a_.seq, a_.coins, (int)rows_.size(), config.vocab_size,
                       config.padded_vocab_size, temperature, top_k, stream);
         CUDA_CHECK(cudaMemcpyAsync(pinned_ids_, a_.ids, B_ * sizeof(int), cudaMemcpyDeviceToHost, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -336,9 +334,9 @@ public:
 private:
     int B_, longest_, maxT_;
     std::vector<int> len_;         // tokens cached per sequence
-    std::vector<int> rows_;        // the sequence of each logits row (host)
-    const int* rows_seq_ = nullptr; // the same on the device: a_.order after prefill, a_.seq after decode
-    bool sampled_ = false;          // sample() ran since the last prefill() or decode()
+    // The sequence of each logits row; on the device a_.order after prefill (phase_), a_.seq after decode.
+    std::vector<int> rows_;
+    bool sampled_ = false; // sample() ran since the last prefill() or decode()
     floatX* params_memory_ = nullptr;
     char* acts_memory_ = nullptr;
     ParameterTensors<floatX> params_;

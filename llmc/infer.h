@@ -257,7 +257,8 @@ private:
  * --profile, as both programs run it: the window is the whole run; the session's step 0 is the prefill, step k
  * the k-th decode step (numbered from 1 in the profile: prefill is its step 1). `shape` is counted as the run
  * goes: a decode step counts the running sequences' rows, each attending its cached positions and the new one
- * (both decoders compute those rows and no others). The session gets the final counts when it writes. With --json the profiler's lines go to stderr.
+ * (both decoders compute those rows and no others). The session gets the final counts when it writes. With
+ * --json the profiler's lines go to stderr.
  */
 class InferProfile {
 public:

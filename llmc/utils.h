@@ -41,6 +41,25 @@ inline std::string strprintf(const char* fmt, ...) {
     return out;
 }
 
+// FNV-1a over n bytes, continuing from h: identities that must not change from one build or rank to the next
+// (a cache file's name, a run's flags and files).
+constexpr uint64_t kFnvOffset = 1469598103934665603ull, kFnvPrime = 1099511628211ull;
+inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnvOffset) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * kFnvPrime;
+    return h;
+}
+// The same rule over n floats' bit patterns, one multiply per float (weights: hundreds of MB).
+inline uint64_t fnv1a_floats(const float* x, size_t n) {
+    uint64_t h = kFnvOffset;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, x + i, sizeof bits);
+        h = (h ^ bits) * kFnvPrime;
+    }
+    return h;
+}
+
 // a * b and a + b, or an Error naming `what` when the result does not fit in size_t.
 inline size_t checked_mul(size_t a, size_t b, const char* what) {
     size_t r;

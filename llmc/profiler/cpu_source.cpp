@@ -119,9 +119,7 @@ std::string shapes_text(const std::vector<MatmulShape>& shapes) {
 
 // FNV-1a of the cache identity, for a file name that stays the same from one build to the next.
 std::string fnv1a_hex(const std::string& text) {
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
-    return strprintf("%016llx", (unsigned long long)h);
+    return strprintf("%016llx", (unsigned long long)fnv1a(text.data(), text.size()));
 }
 
 #define LLMC_STR2(x) #x

@@ -95,7 +95,7 @@ std::string format_distributed(const DistributedSummary& s) {
         out += strprintf("%-15s %8lld %14lld %12.3f %12.3f %9s\n",
                          (collective_name(r.kind) + std::string(r.small ? " small" : "")).c_str(),
                          (long long)(r.calls / s.world), (long long)(r.bytes / s.world), 1e3 * r.seconds, r.bus_gbps,
-                         r.small ? "-" : r.of_peak > 0 ? strprintf("%.1f%%", 100 * r.of_peak).c_str() : "-");
+                         r.of_peak > 0 ? strprintf("%.1f%%", 100 * r.of_peak).c_str() : "-");
     out += s.link.peak_gbps > 0
                ? strprintf("link: %s, peak %.1f GB/s per direction (bus bandwidth is comparable with it)\n",
                            link_kind_name(s.link.kind), s.link.peak_gbps)

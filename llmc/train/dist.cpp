@@ -42,21 +42,6 @@ int launcher_world_size() {
 
 } // namespace
 
-uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
-uint64_t hash_floats(const float* x, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, x + i, sizeof bits);
-        h = (h ^ bits) * 1099511628211ull;
-    }
-    return h;
-}
 
 std::unique_ptr<Communicator> make_communicator() {
 #ifdef LLMC_HAVE_MPI
@@ -81,7 +66,7 @@ void check_same_on_every_rank(Communicator& comm, uint64_t mine, const std::stri
 }
 
 void check_same_args(Communicator& comm, int argc, char** argv) {
-    uint64_t h = fnv1a(nullptr, 0);
+    uint64_t h = kFnvOffset;
     for (int i = 1; i < argc; i++) h = fnv1a(argv[i], strlen(argv[i]) + 1, h); // each with its NUL
     check_same_on_every_rank(comm, h, "were started with flags different from rank 0's; every rank needs the same "
                                       "flags");

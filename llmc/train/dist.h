@@ -181,10 +181,6 @@ std::unique_ptr<Communicator> make_communicator();
 void check_same_on_every_rank(Communicator& comm, uint64_t mine, const std::string& what);
 // Flags must be the same on every rank (else each would train a different model and hang in a collective).
 void check_same_args(Communicator& comm, int argc, char** argv);
-// FNV-1a over bytes, continuing from h (a run's identity: flags, files found).
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull);
-// The same rule over n floats' bit patterns, one multiply per float (weights: hundreds of MB).
-uint64_t hash_floats(const float* x, size_t n);
 
 /*
  * Gradient buckets summed over the ranks on a thread of their own while backward goes on (the CPU trainer's

@@ -48,7 +48,7 @@ void print_sample(TrainBackend& be, const GPT2Config& cfg, Rng& rng, const Train
 
 // The shards' content, cheaply: each file's first and last 64 KiB (its header, and tokens at both ends).
 uint64_t shards_fingerprint(const std::vector<std::string>& files) {
-    uint64_t h = fnv1a(nullptr, 0);
+    uint64_t h = kFnvOffset;
     std::vector<char> buf(64 * 1024);
     for (const std::string& f : files) {
         std::ifstream in(f, std::ios::binary | std::ios::ate);
@@ -83,7 +83,7 @@ void check_same_run(Communicator& comm, const TrainOptions& opt, int64_t resume_
                              strprintf("see other data than rank 0 (%zu train shards, %zu tokens, %d steps, val %s); "
                                        "every rank needs the same -i and -j", train.files().size(),
                                        train.total_tokens(), max_steps, has_val ? "on" : "off"));
-    check_same_on_every_rank(comm, hash_floats(weights.data(), weights.size()),
+    check_same_on_every_rank(comm, fnv1a_floats(weights.data(), weights.size()),
                              strprintf("start from other weights than rank 0 (%s); every rank needs the same model",
                                        source.c_str()));
 }
