@@ -61,6 +61,7 @@ int run(int argc, char** argv) {
     auto choose = [&](int b) {
         const int id = pick_token(logits.data() + (size_t)b * cfg.padded_vocab_size, cfg.vocab_size, opt.temperature,
                                   opt.top_k, rng.next_f32());
+        check_token(id, b, seqs[b].ids.size() + 1);
         seqs[b].ids.push_back(id);
         if ((opt.stop_eot && id == eot) || (int)seqs[b].ids.size() == opt.new_tokens) running[b] = false;
     };
@@ -94,6 +95,7 @@ int run(int argc, char** argv) {
     sum.peak_mem_mib = peak_rss_mib();
     sum.avg_power_w = profile.avg_power_w(), sum.j_per_token = profile.joules_per_token();
     print_results(opt, in, seqs, sum);
+    profile.throw_if_not_written();
     return 0;
 }
 
@@ -101,5 +103,5 @@ int run(int argc, char** argv) {
 } // namespace llmc
 
 int main(int argc, char** argv) {
-    return llmc::main_guard([&] { return llmc::run(argc, argv); });
+    return llmc::main_guard([&] { return llmc::run(argc, argv); }, llmc::kInferOomHint);
 }

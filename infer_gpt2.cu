@@ -57,6 +57,7 @@ int run(int argc, char** argv) {
         const int* ids = dec.sample(opt.temperature, opt.top_k, coins);
         for (int b = 0; b < B; b++) {
             if (!running[b]) continue;
+            check_token(ids[b], b, seqs[b].ids.size() + 1);
             seqs[b].ids.push_back(ids[b]);
             if ((opt.stop_eot && ids[b] == in.eot) || (int)seqs[b].ids.size() == opt.new_tokens) running[b] = false;
         }
@@ -95,6 +96,7 @@ int run(int argc, char** argv) {
     sum.peak_mem_mib = dec.memory.total() / 1048576.0; // device memory: the weights, the one allocation, cuBLASLt's
     sum.avg_power_w = profile.avg_power_w(), sum.j_per_token = profile.joules_per_token();
     print_results(opt, in, seqs, sum);
+    profile.throw_if_not_written();
     return 0;
 }
 
@@ -102,5 +104,5 @@ int run(int argc, char** argv) {
 } // namespace llmc
 
 int main(int argc, char** argv) {
-    return llmc::main_guard([&] { return llmc::run(argc, argv); });
+    return llmc::main_guard([&] { return llmc::run(argc, argv); }, llmc::kInferOomHint);
 }

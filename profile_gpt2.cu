@@ -81,11 +81,12 @@ Options parse_options(int argc, char** argv) {
             if (flag == ln.first) name = ln.second;
         o.given.push_back(name);
         if (flag == "-h" || flag == "--help") {
+            llmc::detail::no_value(a);
             o.help = true;
             continue;
         }
         if (flag == "--no-calibrate" || flag == "--counters") {
-            if (a.has_value) throw UsageError(strprintf("%s: takes no value", flag.c_str()));
+            llmc::detail::no_value(a);
             if (flag == "--counters") o.counters = true;
             else o.calibrate = false;
             continue;
@@ -253,6 +254,7 @@ int main(int argc, char** argv) {
             printf("profile_gpt2cu: --warmup 1: CUPTI starts during an untraced step\n");
         }
         require_gpu("profile_gpt2cu");
+        prof::prepare_profile_dir(opt.output, "-o"); // before the model is built
         cudaDeviceProp prop;
         CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
 
@@ -288,7 +290,7 @@ int main(int argc, char** argv) {
                opt.warmup, opt.steps);
 
         int t = 0; // AdamW step
-        prof::ProfileSession session({opt.output, opt.warmup, opt.steps, opt.top, true},
+        prof::ProfileSession session({opt.output, opt.warmup, opt.steps, opt.top, true, "-o"},
                                      prof::gpu_profile_context("profile_gpt2cu", cfg, opt.B, opt.T, 1),
                                      std::make_unique<prof::CuptiEventSource>());
         session.before_report([&](const prof::ProfileRecords& records, prof::ProfileContext& ctx) {
@@ -327,6 +329,7 @@ int main(int argc, char** argv) {
                    under_cuda_tool() ? " (the attached tool has the trace)" : "");
             return 0;
         }
+        session.throw_if_not_written();
         printf("profile written to %s/ (summary.txt, kernels.csv, subblocks.csv, steps.csv, api.csv, roofline.csv, "
                "trace.json, profile.json)\n",
                opt.output.c_str());

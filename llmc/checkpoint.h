@@ -39,7 +39,8 @@ struct ModelFile {
     int version = MODEL_VERSION_FP32;
 };
 
-inline ModelFile load_model(const std::string& path) {
+// The model file at `path`, checked whole; `with_params` false reads its shape only (params stays empty).
+inline ModelFile load_model(const std::string& path, bool with_params = true) {
     File f(path, "rb");
     Header h = read_header(f, MODEL_MAGIC, "model file");
     ModelFile m;
@@ -60,6 +61,7 @@ inline ModelFile load_model(const std::string& path) {
     if (f.size() != expected)
         throw Error(strprintf("%s: %s model file (header says %zu parameters = %zu bytes, file has %zu)", path.c_str(),
                               f.size() < expected ? "truncated" : "oversized", n, expected, f.size()));
+    if (!with_params) return m;
     m.params.resize(n);
     if (m.version == MODEL_VERSION_FP32) {
         f.read(m.params.data(), n * 4, "parameters");

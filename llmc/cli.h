@@ -19,6 +19,7 @@ struct TrainOptions {
     std::string train_data = "data/tinyshakespeare"; // -i
     std::string val_data;                            // -j ("" = *val*.bin beside -i)
     std::string model = "d12";                        // -e
+    bool model_given = false;                         // -e was on the command line (a resume checks it)
     std::string output_dir;                           // -o ("" = no log, no checkpoints)
     int B = 4;                                        // -b
     int T = 1024;                                     // -t
@@ -127,6 +128,10 @@ inline const std::string& take_value(Arg& a, int argc, char** argv, int& i) {
     }
     return a.value;
 }
+// A switch (--json, --help, ...) takes no value: "--json=0" would read as "on" to whoever wrote it as "off".
+inline void no_value(const Arg& a) {
+    if (a.has_value) throw UsageError(strprintf("%s: a switch, takes no value", a.flag.c_str()));
+}
 } // namespace detail
 
 // Parses argv over the program's defaults `opt`. Throws UsageError on anything it does not understand.
@@ -138,6 +143,7 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
         detail::Arg a = detail::split_arg(argv[i]);
         const std::string& flag = a.flag;
         if (flag == "-h" || flag == "--help") {
+            detail::no_value(a);
             opt.help = true;
             continue;
         }
@@ -159,7 +165,7 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
         std::string k = key;
         if (k == "-i") opt.train_data = value;
         else if (k == "-j") opt.val_data = value;
-        else if (k == "-e") opt.model = value;
+        else if (k == "-e") opt.model = value, opt.model_given = true;
         else if (k == "-o") opt.output_dir = value;
         else if (k == "-b") opt.B = (int)parse_long(flag, value, 1, IMAX);
         else if (k == "-t") opt.T = (int)parse_long(flag, value, 1, IMAX);

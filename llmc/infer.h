@@ -27,6 +27,9 @@
 
 namespace llmc {
 
+// What running out of host memory suggests to change (main_guard), in the inference programs' own flags.
+constexpr const char* kInferOomHint = "try a smaller -b, -n, prompt or model";
+
 // Sequences run together at most: the GPU decode attention puts them on a grid dimension of at most 65535
 // blocks; both programs take the same limit.
 constexpr int kMaxInferBatch = 65535;
@@ -94,9 +97,9 @@ inline InferOptions parse_infer_options(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         detail::Arg a = detail::split_arg(argv[i]);
         const std::string& flag = a.flag;
-        if (flag == "-h" || flag == "--help") opt.help = true;
-        else if (flag == "--stop-eot") opt.stop_eot = true;
-        else if (flag == "--json") opt.json = true;
+        if (flag == "-h" || flag == "--help") detail::no_value(a), opt.help = true;
+        else if (flag == "--stop-eot") detail::no_value(a), opt.stop_eot = true;
+        else if (flag == "--json") detail::no_value(a), opt.json = true;
         else {
             static const char* table[][2] = {{"-e", "--model"},        {"-p", "--prompt"},   {"--prompt-file", ""},
                                              {"--prompt-ids", ""},     {"--prompt-len", ""}, {"-b", "--batch"},
@@ -278,6 +281,7 @@ public:
     // --json); without, nothing.
     template <typename Make> void start(Make&& make) {
         if (opt_.profile_dir.empty()) return;
+        prof::prepare_profile_dir(opt_.profile_dir, "--profile"); // before the ceilings are measured
         StdoutToStderr quiet(opt_.json);
         session_ = make(session_options());
         session_->before_report([this](const prof::ProfileRecords&, prof::ProfileContext& ctx) {
@@ -308,6 +312,10 @@ public:
     // the summary's avg_power_w and j_per_token.
     double avg_power_w() const { return session_ ? session_->written_avg_w() : NAN; }
     double joules_per_token() const { return session_ ? session_->written_joules_per_token() : NAN; }
+    // After the results are printed: an Error when the profile could not be written.
+    void throw_if_not_written() const {
+        if (session_) session_->throw_if_not_written();
+    }
 
 private:
     const InferOptions& opt_;
@@ -317,7 +325,10 @@ private:
 
 // The next token from a row of logits over V tokens: the argmax at temperature 0 (the lowest id among equal
 // maxima), else a draw from softmax(logits / T) restricted to the top k (llmc/sampler.h) with `coin` in [0, 1).
+// A row of logits that is not all finite gives kNotFinite (llmc/sampler.h), as the GPU's sample_tokens does.
 template <typename Real> int pick_token(const Real* logits, int V, float temperature, int top_k, float coin) {
+    for (int i = 0; i < V; i++)
+        if (!std::isfinite((double)logits[i])) return kNotFinite;
     if (temperature == 0.0f) return (int)(std::max_element(logits, logits + V) - logits);
     const Real maxval = *std::max_element(logits, logits + V);
     std::vector<double> probs(V);
@@ -325,6 +336,14 @@ template <typename Real> int pick_token(const Real* logits, int V, float tempera
     for (int i = 0; i < V; i++) sum += probs[i] = std::exp((double)logits[i] - maxval);
     for (double& p : probs) p /= sum;
     return sample_token(probs.data(), V, SamplerConfig{temperature, top_k}, coin);
+}
+
+// Stops the run on a token drawn from logits that are not all finite (kNotFinite): sequence `b`'s `n`-th token.
+inline void check_token(int id, int b, size_t n) {
+    if (id == kNotFinite)
+        throw Error(strprintf("the model's logits are not finite (NaN or inf) for sequence %d, token %zu: the model's "
+                              "weights are not finite, or it diverged",
+                              b, n));
 }
 
 // The q-quantile (0..1) of xs by linear interpolation between order statistics; 0 for an empty list.

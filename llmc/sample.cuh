@@ -2,6 +2,7 @@
  * Token choice on the GPU for infer_gpt2cu: one block per logits row reads the row and writes the chosen id of
  * the row's sequence, so only the ids cross to the host per step. Same rule as the CPU's pick_token (llmc/infer.h):
  *
+ *   a logit that is not finite (NaN, inf) among the row's V: kNotFinite (-1), which the programs stop on;
  *   temperature 0: the argmax, the lowest id among equal maxima;
  *   else:          a draw from softmax(logits / temperature) restricted to the top k (k = 0: all), every
  *                  logit equal to the k-th largest kept (ties are not broken arbitrarily), by the inverse CDF
@@ -20,10 +21,12 @@
  * inputs, never on the schedule.
  */
 #pragma once
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
 #include "llmc/cuda_common.cuh"
+#include "llmc/sampler.h"
 #include "llmc/utils.h"
 
 namespace llmc {
@@ -50,20 +53,28 @@ __global__ void __launch_bounds__(kSampleThreads)
     __shared__ unsigned s_hi;
     __shared__ int s_owner;
     __shared__ float s_target;
+    __shared__ int s_not_finite;
     const int tid = threadIdx.x, r = blockIdx.x, b = seq[r];
     const floatX* row = logits + (size_t)r * Vp;
+    if (tid == 0) s_not_finite = 0;
+    __syncthreads();
 
-    // ---- argmax, lowest id on ties: strided pass, then a tree ----
-    // Each thread starts at its first id, so a row with nothing above -inf (NaN or -inf throughout: a broken
-    // model) still gives an id of the vocabulary, 0, as the CPU's max_element does.
+    // ---- argmax, lowest id on ties: strided pass, then a tree; any logit not finite flags the row ----
     float best = -INFINITY;
     int best_i = tid < V ? tid : V;
+    bool not_finite = false;
     for (int i = tid; i < V; i += kSampleThreads) {
         const float x = __bfloat162float(row[i]);
+        not_finite |= !(fabsf(x) <= FLT_MAX); // NaN compares false
         if (x > best) best = x, best_i = i; // ids rise along the pass: the first maximum stays
     }
+    if (not_finite) s_not_finite = 1; // every writer writes the same value
     s_val[tid] = best, s_idx[tid] = best_i;
     __syncthreads();
+    if (s_not_finite) { // uniform across the block: read after the barrier
+        if (tid == 0) ids[b] = kNotFinite;
+        return;
+    }
     for (int w = kSampleThreads / 2; w > 0; w >>= 1) {
         if (tid < w) {
             const float o = s_val[tid + w];

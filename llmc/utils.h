@@ -135,13 +135,35 @@ private:
 };
 
 /*
+ * Every program's output files: a path that exists must be a regular file, which the output replaces. A device, a
+ * FIFO, a directory or a symbolic link given as an output is refused (Error naming the path): replacing it would
+ * turn a device into a file or drop a link, and writing through one would change what the link points to.
+ * Programs call it for each output before their long work; AtomicFile checks again when it writes.
+ */
+inline void check_output_file(const std::string& path) {
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0) {
+        if (errno == ENOENT) return; // a new name (a missing directory fails when it is written)
+        throw Error(strprintf("%s: cannot write (%s)", path.c_str(), strerror(errno))); // ENOTDIR: under a file
+    }
+    if (S_ISREG(st.st_mode)) return;
+    const char* what = S_ISLNK(st.st_mode)   ? "a symbolic link"
+                       : S_ISDIR(st.st_mode) ? "a directory"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                              : "not a regular file";
+    throw Error(strprintf("%s: exists and is %s; an output must be a regular file or a new name", path.c_str(), what));
+}
+
+/*
  * Atomic file write: data goes to "<path>.tmp", is fsync'ed, then renamed over <path> and the directory is
  * fsync'ed. A crash at any point leaves either the old file or the new one, never a torn one. Without
- * commit() (an exception mid-write) the temp file is removed and <path> is untouched.
+ * commit() (an exception mid-write) the temp file is removed and <path> is untouched. <path> must be new or a
+ * regular file (check_output_file).
  */
 class AtomicFile {
 public:
-    explicit AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp"), file_(tmp_, "wb") {}
+    explicit AtomicFile(const std::string& path) : path_(checked(path)), tmp_(path + ".tmp"), file_(tmp_, "wb") {}
     ~AtomicFile() {
         if (!committed_) unlink(tmp_.c_str());
     }
@@ -162,6 +184,10 @@ public:
     }
 
 private:
+    static const std::string& checked(const std::string& path) {
+        check_output_file(path);
+        return path;
+    }
     std::string path_, tmp_;
     File file_;
     bool committed_ = false;
@@ -194,8 +220,10 @@ inline bool& errors_quiet() {
 // The exit status an error gets: 2 for a usage error, 1 for anything else.
 inline int exit_code_for(const std::exception& e) { return dynamic_cast<const UsageError*>(&e) ? 2 : 1; }
 
-// Program entry: runs fn, turning errors into one line on stderr and exit_code_for() the error.
-template <typename Fn> int main_guard(Fn&& fn) {
+// Program entry: runs fn, turning errors into one line on stderr and exit_code_for() the error. Running out of
+// host memory names what to change, in the program's own flags (`oom_hint`; "" names nothing).
+constexpr const char* kTrainOomHint = "try a smaller -b, -t or model";
+template <typename Fn> int main_guard(Fn&& fn, const char* oom_hint = kTrainOomHint) {
     try {
         return fn();
     } catch (const UsageError& e) {
@@ -205,7 +233,7 @@ template <typename Fn> int main_guard(Fn&& fn) {
         if (!errors_quiet()) fprintf(stderr, "error: %s\n", e.what());
         return 1;
     } catch (const std::bad_alloc&) {
-        if (!errors_quiet()) fprintf(stderr, "error: out of memory (try a smaller -b, -t or model)\n");
+        if (!errors_quiet()) fprintf(stderr, *oom_hint ? "error: out of memory (%s)\n" : "error: out of memory\n", oom_hint);
         return 1;
     } catch (const std::exception& e) {
         // Not one of ours (std::length_error, std::filesystem_error, ...): still one line and exit 1.

@@ -83,6 +83,7 @@ TEST(Cli, ErrorsNameTheFlag) {
     EXPECT_NE(usage_error({"-y", "1"}).find("-y:"), std::string::npos);
     EXPECT_NE(usage_error({"-n", "5"}).find("-n:"), std::string::npos);
     EXPECT_NE(usage_error({"-a", "2"}).find("-a:"), std::string::npos);
+    EXPECT_EQ(usage_error({"--help=0"}), "--help: a switch, takes no value");
 }
 
 TEST(Cli, TotalBatchIsAtMostIntMaxMicroBatches) {
@@ -132,6 +133,14 @@ TEST(Cli, MainGuardTurnsEveryExceptionIntoOneLine) {
         EXPECT_EQ(testing::internal::GetCapturedStderr(), c.line);
         EXPECT_EQ(status, c.status) << c.line;
     }
+    // Each program names its own flags when memory runs out (inference has no -t), or none.
+    auto oom = []() -> int { throw std::bad_alloc(); };
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(main_guard(oom, "try a smaller -b, -n, prompt or model"), 1);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "error: out of memory (try a smaller -b, -n, prompt or model)\n");
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(main_guard(oom, ""), 1);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "error: out of memory\n");
 }
 
 TEST(Cli, HelpListsEveryShortFlag) {
@@ -187,6 +196,32 @@ TEST(Sampler, TemperatureAndTopK) {
     EXPECT_EQ(sample_token(p.data(), 3, SamplerConfig{0.5f, 0}, 0.10f), 0);
     EXPECT_EQ(sample_token(p.data(), 3, SamplerConfig{0.5f, 0}, 0.11f), 1);
     EXPECT_EQ(sample_token(p.data(), 3, SamplerConfig{0.5f, 0}, 0.77f), 2);
+}
+
+// Every allowed temperature draws from softmax(logits / T), down to 1e-3: over GPT-2's vocabulary each token's
+// probability is ~2e-5, and p^(1/T) alone underflows to 0 for every token below T ~ 0.003 (the draw then fell to
+// token 0). At T = 1e-3 the draw is the mode whatever the coin; at T = 0.01 two tokens whose log-probabilities
+// differ by 0.01 share the mass as 1 : e^-1, every other token vanishing.
+TEST(Sampler, LowestTemperaturesDrawFromTheTemperedDistribution) {
+    const int V = 50257, mode = 31777, second = 4242;
+    std::vector<float> p(V, 1.0f / 60000);
+    p[mode] = 4e-5f;
+    // The others' weights relative to the mode are (60000 * 4e-5)^(-1/T) = 2.4^(-1/T): under 1e-76 here, so
+    // every coin but a last few ulps from 0 draws the mode.
+    for (float T : {1e-3f, 2e-3f, 5e-3f})
+        for (float coin : {1e-3f, 0.5f, 0.9999f}) {
+            EXPECT_EQ(sample_token(p.data(), V, SamplerConfig{T, 0}, coin), mode) << "T " << T << " coin " << coin;
+            EXPECT_EQ(sample_token(p.data(), V, SamplerConfig{T, 1}, coin), mode) << "T " << T << " coin " << coin;
+        }
+    // Two tokens whose log-probabilities differ by 0.01 at T = 0.01: weights e^-1 (the lower id, first in the
+    // CDF) and 1, the rest ~1e-38 each.
+    p[second] = 4e-5f * std::exp(-0.01f);
+    const double share = std::exp(-1.0) / (1.0 + std::exp(-1.0));
+    EXPECT_EQ(sample_token(p.data(), V, SamplerConfig{0.01f, 0}, (float)share - 1e-3f), second);
+    EXPECT_EQ(sample_token(p.data(), V, SamplerConfig{0.01f, 0}, (float)share + 1e-3f), mode);
+    // A row of NaN (a broken model) still gives an id of the vocabulary.
+    std::vector<float> nan_row(V, NAN);
+    EXPECT_EQ(sample_token(nan_row.data(), V, SamplerConfig{1e-3f, 0}, 0.5f), 0);
 }
 
 // Messages and usage texts longer than any fixed buffer come out whole.

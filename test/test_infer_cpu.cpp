@@ -221,6 +221,11 @@ TEST(InferProgram, BadFlagsAndFiles) {
         {"-e d1 --prompt-ids 1,2,3 -b 65536", 2, "error: -b:"}, // the GPU decode's grid limit, on both
         {"-e d1 --prompt-file ''", 2, "error: --prompt-file: empty path"},
         {"-e d1 --profile ''", 2, "error: --profile: empty directory name"},
+        // A switch given a value reads as "off" to whoever wrote it: refused rather than taken as on.
+        {"-e d1 --json=0", 2, "error: --json: a switch, takes no value"},
+        {"-e d1 --json=false", 2, "error: --json: a switch, takes no value"},
+        {"-e d1 --stop-eot=1", 2, "error: --stop-eot: a switch, takes no value"},
+        {"--help=1", 2, "error: --help: a switch, takes no value"},
         // Refused before two billion prompt ids are drawn (this would take gigabytes and minutes).
         {"-e d1 --prompt-len 2000000000 -n 1", 1, "error: -n: a prompt of 2000000000 tokens"},
     };
@@ -287,6 +292,68 @@ TEST(InferProgram, RaggedPromptFileEqualsEachAlone) {
     }
     EXPECT_NE(lines[0]["prompt_ids"], lines[1]["prompt_ids"]);
     EXPECT_EQ(lines[3]["summary"]["B"], 3);
+}
+
+// The lowest allowed temperature (1e-3) with or without top-k 1 gives the greedy tokens (it gave token 0 when
+// p^(1/T) underflowed for every token).
+TEST(InferProgram, LowestTemperatureIsGreedy) {
+    auto greedy = run(infer("-e d2 --prompt-ids 5,6,7 -n 10 --json --temperature 0"));
+    ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+    const nlohmann::json want = json_lines(greedy.output)[0]["ids"];
+    EXPECT_NE(want, nlohmann::json(std::vector<int>(10, 0)));
+    for (const char* flags : {"--temperature 0.001 --top-k 1", "--temperature 0.001"}) {
+        auto r = run(infer("-e d2 --prompt-ids 5,6,7 -n 10 --json " + std::string(flags)));
+        ASSERT_EQ(r.exit_code, 0) << flags << ": " << r.output;
+        EXPECT_EQ(json_lines(r.output)[0]["ids"], want) << flags;
+    }
+}
+
+// A model file whose weights hold a NaN (or an inf) gives logits that are not finite: one line, exit 1, no
+// tokens printed (it printed "!!!!!", token 0, and exited 0).
+TEST(InferProgram, NonFiniteLogitsStopTheRun) {
+    TempDir dir;
+    const GPT2Config c = infer_config();
+    for (float bad : {NAN, INFINITY}) {
+        GPT2CPU<float> m(c);
+        m.init_random(7);
+        m.params_memory[m.params_memory.size() - 1] = bad; // lnf's last bias
+        const std::string file = dir / "bad_model.bin";
+        save_model(file, c, m.params_memory.data());
+        for (const char* flags : {"--temperature 0", "--temperature 1", "--temperature 0 --json"}) {
+            auto r = run(infer("-e " + file + " --prompt-ids 5,6,7 -n 4 " + flags));
+            EXPECT_EQ(r.exit_code, 1) << flags << ": " << r.output;
+            EXPECT_EQ(r.output, "error: the model's logits are not finite (NaN or inf) for sequence 0, token 1: the "
+                                "model's weights are not finite, or it diverged\n")
+                << flags;
+        }
+    }
+}
+
+// Out of host memory, the hint names inference's own flags (there is no -t): 65535 sequences' logits alone are
+// 13 GB, refused under a 2 GB address-space limit. (AddressSanitizer's shadow memory needs more address space
+// than any such limit leaves.)
+TEST(InferProgram, OutOfMemoryNamesItsOwnFlags) {
+#if defined(__SANITIZE_ADDRESS__)
+    GTEST_SKIP() << "an address-space limit and AddressSanitizer do not mix";
+#endif
+    auto r = run("ulimit -v 2000000; " + infer("-e d1 --prompt-ids 5,6,7 -b 65535 -n 2 --temperature 0"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output, "error: out of memory (try a smaller -b, -n, prompt or model)\n");
+}
+
+// A --profile path that cannot be a directory (an existing file, a path under one) is refused before anything
+// is generated, and the file is left as it was.
+TEST(InferProgram, ProfilePathCheckedBeforeGenerating) {
+    TempDir dir;
+    const std::string file = dir / "existing";
+    ASSERT_EQ(run("echo keep > '" + file + "'").exit_code, 0);
+    for (const std::string& path : {file, file + "/p"}) {
+        auto r = run(infer("-e d2 --prompt-ids 5,6,7 -n 8 --temperature 0 --profile '" + path + "'"));
+        EXPECT_EQ(r.exit_code, 1) << r.output;
+        EXPECT_EQ(r.output.rfind("error: --profile: " + path + ": cannot create directory (", 0), 0u) << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    }
+    EXPECT_EQ(slurp(file), "keep\n");
 }
 
 // Sampling is seeded: the same seed gives the same tokens, synthetic prompts have the length asked for.

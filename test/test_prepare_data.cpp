@@ -164,6 +164,46 @@ TEST(PrepareDataCli, OutputThatIsAnInput) {
     }
 }
 
+// An output that exists and is not a regular file (a device, a FIFO, a directory, a symbolic link) or that lies
+// under a file is refused before the text is encoded, and left as it was: a device stays a device (it became a
+// 1030-byte regular file), a link stays a link and its target is unchanged.
+TEST(PrepareDataCli, OutputThatIsNotARegularFile) {
+    testutil::TempDir dir;
+    const std::string in = dir / "in.txt", target = dir / "target.bin";
+    ASSERT_EQ(testutil::run("echo 'To be, or not to be' > " + in + " && echo keep > " + target + " && ln -s " + target +
+                            " " + (dir / "link.bin") + " && mkdir " + (dir / "adir") + " && mkfifo " + (dir / "fifo"))
+                  .exit_code,
+              0);
+    struct Case {
+        std::string output, what;
+    };
+    std::vector<Case> cases = {{dir / "link.bin", "is a symbolic link"},
+                               {dir / "adir", "is a directory"},
+                               {dir / "fifo", "is a FIFO"}};
+    // A character device (the numbers of /dev/null) where this user may make one.
+    if (testutil::run("mknod " + (dir / "chardev") + " c 1 3").exit_code == 0)
+        cases.push_back({dir / "chardev", "is a device"});
+    else
+        printf("note: this user may not make a device node; the device case is not run\n");
+    auto kind = [](const std::string& p) { return testutil::run("stat -c %F " + p).output; };
+    for (const Case& c : cases) {
+        const std::string before = kind(c.output);
+        auto r = testutil::run("timeout 60 ./prepare_data --gpt2-dir " + gpt2_dir() + " " + in + " " + c.output);
+        EXPECT_EQ(r.exit_code, 1) << r.output;
+        EXPECT_EQ(r.output, "error: " + c.output + ": exists and " + c.what +
+                                "; an output must be a regular file or a new name\n");
+        EXPECT_EQ(kind(c.output), before) << c.output;
+    }
+    EXPECT_EQ(testutil::slurp(target), "keep\n");
+    auto under = testutil::run("./prepare_data --gpt2-dir " + gpt2_dir() + " " + in + " " + target + "/o.bin");
+    EXPECT_EQ(under.exit_code, 1) << under.output;
+    EXPECT_EQ(under.output, "error: " + target + "/o.bin: cannot write (Not a directory)\n");
+    auto outdir = testutil::run("./prepare_data --gpt2-dir " + gpt2_dir() + " --tinyshakespeare " + in + " " + target);
+    EXPECT_EQ(outdir.exit_code, 1) << outdir.output;
+    EXPECT_EQ(outdir.output, "error: " + target + ": exists and is not a directory (OUTDIR)\n");
+    EXPECT_EQ(testutil::slurp(target), "keep\n");
+}
+
 TEST(PrepareDataCli, InvalidUtf8Input) {
     testutil::TempDir dir;
     std::string in = dir / "bad.txt";

@@ -96,3 +96,47 @@ TEST(ProfileSession, ARunEndingBeforeTheWindowWritesNothing) {
     EXPECT_EQ(r.log, "");
     EXPECT_FALSE(file_exists(r.profile() + "/summary.txt"));
 }
+
+// The directory is made when the session starts: a path that is a file, or lies under one, is refused then (before
+// the run's work), naming the flag.
+TEST(ProfileSession, RefusesADirectoryItCannotMakeAtOnce) {
+    testutil::TempDir dir;
+    const std::string file = dir / "a_file";
+    ASSERT_EQ(testutil::run("echo keep > '" + file + "'").exit_code, 0);
+    std::string log;
+    for (const std::string& path : {file, file + "/sub"}) {
+        try {
+            ProfileSession s({path, 0, 1, 15, false, "-o"}, ProfileContext{},
+                             std::make_unique<ScriptedSource>(&log, false));
+            ADD_FAILURE() << path << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_EQ(std::string(e.what()).rfind("-o: " + path + ": cannot create directory", 0), 0u) << e.what();
+        }
+    }
+    EXPECT_EQ(log, "") << "the source started";
+    EXPECT_EQ(testutil::slurp(file), "keep\n");
+    // Missing parents are made.
+    ProfileSession s({dir / "x/y/p", 0, 1}, ProfileContext{}, std::make_unique<ScriptedSource>(&log, false));
+    EXPECT_TRUE(file_exists(dir / "x/y/p"));
+}
+
+// A directory that cannot be written when the window closes (here: replaced by a file meanwhile) does not end
+// the run: the session says so, goes on, and throw_if_not_written reports it at the run's end.
+TEST(ProfileSession, AFailedWriteIsReportedAtTheEnd) {
+    SessionRun r;
+    ProfileSession s({r.profile(), 0, 1}, ProfileContext{}, std::make_unique<ScriptedSource>(&r.log, false));
+    ASSERT_EQ(testutil::run("rmdir '" + r.profile() + "' && echo x > '" + r.profile() + "'").exit_code, 0);
+    s.begin_step(0);
+    s.end_step(100);
+    testing::internal::CaptureStderr();
+    EXPECT_TRUE(s.step_done(true));
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("profile: not written: "), std::string::npos) << err;
+    EXPECT_NE(s.write_error(), "");
+    try {
+        s.throw_if_not_written();
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("--profile: ", 0), 0u) << e.what();
+    }
+}

@@ -359,6 +359,49 @@ TEST_F(TrainCpu, ResumeRefusesAStateForAnotherStep) {
               std::string::npos) << r.output;
 }
 
+// -e beside -y 1 must name the checkpoint's model: another dN or another model file is refused (it was ignored
+// silently, while another -b was refused), the same one or none resumes (the banner names the checkpoint).
+TEST_F(TrainCpu, ResumeRefusesAnotherModel) {
+    ASSERT_EQ(run(train("-x 2 -v 0 -n 2 -o " + (dir / "c"))).exit_code, 0);
+    GPT2Config other;
+    other.max_seq_len = 32, other.vocab_size = 60, other.padded_vocab_size = 64;
+    other.num_layers = 1, other.num_heads = 2, other.channels = 32;
+    GPT2CPU<float> m(other);
+    m.init_random(3);
+    save_model(dir / "other_model.bin", other, m.params_memory.data());
+    const std::string base = "./train_gpt2 -i " + dir.path + " -b 4 -t 16 -s 0 -x 3 -v 0 -n 3 -y 1 -o " + (dir / "c");
+    const std::string ckpt = "L=2 NH=2 C=32 V=60 maxT=32";
+    struct Case {
+        std::string model, not_shape;
+    };
+    for (const Case& c : std::vector<Case>{{"d2", "L=2 NH=2 C=128 V=50257 maxT=1024"},
+                                           {dir / "other_model.bin", "L=1 NH=2 C=32 V=60 maxT=32"}}) {
+        auto r = run(base + " -e " + c.model);
+        EXPECT_EQ(r.exit_code, 2) << r.output;
+        EXPECT_EQ(r.output, "error: -e " + c.model + ": the checkpoint in " + (dir / "c") +
+                                " (step 2) holds another model (" + ckpt + ", not " + c.not_shape +
+                                "); resume with its -e, or without -e\n");
+        EXPECT_FALSE(file_exists(checkpoint_model_path(dir / "c", 3))) << c.model;
+    }
+    auto same = run(base + " -e " + model_path());
+    ASSERT_EQ(same.exit_code, 0) << same.output;
+    auto none = run("./train_gpt2 -i " + dir.path + " -b 4 -t 16 -s 0 -x 4 -v 0 -n 4 -y 1 -o " + (dir / "c"));
+    ASSERT_EQ(none.exit_code, 0) << none.output;
+    EXPECT_NE(none.output.find("resumed from " + checkpoint_model_path(dir / "c", 3)), std::string::npos) << none.output;
+}
+
+// A --profile path that cannot be a directory is refused before the first step (it failed when the window closed
+// and took the run down with no checkpoint).
+TEST_F(TrainCpu, ProfilePathCheckedBeforeTraining) {
+    const std::string file = dir / "existing";
+    ASSERT_EQ(run("echo keep > '" + file + "'").exit_code, 0);
+    auto r = run(train("-x 3 -v 0 -n 1 -o " + (dir / "ckp") + " --profile " + file + " --profile-start 1 --profile-steps 2"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("error: --profile: " + file + ": cannot create directory"), std::string::npos) << r.output;
+    EXPECT_TRUE(parse_steps(r.output).empty()) << r.output;
+    EXPECT_EQ(slurp(file), "keep\n");
+}
+
 TEST_F(TrainCpu, CheckpointLoadsAsModel) {
     auto r = run(train("-x 2 -v 0 -n 2 -o " + (dir / "c")));
     ASSERT_EQ(r.exit_code, 0) << r.output;

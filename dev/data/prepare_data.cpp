@@ -81,16 +81,24 @@ static bool same_file(const std::string& a, const std::string& b) {
     return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-// The files a run would write: refused up front when one of them is an input, which the write would replace.
-static void check_outputs_are_not_inputs(const Args& a) {
+// The files a run would write, checked before the text is encoded: each must be new or a regular file
+// (check_output_file: not a device, a link or a directory), OUTDIR a directory or new, and none an input, which
+// the write would replace.
+static void check_outputs(const Args& a) {
     std::vector<std::string> outputs{a.output};
-    if (a.tinyshakespeare)
+    if (a.tinyshakespeare) {
+        struct stat st;
+        if (stat(a.output.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+            throw Error(strprintf("%s: exists and is not a directory (OUTDIR)", a.output.c_str()));
         outputs = {a.output + "/tiny_shakespeare_val.bin", a.output + "/tiny_shakespeare_train.bin",
                    a.output + "/gpt2_tokenizer.bin"};
-    for (const std::string& out : outputs)
+    }
+    for (const std::string& out : outputs) {
+        check_output_file(out);
         for (const std::string& in : {a.input, a.gpt2_dir + "/encoder.json", a.gpt2_dir + "/vocab.bpe"})
             if (same_file(out, in))
                 throw UsageError(strprintf("%s: is the input %s; writing it would destroy it", out.c_str(), in.c_str()));
+    }
 }
 
 static GPT2Tokenizer load_tokenizer(const std::string& dir) {
@@ -119,7 +127,7 @@ int run(int argc, char** argv) {
         fputs(USAGE, stdout);
         return 0;
     }
-    check_outputs_are_not_inputs(a);
+    check_outputs(a);
     GPT2Tokenizer tok = load_tokenizer(a.gpt2_dir);
     File in(a.input, "rb");
     std::string text(in.size(), '\0');
@@ -166,5 +174,5 @@ int run(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-    return main_guard([&] { return run(argc, argv); });
+    return main_guard([&] { return run(argc, argv); }, "");
 }

@@ -1,8 +1,11 @@
 // The profile session (llmc/profiler/session.h).
 #include "llmc/profiler/session.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <unistd.h>
 
 #include "llmc/profiler/nvml_sampler.h"
 #include "llmc/profiler/report.h"
@@ -17,9 +20,25 @@ int64_t now_ns() {
 }
 } // namespace
 
+void prepare_profile_dir(const std::string& dir, const std::string& flag) {
+    try {
+        make_dirs(dir);
+    } catch (const Error& e) {
+        throw Error(strprintf("%s: %s", flag.c_str(), e.what()));
+    }
+    if (access(dir.c_str(), W_OK | X_OK) != 0)
+        throw Error(strprintf("%s: %s: cannot write into the directory (%s)", flag.c_str(), dir.c_str(), strerror(errno)));
+}
+
 ProfileSession::ProfileSession(SessionOptions opt, ProfileContext ctx, std::unique_ptr<EventSource> source)
     : opt_(std::move(opt)), schedule_(opt_.first_step, opt_.steps), ctx_(std::move(ctx)), source_(std::move(source)) {
+    prepare_profile_dir(opt_.dir, opt_.flag);
     if (!source_->slow_start() || schedule_.arm_at_start()) arm();
+}
+
+void ProfileSession::throw_if_not_written() const {
+    if (!write_error_.empty())
+        throw Error(strprintf("%s: %s (the run's results above are complete)", opt_.flag.c_str(), write_error_.c_str()));
 }
 
 ProfileSession::~ProfileSession() = default; // the source and the sampler stop themselves
@@ -100,7 +119,14 @@ void ProfileSession::write() {
     Report report = build_report(records, ctx_);
     report.counters = std::move(counters);
     if (opt_.print_summary) printf("%s", format_summary(report, opt_.summary_top).c_str());
-    write_profile_dir(opt_.dir, report, records, opt_.summary_top);
+    try {
+        write_profile_dir(opt_.dir, report, records, opt_.summary_top);
+    } catch (const std::exception& e) {
+        // The run's own results (checkpoints, tokens) come first: it goes on, and ends with this error.
+        write_error_ = e.what();
+        fprintf(stderr, "profile: not written: %s; the run goes on\n", e.what());
+        return;
+    }
     outcome_ = format_outcome(report, opt_.dir);
     written_avg_w_ = report.power.avg_w, written_j_per_token_ = report.power.joules_per_token;
     std::string dropped = records.dropped_records ? strprintf(" (%llu CUPTI records dropped: incomplete)",

@@ -55,10 +55,13 @@ struct SessionOptions {
     // Print summary.txt when it is written: for profile_gpt2cu, whose output is the profile. A trainer keeps
     // its log to training and prints print_outcome's few lines at its end instead.
     bool print_summary = false;
+    std::string flag = "--profile";  // the flag that named dir, for errors (profile_gpt2cu's is -o)
 };
 
 class ProfileSession {
 public:
+    // Makes the profile directory (and its parents) at once, before the run's work: a path that is a file, lies
+    // under a file or cannot be written to is refused here (Error naming --profile) rather than after the run.
     ProfileSession(SessionOptions opt, ProfileContext ctx, std::unique_ptr<EventSource> source);
     ~ProfileSession();
     ProfileSession(const ProfileSession&) = delete;
@@ -83,6 +86,10 @@ public:
     // them; NaN before it is written or where the device has no power reading.
     double written_avg_w() const { return written_avg_w_; }
     double written_joules_per_token() const { return written_j_per_token_; }
+    // Why writing the profile failed (a full disk, the directory removed meanwhile); "" when it did not. The run
+    // goes on (checkpoints, results); the program reports it and exits 1 at its end (throw_if_not_written).
+    const std::string& write_error() const { return write_error_; }
+    void throw_if_not_written() const;
 
 private:
     bool armed() const { return source_running_; }
@@ -101,6 +108,11 @@ private:
     int64_t flush_ns_ = 0; // summed time of the between-step flushes
     std::string outcome_;  // print_outcome's lines, kept from write()
     double written_avg_w_ = NAN, written_j_per_token_ = NAN;
+    std::string write_error_;
 };
+
+// The profile directory made ready before a run: created with its parents; Error naming `flag` when it is not a
+// directory, lies under a file, or cannot be written to.
+void prepare_profile_dir(const std::string& dir, const std::string& flag);
 
 } // namespace llmc::prof

@@ -88,6 +88,28 @@ void check_same_run(Communicator& comm, const TrainOptions& opt, int64_t resume_
                                        source.c_str()));
 }
 
+/*
+ * A resume continues the checkpoint's model; a -e given beside -y 1 must describe that model (a dN with its shape,
+ * or a model file of its shape), else the run would silently train another model than the one asked for. Without
+ * -e the checkpoint's model is used, and the banner names it.
+ */
+void check_resumed_model(const TrainOptions& opt, const GPT2Config& ckpt, int64_t resume_step) {
+    int depth;
+    GPT2Config want;
+    if (parse_depth_descriptor(opt.model, &depth)) want = gpt2_config_for_depth(depth);
+    else if (file_exists(opt.model)) want = load_model(opt.model, /*with_params=*/false).config;
+    else throw UsageError(strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", opt.model.c_str()));
+    auto shape = [](const GPT2Config& c) {
+        return strprintf("L=%d NH=%d C=%d V=%d maxT=%d", c.num_layers, c.num_heads, c.channels, c.vocab_size,
+                         c.max_seq_len);
+    };
+    if (shape(want) != shape(ckpt) || want.padded_vocab_size != ckpt.padded_vocab_size)
+        throw UsageError(strprintf("-e %s: the checkpoint in %s (step %lld) holds another model (%s, not %s); resume "
+                                   "with its -e, or without -e",
+                                   opt.model.c_str(), opt.output_dir.c_str(), (long long)resume_step,
+                                   shape(ckpt).c_str(), shape(want).c_str()));
+}
+
 // One rank's run (data parallelism, llmc/train/dist.h): every rank runs this loop on its part of each batch; rank 0
 // alone prints, logs, samples, evaluates and writes files. backend: the caller's, so that it outlives an error.
 int train_run(Communicator* comm, const char* program, int argc, char** argv, const TrainOptions& defaults,
@@ -107,6 +129,7 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
     const std::string profile_root = opt.profile_dir;
     if (world > 1 && !opt.profile_dir.empty()) opt.profile_dir += strprintf("/rank%d", rank);
     if (!opt.output_dir.empty() && rank == 0) make_dirs(opt.output_dir);
+    if (!opt.profile_dir.empty()) prof::prepare_profile_dir(opt.profile_dir, "--profile"); // before the data is read
 
     // ---- every input is checked before the model is allocated: model shape, data, checkpoint ----
     // The model: random init (dN), a model file, or the latest checkpoint when resuming.
@@ -126,6 +149,7 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
         mf = load_model(source);
         cfg = mf.config;
     }
+    if (resume_step >= 0 && opt.model_given) check_resumed_model(opt, cfg, resume_step);
     if (opt.T > cfg.max_seq_len)
         throw UsageError(strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));
     size_t nparams = num_parameters(cfg);
@@ -287,6 +311,7 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
             printf("\n%s", text.c_str());
         }
     }
+    if (profile) profile->throw_if_not_written(); // after the checkpoints and the summary
     return 0;
 }
 

@@ -368,16 +368,39 @@ GPU_TEST(GpuSampleTokens, TemperatureFollowsDistribution) {
     EXPECT_GE(same_as_cpu, rows - rows / 100);
 }
 
-// A row with nothing above -inf (a broken model's NaN or -inf logits) still gives an id of the vocabulary: 0,
-// as the CPU's max_element.
-GPU_TEST(GpuSampleTokens, GreedyOnARowWithoutNumbersGivesIdZero) {
+// The lowest temperature the programs allow (1e-3) draws the argmax whatever the coin, as the CPU does.
+GPU_TEST(GpuSampleTokens, LowestTemperatureDrawsTheMode) {
     REQUIRE_GPU();
     const int V = 1000, Vp = 1024;
-    for (float fill : {NAN, -INFINITY}) {
-        std::vector<float> row(Vp, fill);
-        EXPECT_EQ(sample_rows(row, V, 1, 0.0f, 0, {0.5f})[0], 0) << fill;
-        EXPECT_EQ(pick_token(row.data(), V, 0.0f, 0, 0.5f), 0) << fill;
+    const std::vector<float> row = random_row(V, Vp, 1.0f);
+    const std::vector<float> coins = {0.0f, 0.25f, 0.5f, 0.9999f};
+    const std::vector<int> ids = sample_rows(row, V, (int)coins.size(), 1e-3f, 0, coins);
+    for (size_t r = 0; r < coins.size(); r++) {
+        EXPECT_EQ(ids[r], argmax(row.data(), V)) << "coin " << coins[r];
+        EXPECT_EQ(pick_token(row.data(), V, 1e-3f, 0, coins[r]), ids[r]) << "coin " << coins[r];
     }
+}
+
+// A row with a logit that is not finite (a broken model's NaN or inf, alone or throughout) gives kNotFinite,
+// greedy or sampled, as the CPU's pick_token: the programs stop on it instead of printing a token.
+GPU_TEST(GpuSampleTokens, RowWithANonFiniteLogitGivesNotFinite) {
+    REQUIRE_GPU();
+    const int V = 1000, Vp = 1024;
+    std::mt19937 g((unsigned)gputest::fresh_seed());
+    const int at = (int)(g() % V);
+    for (float fill : {NAN, INFINITY, -INFINITY}) {
+        std::vector<float> throughout(Vp, fill), one = random_row(V, Vp, 1.0f);
+        one[at] = fill;
+        for (const std::vector<float>* row : {&throughout, &one})
+            for (float T : {0.0f, 1.0f}) {
+                EXPECT_EQ(sample_rows(*row, V, 1, T, 0, {0.5f})[0], kNotFinite) << fill << " T " << T;
+                EXPECT_EQ(pick_token(row->data(), V, T, 0, 0.5f), kNotFinite) << fill << " T " << T;
+            }
+    }
+    // The padding beyond V is never read: a row whose padding is NaN is sampled as usual.
+    std::vector<float> padded = random_row(V, Vp, 1.0f);
+    for (int i = V; i < Vp; i++) padded[i] = NAN;
+    EXPECT_EQ(sample_rows(padded, V, 1, 0.0f, 0, {0.5f})[0], argmax(padded.data(), V));
 }
 
 // The two zeros are one value: with +0 the k-th largest logit, a -0 is kept as a tie, as on the CPU. Every
