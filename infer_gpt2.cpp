@@ -75,6 +75,7 @@ int run(int argc, char** argv) {
     profile.end_step(profile.shape.prompt_tokens, std::count(running.begin(), running.end(), true) == 0);
     record_prefill(prompts, seqs, sum);
     std::vector<std::vector<int>> step(B);
+    DecodeProgress progress(opt.new_tokens);
     dec.phase = Phase::decode;
     while (std::count(running.begin(), running.end(), true) > 0) {
         const auto ts = Clock::now();
@@ -89,6 +90,7 @@ int run(int argc, char** argv) {
         sum.step_ms.push_back(ms);
         for (int b = 0; b < B; b++)
             if (!step[b].empty()) seqs[b].decode_ms += ms;
+        progress.tick((long)sum.step_ms.size() + 1);
     }
 
     // ---- output ----

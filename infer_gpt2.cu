@@ -74,6 +74,7 @@ int run(int argc, char** argv) {
     sum.ttft_ms = ms_since(t0);
     profile.end_step(profile.shape.prompt_tokens, !any_running());
     record_prefill(in.prompts, seqs, sum);
+    DecodeProgress progress(opt.new_tokens);
     while (any_running()) {
         // Only the running sequences step: the decoder computes a row for each of them and none for the others.
         const std::vector<bool> was = running;
@@ -90,6 +91,7 @@ int run(int argc, char** argv) {
         sum.step_ms.push_back(ms);
         for (int b = 0; b < B; b++)
             if (was[b]) seqs[b].decode_ms += ms, sum.decode_tokens++;
+        progress.tick((long)sum.step_ms.size() + 1);
     }
 
     // ---- output ----

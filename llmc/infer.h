@@ -21,6 +21,7 @@
 #include "llmc/gpt2_init.h"
 #include "llmc/profiler/session.h"
 #include "llmc/rand.h"
+#include "llmc/progress.h"
 #include "llmc/sampler.h"
 #include "llmc/tokenizer.h"
 #include "llmc/utils.h"
@@ -346,6 +347,23 @@ inline void check_token(int id, int b, size_t n) {
                               b, n));
 }
 
+// Long generations show that they move: "generating: token 130/512, 12 s elapsed, ETA ..." every few seconds on
+// stderr, when stderr is a terminal (never into a pipe, a log or --json's stdout).
+class DecodeProgress {
+public:
+    explicit DecodeProgress(int new_tokens)
+        : on_(isatty(STDERR_FILENO) == 1), total_(new_tokens), progress_("generating", "token", 5.0, stderr) {}
+    // After `done` tokens of each running sequence.
+    void tick(long done) {
+        if (on_) progress_.tick(done, total_);
+    }
+
+private:
+    bool on_;
+    long total_;
+    Progress progress_;
+};
+
 // The q-quantile (0..1) of xs by linear interpolation between order statistics; 0 for an empty list.
 inline double quantile(std::vector<double> xs, double q) {
     if (xs.empty()) return 0;
@@ -385,8 +403,10 @@ inline void record_prefill(const std::vector<std::vector<int>>& prompts, std::ve
     }
 }
 
-inline double decode_tok_s(const SequenceResult& s) {
-    return s.decode_ms > 0 ? (s.ids.size() - 1) / (s.decode_ms / 1e3) : 0;
+// The sequence's decode rate; null when it took no decode step (its one token came from the prefill).
+inline nlohmann::json decode_tok_s(const SequenceResult& s) {
+    if (s.ids.size() < 2 || !(s.decode_ms > 0)) return nullptr;
+    return (s.ids.size() - 1) / (s.decode_ms / 1e3);
 }
 
 inline nlohmann::json sequence_json(const SequenceResult& s) {
@@ -398,12 +418,14 @@ inline nlohmann::json summary_json(const InferSummary& m) {
     double decode_ms = 0;
     for (double x : m.step_ms) decode_ms += x;
     auto or_null = [](double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); };
+    // Without a decode step (-n 1: the prefill gives the only token) decode has no rate and no latency: null.
+    const bool decoded = !m.step_ms.empty();
     return {{"summary",
              {{"prefill_tok_s", m.prefill_ms > 0 ? m.prefill_tokens / (m.prefill_ms / 1e3) : 0.0},
               {"ttft_ms", m.ttft_ms},
-              {"decode_tok_s", decode_ms > 0 ? m.decode_tokens / (decode_ms / 1e3) : 0.0},
-              {"latency_p50_ms", quantile(m.step_ms, 0.5)},
-              {"latency_p90_ms", quantile(m.step_ms, 0.9)},
+              {"decode_tok_s", or_null(decoded && decode_ms > 0 ? m.decode_tokens / (decode_ms / 1e3) : NAN)},
+              {"latency_p50_ms", or_null(decoded ? quantile(m.step_ms, 0.5) : NAN)},
+              {"latency_p90_ms", or_null(decoded ? quantile(m.step_ms, 0.9) : NAN)},
               {"peak_mem_mib", m.peak_mem_mib},
               {"B", m.B},
               {"prompt_len", m.prompt_len},
@@ -416,11 +438,15 @@ inline nlohmann::json summary_json(const InferSummary& m) {
 // The human summary line: "summary: prefill ... tok/s, ttft ... ms, decode ... tok/s, ...".
 inline std::string summary_line(const InferSummary& m) {
     const nlohmann::json s = summary_json(m)["summary"];
-    return strprintf("summary: B=%d prompt %d + %d new tokens, %zu params | prefill %.1f tok/s, ttft %.2f ms | decode "
-                     "%.1f tok/s, per-token latency p50 %.2f ms p90 %.2f ms | peak memory %.1f MiB",
+    const std::string decode =
+        s["decode_tok_s"].is_null()
+            ? std::string("decode none (-n 1)")
+            : strprintf("decode %.1f tok/s, per-token latency p50 %.2f ms p90 %.2f ms", s["decode_tok_s"].get<double>(),
+                        s["latency_p50_ms"].get<double>(), s["latency_p90_ms"].get<double>());
+    return strprintf("summary: B=%d prompt %d + %d new tokens, %zu params | prefill %.1f tok/s, ttft %.2f ms | %s | "
+                     "peak memory %.1f MiB",
                      m.B, m.prompt_len, m.gen_len, m.params, s["prefill_tok_s"].get<double>(), m.ttft_ms,
-                     s["decode_tok_s"].get<double>(), s["latency_p50_ms"].get<double>(),
-                     s["latency_p90_ms"].get<double>(), m.peak_mem_mib);
+                     decode.c_str(), m.peak_mem_mib);
 }
 
 inline double ms_since(std::chrono::steady_clock::time_point t0) {

@@ -356,6 +356,22 @@ TEST(InferProgram, ProfilePathCheckedBeforeGenerating) {
     EXPECT_EQ(slurp(file), "keep\n");
 }
 
+// -n 1: the prefill gives the only token, there is no decode step: decode's rate and latencies are null (they
+// were 0, a measurement of nothing), and the summary line says there was none.
+TEST(InferProgram, NoDecodeStepGivesNullDecodeFigures) {
+    auto r = run(infer("-e d1 --prompt-ids 5,6,7 -b 2 -n 1 --temperature 0 --json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto lines = json_lines(r.output);
+    ASSERT_EQ(lines.size(), 3u) << r.output;
+    EXPECT_TRUE(lines[0]["decode_tok_s"].is_null()) << r.output;
+    const nlohmann::json& s = lines[2]["summary"];
+    for (const char* k : {"decode_tok_s", "latency_p50_ms", "latency_p90_ms"}) EXPECT_TRUE(s[k].is_null()) << k;
+    EXPECT_GT(s["prefill_tok_s"].get<double>(), 0);
+    auto text = run(infer("-e d1 --prompt-ids 5,6,7 -n 1 --temperature 0"));
+    ASSERT_EQ(text.exit_code, 0) << text.output;
+    EXPECT_NE(text.output.find("| decode none (-n 1) |"), std::string::npos) << text.output;
+}
+
 // Sampling is seeded: the same seed gives the same tokens, synthetic prompts have the length asked for.
 TEST(InferProgram, SeededSamplingAndSyntheticPrompts) {
     const std::string cmd = infer("-e d1 --prompt-len 5 -b 2 -n 8 --temperature 1 --top-k 40 --json");

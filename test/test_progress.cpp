@@ -31,15 +31,32 @@ TEST(Progress, PrintsAtMostEverySoOften) {
     FILE* f = fopen((dir / "out").c_str(), "w+");
     ASSERT_TRUE(f);
     double now = 100;
-    Progress p("val loss", 5.0, f, [&] { return now; });
+    Progress p("val loss", "batch", 5.0, f, [&] { return now; });
     for (int i = 1; i <= 10; i++) {
         now += 2; // 2 s per item: lines after items 3 (6 s), 6 (12 s) and 9 (18 s)
         p.tick(i, 10);
     }
-    Progress quick("quick", 5.0, f, [&] { return now; });
+    Progress quick("quick", "item", 5.0, f, [&] { return now; });
     for (int i = 1; i <= 10; i++) quick.tick(i, 10); // the clock stands still
     fclose(f);
-    EXPECT_EQ(testutil::slurp(dir / "out"), "val loss: 3/10, 6.0 s elapsed, ETA 14 s\n"
-                                            "val loss: 6/10, 12 s elapsed, ETA 8.0 s\n"
-                                            "val loss: 9/10, 18 s elapsed, ETA 2.0 s\n");
+    EXPECT_EQ(testutil::slurp(dir / "out"), "val loss: batch 3/10, 6.0 s elapsed, ETA 14 s\n"
+                                            "val loss: batch 6/10, 12 s elapsed, ETA 8.0 s\n"
+                                            "val loss: batch 9/10, 18 s elapsed, ETA 2.0 s\n");
+}
+
+// The step lines' ETA: steps at their own mean time, boundary work (val, sample, checkpoint) at its own mean per
+// event. A 10 s val loss before step 1 of 200 (1 s steps, val every 50) is 4 more val losses, not 199 x 11 s.
+TEST(Progress, RunEtaCountsBoundaryWorkByItsOwnCost) {
+    RunEta eta;
+    const long every[RunEta::kinds] = {50, 0, 100};
+    eta.boundary(RunEta::val, 10.0);
+    eta.step(1.0);
+    EXPECT_DOUBLE_EQ(eta.eta(1, 200, every), 199 * 1.0 + 4 * 10.0); // val at 50, 100, 150, 200; no checkpoint cost yet
+    eta.step(3.0);
+    eta.boundary(RunEta::checkpoint, 6.0);
+    EXPECT_DOUBLE_EQ(eta.eta(2, 200, every), 198 * 2.0 + 4 * 10.0 + 2 * 6.0);
+    // A last step that is no multiple still has its boundary work; the boundary of the step just done counts.
+    const long odd[RunEta::kinds] = {50, 0, 0};
+    EXPECT_DOUBLE_EQ(eta.eta(50, 130, odd), 80 * 2.0 + 3 * 10.0); // 50, 100, 130
+    EXPECT_DOUBLE_EQ(eta.eta(130, 130, odd), 10.0);              // the last val loss
 }

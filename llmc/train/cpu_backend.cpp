@@ -64,7 +64,7 @@ public:
         // Each micro-batch of every rank weighs 1/(all of them): the ranks' gradients then sum to the mean.
         const int micro_batches = grad_accum * dp_.world();
         double loss = 0;
-        Progress progress(strprintf("step %d micro-batches", t)); // a step of many micro-batches can take minutes
+        Progress progress(strprintf("step %d", t), "micro-batch"); // a step of many micro-batches can take minutes
         for (int micro = 0; micro < grad_accum; micro++) {
             train.next_batch();
             model_.forward(train.inputs(), train.targets(), B_, T_);

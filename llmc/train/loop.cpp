@@ -240,6 +240,9 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
     // Steps are numbered as the step lines print them: step N is the N-th, and what is reported "at step N"
     // (val loss, samples, checkpoints) comes after it (step 0: before training).
     const auto run_start = Clock::now();
+    auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+    RunEta eta;
+    const long every[RunEta::kinds] = {has_val ? opt.val_every : 0, opt.sample_every, opt.checkpoint_every};
     double trained_seconds = 0;
     CommStats step_comm; // the collectives of the training steps (not the setup's checks, nor checkpoints')
     for (int step = start_step; step <= max_steps; step++) {
@@ -249,14 +252,21 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
         const bool do_sample = opt.sample_every > 0 && step > start_step && (step % opt.sample_every == 0 || last);
         const bool do_checkpoint =
             opt.checkpoint_every > 0 && step > start_step && (step % opt.checkpoint_every == 0 || last);
+        auto t_boundary = Clock::now();
         if (do_val && val) {
-            Progress progress(strprintf("step %d/%d | val loss", step, max_steps));
+            Progress progress(strprintf("step %d/%d | val loss", step, max_steps), "batch");
             float vl = be.val_loss(*val, val_batches, progress);
             printf("step %4d/%d | val loss %.6f\n", step, max_steps, vl);
             log.val(step, vl);
+            eta.boundary(RunEta::val, seconds_since(t_boundary));
         }
-        if (do_sample && rank == 0) print_sample(be, cfg, sample_rng, opt, tokenizer.get());
+        if (do_sample && rank == 0) {
+            t_boundary = Clock::now();
+            print_sample(be, cfg, sample_rng, opt, tokenizer.get());
+            eta.boundary(RunEta::sample, seconds_since(t_boundary));
+        }
         if (do_checkpoint) {
+            t_boundary = Clock::now();
             // Every rank takes part in gathering the moments; rank 0 writes them all, and the data position,
             // which is the same on every rank.
             std::vector<float> w = be.weights();
@@ -268,6 +278,7 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
                 save_state(checkpoint_state_path(opt.output_dir, step), st);
                 printf("checkpoint: %s\n", checkpoint_model_path(opt.output_dir, step).c_str());
             }
+            eta.boundary(RunEta::checkpoint, seconds_since(t_boundary));
         }
         if (last) break;
         // The other ranks wait here for it, untimed: else they would start the step and wait in its first
@@ -288,11 +299,11 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
                                   s.loss, step + 1));
         trained++;
         trained_seconds += ms / 1e3;
-        // The ETA counts val losses, samples and checkpoints at the pace they have cost so far.
-        const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s%s | %s\n", step + 1, max_steps,
-               s.loss, s.grad_norm, lr, ms, opt.total_batch / (ms / 1e3), be.step_extras(ms, opt.total_batch).c_str(),
-               elapsed_and_eta(elapsed, trained, max_steps - start_step).c_str());
+        eta.step(ms / 1e3);
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s%s | %s elapsed, ETA %s\n",
+               step + 1, max_steps, s.loss, s.grad_norm, lr, ms, opt.total_batch / (ms / 1e3),
+               be.step_extras(ms, opt.total_batch).c_str(), format_duration(seconds_since(run_start)).c_str(),
+               format_duration(eta.eta(step + 1, max_steps, every)).c_str());
         log.train(step + 1, s.loss, lr, s.grad_norm);
         if (profile) profile->step_done(step + 1 == max_steps);
     }

@@ -69,6 +69,8 @@ MUTATIONS = [
     ("llmc/sample.cuh", "const int tid = threadIdx.x, r = blockIdx.x, b = seq[r];",
      "const int tid = threadIdx.x, r = blockIdx.x, b = r;", "sampler writes ids by row, not by sequence",
      "EmuGpuSampleTokens.*"),
+    ("llmc/sample.cuh", "    if (not_finite) s_not_finite = 1; // every writer writes the same value\n", "",
+     "sampler draws a token from a row with NaN or inf logits", "EmuGpuSampleTokens.RowWithANonFiniteLogitGivesNotFinite"),
     ("llmc/gpt2_decoder.cuh", "const int id = tok[tok_at ? tok_at[r] : r];", "const int id = tok[r];",
      "decode embeds the id of the row's index, not its sequence's", "EmuGpuGPT2Decoder.GreedyCacheMatchesRecomputeAndCpu"),
 ]
