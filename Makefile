@@ -18,6 +18,11 @@
 # includes it. The training loop and the profiler's analysis and writers are compiled once, into
 # build/libllmc_train.a and build/libllmc_profiler.a, and linked into every program that uses them.
 
+# Parallel by default (one job per CPU); an explicit -jN (or -j1) wins.
+ifeq ($(filter -j%,$(MAKEFLAGS))$(findstring j,$(firstword -$(MAKEFLAGS))),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
+
 CXX ?= g++
 # -march=native: the CPU reference spends its time in matmul loops that want the widest vectors available.
 # Override with `make CPU_ARCH=x86-64-v2` for a binary that runs on other machines.
@@ -224,13 +229,22 @@ else
 # The emulated GPU tier runs twice: the plain build under all three schedules (races), then the AddressSanitizer +
 # UBSan build under one (any out-of-bounds access in a kernel fails it).
 EMU_TEST_BINS := $(if $(HAVE_NVCC),$(BUILD)/emu/emu_tests $(BUILD)/emu-asan/emu_tests)
-test: $(BUILD)/run_tests $(TEST_PROGRAMS) $(EMU_TEST_BINS)
+test: test_banner $(BUILD)/run_tests $(TEST_PROGRAMS) $(EMU_TEST_BINS)
+	@echo "== make test: tier 1 of $(if $(HAVE_NVCC),3,1): the CPU reference, the programs and the GPU tests (skipped without a GPU) =="
 	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/run_tests
 ifneq ($(HAVE_NVCC),)
+	@echo "== make test: tier 2 of 3: the GPU kernels on the emulated runtime, three schedules =="
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/emu/emu_tests
+	@echo "== make test: tier 3 of 3: the same under AddressSanitizer and UBSan =="
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} EMU_SCHEDULES=1 ./$(BUILD)/emu-asan/emu_tests
 endif
 endif
+# Printed before anything is built: what `make test` does and how long it takes (measured: doc/testing.md).
+TEST_MINUTES := $(if $(HAVE_NVCC),25,5)
+.PHONY: test_banner
+test_banner:
+	@echo "== make test: building the programs and the test binaries$(if $(HAVE_NVCC), (nvcc and two emulator builds),) then running them; from scratch about $(TEST_MINUTES) minutes on 2 cores =="
+
 
 # ---- fuzzing: one libFuzzer target per parser, test/fuzz/fuzz_<name>.cpp, built with clang, ASan and UBSan.
 # `make fuzz` runs each for FUZZ_SECONDS from its committed seeds (test/fuzz/corpus/<name>); inputs it finds go

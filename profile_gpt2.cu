@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
             printf("profile_gpt2cu: --warmup 1: CUPTI starts during an untraced step\n");
         }
         require_gpu("profile_gpt2cu");
-        prof::prepare_profile_dir(opt.output, "-o"); // before the model is built
+        prof::check_profile_dir(opt.output, "-o"); // before the model is built
         cudaDeviceProp prop;
         CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
 

@@ -282,7 +282,7 @@ public:
     // --json); without, nothing.
     template <typename Make> void start(Make&& make) {
         if (opt_.profile_dir.empty()) return;
-        prof::prepare_profile_dir(opt_.profile_dir, "--profile"); // before the ceilings are measured
+        prof::check_profile_dir(opt_.profile_dir, "--profile"); // before the ceilings are measured
         StdoutToStderr quiet(opt_.json);
         session_ = make(session_options());
         session_->before_report([this](const prof::ProfileRecords&, prof::ProfileContext& ctx) {

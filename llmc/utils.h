@@ -155,6 +155,31 @@ inline void check_output_file(const std::string& path) {
     throw Error(strprintf("%s: exists and is %s; an output must be a regular file or a new name", path.c_str(), what));
 }
 
+// An output directory, checked before the work without creating anything: an existing path must be a directory
+// this process can write into; a new one must be creatable, i.e. its nearest existing ancestor a writable
+// directory (a path under a file is refused). Error names the path, as make_dirs's.
+inline void check_output_dir(const std::string& path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            throw Error(strprintf("%s: cannot create directory (exists and is not a directory)", path.c_str()));
+        if (access(path.c_str(), W_OK | X_OK) != 0)
+            throw Error(strprintf("%s: cannot write into the directory (%s)", path.c_str(), strerror(errno)));
+        return;
+    }
+    if (errno != ENOENT) throw Error(strprintf("%s: cannot create directory (%s)", path.c_str(), strerror(errno)));
+    std::string parent = path;
+    while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
+    const size_t slash = parent.find_last_of('/');
+    parent = slash == std::string::npos ? "." : slash == 0 ? "/" : parent.substr(0, slash);
+    try {
+        check_output_dir(parent);
+    } catch (const Error&) {
+        throw Error(strprintf("%s: cannot create directory (%s is not a writable directory)", path.c_str(),
+                              parent.c_str()));
+    }
+}
+
 /*
  * Atomic file write: data goes to "<path>.tmp", is fsync'ed, then renamed over <path> and the directory is
  * fsync'ed. A crash at any point leaves either the old file or the new one, never a torn one. Without

@@ -495,6 +495,16 @@ TEST(InferProgram, ProfileSeparatesPrefillAndDecode) {
         EXPECT_EQ(phases[1].at("bound"), "memory");
         EXPECT_TRUE(weight_bound) << pj["findings"].dump();
     }
+    // The summary speaks of inference on the CPU: sequences and tokens (no T, no gradient accumulation), a step
+    // table by prefill/decode (no forward/backward/optimizer columns of zeros), no CUPTI, no bf16.
+    const std::string summary = slurp(prof_dir + "/summary.txt");
+    EXPECT_NE(summary.find("  batch     1 sequences, 8 prompt tokens, 6 generated tokens, 6 profiled steps"),
+              std::string::npos) << summary;
+    EXPECT_NE(summary.find("== Steps (CPU time) ==\n  step  phase"), std::string::npos) << summary;
+    EXPECT_NE(summary.find("     1  prefill"), std::string::npos) << summary;
+    EXPECT_NE(summary.find("     2  decode"), std::string::npos) << summary;
+    for (const char* absent : {"grad_accum", "fwd_ms", "bwd_ms", "CUPTI", "bf16"})
+        EXPECT_EQ(summary.find(absent), std::string::npos) << absent << " in\n" << summary;
 }
 
 // The summary's avg_power_w and j_per_token are the profile's power over the run: on a CPU whose RAPL counter

@@ -204,6 +204,26 @@ TEST(PrepareDataCli, OutputThatIsNotARegularFile) {
     EXPECT_EQ(testutil::slurp(target), "keep\n");
 }
 
+// make tinyshakespeare without a network: one line that says how to use a local copy (it printed curl's retries
+// and a URL). The script runs from a copy of the repository's layout, so the repository's data/ is not touched;
+// the address is this machine's discard port, which refuses the connection at once.
+TEST(PrepareDataCli, TinyShakespeareDownloadFailureSaysHowToUseALocalCopy) {
+    testutil::TempDir dir;
+    ASSERT_EQ(testutil::run("mkdir -p " + (dir / "dev/data") + " && cp dev/data/tinyshakespeare.sh " + (dir / "dev/data/"))
+                  .exit_code,
+              0);
+    const std::string url = "http://127.0.0.1:9/input.txt";
+    auto r = testutil::run("TINYSHAKESPEARE_URL=" + url + " bash " + (dir / "dev/data/tinyshakespeare.sh"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    // "downloading URL", then the error.
+    EXPECT_EQ(count_lines(r.output), 2) << r.output;
+    EXPECT_NE(r.output.find("error: could not download " + url + " ("), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("); to use a local copy of the text: TINYSHAKESPEARE=/path/to/input.txt make tinyshakespeare\n"),
+              std::string::npos) << r.output;
+    EXPECT_FALSE(file_exists(dir / "data/tinyshakespeare/input.txt"));
+    EXPECT_FALSE(file_exists(dir / "data/tinyshakespeare/input.txt.part"));
+}
+
 TEST(PrepareDataCli, InvalidUtf8Input) {
     testutil::TempDir dir;
     std::string in = dir / "bad.txt";

@@ -403,9 +403,12 @@ TEST_F(TrainCpu, ProfilePathCheckedBeforeTraining) {
     EXPECT_EQ(slurp(file), "keep\n");
 }
 
+// The last checkpoint loads as a model file, and the run ends by saying how to generate from it.
 TEST_F(TrainCpu, CheckpointLoadsAsModel) {
     auto r = run(train("-x 2 -v 0 -n 2 -o " + (dir / "c")));
     ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("generate from it: ./infer_gpt2 -e " + (dir / "c/model_00000002.bin") + " -p \"ROMEO:\" -n 64\n"),
+              std::string::npos) << r.output;
     auto again = run("./train_gpt2 -i " + dir.path + " -e " + (dir / "c/model_00000002.bin") + " -b 4 -t 16 -x 1 -v 0 -s 0");
     ASSERT_EQ(again.exit_code, 0) << again.output;
     auto s = parse_steps(again.output);

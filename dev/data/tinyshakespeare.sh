@@ -3,13 +3,14 @@
 # files llm.c's dev/data/tinyshakespeare.py writes.
 #
 #   TINYSHAKESPEARE=/path/input.txt   use this text instead of downloading it
+#   TINYSHAKESPEARE_URL=URL           download from this address instead
 #   GPT2_VOCAB_DIR=/path/dir          GPT-2's encoder.json and vocab.bpe (default: the copy in dev/data/gpt2)
 #
 # Only the text is downloaded, and kept only when its SHA-256 is the known one. Safe to re-run: the download
 # happens only when the text is missing and every output is rewritten atomically.
 set -euo pipefail
 
-TS_URL=https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt
+TS_URL=${TINYSHAKESPEARE_URL:-https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt}
 TS_SHA256=86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed
 
 # Relative paths in the environment mean the caller's directory, so resolve them before moving to the repo root.
@@ -25,18 +26,23 @@ download() {
     local url=$1 dest=$2 sha256=$3 rc=0
     mkdir -p "$(dirname "$dest")"
     echo "downloading $url"
+    # The client's own messages (curl's retries) are kept for the error line, not printed as they come.
     if command -v curl >/dev/null 2>&1; then
-        curl -fsSL --retry 3 -o "$dest.part" "$url" || rc=$?
+        curl -fsSL --retry 3 -o "$dest.part" "$url" 2>"$dest.err" || rc=$?
     elif command -v wget >/dev/null 2>&1; then
-        wget -q -O "$dest.part" "$url" || rc=$?
+        wget -q -O "$dest.part" "$url" 2>"$dest.err" || rc=$?
     else
-        echo "error: neither curl nor wget is installed, cannot download $url (set TINYSHAKESPEARE to a local" \
-            "copy instead)" >&2
+        echo "error: neither curl nor wget is installed, cannot download $url; to use a local copy of the text:" \
+            "TINYSHAKESPEARE=/path/to/input.txt make tinyshakespeare" >&2
         exit 1
     fi
+    local why
+    why=$(tail -n 1 "$dest.err" 2>/dev/null)
+    rm -f "$dest.err"
     if [ "$rc" != 0 ]; then
         rm -f "$dest.part"
-        echo "error: download of $url failed (exit status $rc)" >&2
+        echo "error: could not download $url (${why:-exit status $rc}); to use a local copy of the text:" \
+            "TINYSHAKESPEARE=/path/to/input.txt make tinyshakespeare" >&2
         exit 1
     fi
     local got

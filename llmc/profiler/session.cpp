@@ -1,11 +1,8 @@
 // The profile session (llmc/profiler/session.h).
 #include "llmc/profiler/session.h"
 
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <unistd.h>
 
 #include "llmc/profiler/nvml_sampler.h"
 #include "llmc/profiler/report.h"
@@ -20,19 +17,18 @@ int64_t now_ns() {
 }
 } // namespace
 
-void prepare_profile_dir(const std::string& dir, const std::string& flag) {
+void check_profile_dir(const std::string& dir, const std::string& flag) {
     try {
-        make_dirs(dir);
+        check_output_dir(dir);
     } catch (const Error& e) {
         throw Error(strprintf("%s: %s", flag.c_str(), e.what()));
     }
-    if (access(dir.c_str(), W_OK | X_OK) != 0)
-        throw Error(strprintf("%s: %s: cannot write into the directory (%s)", flag.c_str(), dir.c_str(), strerror(errno)));
 }
 
 ProfileSession::ProfileSession(SessionOptions opt, ProfileContext ctx, std::unique_ptr<EventSource> source)
     : opt_(std::move(opt)), schedule_(opt_.first_step, opt_.steps), ctx_(std::move(ctx)), source_(std::move(source)) {
-    prepare_profile_dir(opt_.dir, opt_.flag);
+    check_profile_dir(opt_.dir, opt_.flag);
+    make_dirs(opt_.dir);
     if (!source_->slow_start() || schedule_.arm_at_start()) arm();
 }
 

@@ -60,8 +60,8 @@ struct SessionOptions {
 
 class ProfileSession {
 public:
-    // Makes the profile directory (and its parents) at once, before the run's work: a path that is a file, lies
-    // under a file or cannot be written to is refused here (Error naming --profile) rather than after the run.
+    // Makes the profile directory (and its parents) at once: a path that is a file, lies under a file or cannot be
+    // written to is refused here (Error naming opt.flag) rather than after the run.
     ProfileSession(SessionOptions opt, ProfileContext ctx, std::unique_ptr<EventSource> source);
     ~ProfileSession();
     ProfileSession(const ProfileSession&) = delete;
@@ -111,8 +111,8 @@ private:
     std::string write_error_;
 };
 
-// The profile directory made ready before a run: created with its parents; Error naming `flag` when it is not a
-// directory, lies under a file, or cannot be written to.
-void prepare_profile_dir(const std::string& dir, const std::string& flag);
+// The profile directory checked before a run's work, nothing created (check_output_dir): Error naming `flag` when
+// it is not a directory, lies under a file, or cannot be written to. The session makes it when it starts.
+void check_profile_dir(const std::string& dir, const std::string& flag);
 
 } // namespace llmc::prof

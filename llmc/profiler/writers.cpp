@@ -121,8 +121,14 @@ std::string summary_header(const Report& r, const SummaryStyle& style) {
         s += strprintf("  model     GPT-2 L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %.2fM parameters\n", m.num_layers,
                        m.num_heads, m.channels, m.max_seq_len, m.vocab_size, m.padded_vocab_size,
                        (c.num_parameters ? c.num_parameters : num_parameters(m)) / 1e6);
-    s += strprintf("  batch     B=%d T=%d grad_accum=%d (%ld tokens per step), %d profiled steps\n", c.B, c.T,
-                   c.grad_accum, (long)c.B * c.T * c.grad_accum, r.num_steps);
+    if (c.inference.active()) // no T, no gradient accumulation: sequences, their prompts, what they generated
+        s += strprintf("  batch     %ld sequences, %ld prompt tokens, %ld generated tokens, %d profiled steps (a "
+                       "prefill, then decode steps)\n",
+                       c.inference.sequences, c.inference.prompt_tokens,
+                       c.inference.sequences + c.inference.decode_tokens, r.num_steps);
+    else
+        s += strprintf("  batch     B=%d T=%d grad_accum=%d (%ld tokens per step), %d profiled steps\n", c.B, c.T,
+                       c.grad_accum, (long)c.B * c.T * c.grad_accum, r.num_steps);
     const Ceilings& ce = c.ceilings;
     s += strprintf("  ceilings  %s %s TFLOP/s, fp32 %s TFLOP/s, DRAM %s GB/s, ridge %s FLOP/B (%s)\n", style.matmul,
                    tflops_text(ce.bf16_tflops > 0 ? ce.bf16_tflops : NAN).c_str(),
@@ -147,10 +153,14 @@ std::string summary_header(const Report& r, const SummaryStyle& style) {
     else if (!style.on_gpu)
         s += "  roofline  the CPU step's analytic model: fp32 tensors, no fusions (residual adds and GELU on their "
              "own); every FLOP against the matmul ceiling\n";
-    s += strprintf("  records   %zu kernels, %zu memcpys, %zu memsets, %zu API calls, %zu syncs, %zu ranges, %zu power "
-                   "samples; %llu dropped; CUPTI overhead %.3f ms\n",
-                   r.records.kernels, r.records.memcpys, r.records.memsets, r.records.api, r.records.syncs,
-                   r.records.ranges, r.records.power, (unsigned long long)r.dropped_records, r.cupti_overhead_ms);
+    if (style.on_gpu)
+        s += strprintf("  records   %zu kernels, %zu memcpys, %zu memsets, %zu API calls, %zu syncs, %zu ranges, %zu "
+                       "power samples; %llu dropped; CUPTI overhead %.3f ms\n",
+                       r.records.kernels, r.records.memcpys, r.records.memsets, r.records.api, r.records.syncs,
+                       r.records.ranges, r.records.power, (unsigned long long)r.dropped_records, r.cupti_overhead_ms);
+    else // timed on the CPU: no CUDA calls, no copies, no CUPTI
+        s += strprintf("  records   %zu op executions, %zu ranges, %zu power samples\n", r.records.kernels,
+                       r.records.ranges, r.records.power);
     return s;
 }
 
@@ -208,8 +218,10 @@ std::string summary_subblocks(const Report& r, const SummaryStyle& style) {
     sub_row(r.total, "total", "");
     s += st.str();
     s += "  ms/step: the mean over the profiled steps; median [min, max]: the sub-block's time in each step.\n"
-         "  %roof = floor / time: achieved over the ceiling that bounds the sub-block. GEMM FLOPs against bf16,\n"
-         "  elementwise FLOPs against fp32 (bf16 when unknown); bytes: minimum DRAM traffic (doc/profiling.md).\n";
+         "  %roof = floor / time: achieved over the ceiling that bounds the sub-block. ";
+    s += style.on_gpu ? "GEMM FLOPs against bf16,\n  elementwise FLOPs against fp32 (bf16 when unknown); "
+                      : "Every FLOP against the fp32\n  matmul ceiling; ";
+    s += "bytes: minimum DRAM traffic (doc/profiling.md).\n";
     s += measured_vs_analytic(r.counters, r.costs, r.has_model);
     return s;
 }
@@ -245,6 +257,16 @@ std::string summary_inference(const Report& r, const SummaryStyle& style) {
 
 std::string summary_steps(const Report& r, const SummaryStyle& style) {
     std::string s;
+    if (r.context.inference.active()) { // no forward/backward/optimizer split: each step is a prefill or a decode
+        s += strprintf("\n== Steps (%s time) ==\n", style.dev);
+        TextTable pt({"step", "phase", "wall_ms", "busy_ms", "idle_ms", "tokens", "tok/s", "energy_J", "power_W"},
+                     "rlrrrrrrr");
+        for (const StepRow& x : r.steps)
+            pt.row({std::to_string(x.step), x.step == 1 ? "prefill" : "decode", num(x.wall_ms, "%.3f"),
+                    num(x.gpu_busy_ms, "%.3f"), num(x.idle_ms, "%.3f"), std::to_string(x.tokens), num(x.tok_s, "%.0f"),
+                    num(x.energy_j, "%.2f"), num(x.avg_power_w, "%.0f")});
+        return s + pt.str();
+    }
     s += strprintf("\n== Steps (%s time by phase) ==\n", style.dev);
     TextTable pt({"step", "wall_ms", "busy_ms", "idle_ms", "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok/s",
                   "energy_J", "power_W"},

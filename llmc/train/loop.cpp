@@ -129,7 +129,7 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
     const std::string profile_root = opt.profile_dir;
     if (world > 1 && !opt.profile_dir.empty()) opt.profile_dir += strprintf("/rank%d", rank);
     if (!opt.output_dir.empty() && rank == 0) make_dirs(opt.output_dir);
-    if (!opt.profile_dir.empty()) prof::prepare_profile_dir(opt.profile_dir, "--profile"); // before the data is read
+    if (!opt.profile_dir.empty()) prof::check_profile_dir(opt.profile_dir, "--profile"); // before the data is read
 
     // ---- every input is checked before the model is allocated: model shape, data, checkpoint ----
     // The model: random init (dN), a model file, or the latest checkpoint when resuming.
@@ -280,7 +280,16 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
             }
             eta.boundary(RunEta::checkpoint, seconds_since(t_boundary));
         }
-        if (last) break;
+        if (last) {
+            // What to do with the model just trained: its generation command, in the inference program that
+            // matches this trainer (infer_gpt2 for train_gpt2, infer_gpt2cu for train_gpt2cu).
+            const std::string trainer = program;
+            const std::string infer = trainer.rfind("train", 0) == 0 ? "infer" + trainer.substr(5) : "infer_gpt2";
+            if (do_checkpoint && rank == 0)
+                printf("generate from it: ./%s -e %s -p \"ROMEO:\" -n 64\n", infer.c_str(),
+                       checkpoint_model_path(opt.output_dir, step).c_str());
+            break;
+        }
         // The other ranks wait here for it, untimed: else they would start the step and wait in its first
         // collective, a wait the profile would count as theirs (their step longer, their communication slower).
         if (world > 1 && (do_val || do_sample || do_checkpoint)) comm->barrier();
