@@ -311,3 +311,33 @@ for phase in ("prefill", "decode"):
         << r.output;
     EXPECT_TRUE(is_png(out / "s.png"));
 }
+
+// A training profile against an inference one: a warning says they share no phase; each one's rows and phase
+// totals are printed, none with a ratio, and there is no whole-run total to divide.
+TEST_F(PlotInferProfile, CompareWithATrainingProfileWarnsAndDividesNothing) {
+    testutil::CpuProfileRun train;
+    testutil::run_cpu_profile(train, 3, 1, 2);
+    ASSERT_EQ(train.result.exit_code, 0) << train.result.output;
+    auto r = run("python3 scripts/compare_profiles.py " + train.profile_dir() + " " + profile_dir() + " -o " +
+                 (dir / "c.png"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("compare_profiles.py: warning: A is a training profile and B an inference one: they "
+                            "share no phase, so no row has a ratio and there is no whole-run total\n"),
+              std::string::npos)
+        << r.output;
+    for (const char* row : {"\nqkv          fwd", "\nqkv          prefill", "\nfwd ", "\ndecode "})
+        EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
+    EXPECT_EQ(r.output.find("\ntotal "), std::string::npos) << r.output;
+    // Every row after the header, up to the plot's line, ends in an A/B of "-".
+    std::istringstream lines(r.output.substr(r.output.find("\nsubblock ") + 1));
+    int rows = 0;
+    std::string line;
+    std::getline(lines, line); // the header
+    while (std::getline(lines, line) && line.rfind("wrote ", 0) != 0)
+        if (!line.empty() && line.rfind("compare_profiles.py: ", 0) != 0) {
+            rows++;
+            EXPECT_EQ(line.substr(line.find_last_of(' ')), " -") << line;
+        }
+    EXPECT_GT(rows, 20) << r.output;
+    EXPECT_TRUE(is_png(dir / "c.png"));
+}
