@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdio>
 #include <gtest/gtest.h>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -295,6 +297,66 @@ TEST(SweepParse, StepLineFieldsWhateverElseTheLineCarries) {
     EXPECT_NEAR(f["MFU"].get<double>(), mfu, 0.05) << line;
     EXPECT_NEAR(f["mem"].get<double>(), mem, 0.005) << line;
     EXPECT_FALSE(f.contains("ETA")) << line; // not a number
+}
+
+// The plots of a sweep on both devices, whose two sequence lengths took the same memory: every line has its own
+// marker and line style (lines that coincide would otherwise hide each other), each device's limit says what it
+// is (host RAM on the CPU, the free GPU memory on the GPU), and every plot with data has both axes labelled with
+// their units.
+TEST_F(Sweep, PlotsTellLinesApartAndNameEachLimit) {
+    REQUIRE_MATPLOTLIB();
+    std::ofstream(dir / "plots.py") << R"py(import csv, json, os, sys
+sys.path.insert(0, "scripts")
+import plot_sweep, sweep
+d = sys.argv[1]
+rows = []
+for device, limit in (("cpu", 24105), ("gpu", 81000)):
+    for T in (32, 64):
+        for B in (1, 2, 4):
+            fits = device == "cpu" or B < 4
+            rows.append(dict(mode="train", device=device, model="d2", params=6966784, B=B, T=T,
+                             status="ok" if fits else "oom", tok_s=B * 100 if fits else "",
+                             peak_mem_mib=137.25 * B if fits else "", mem_limit_mib=limit))
+with open(d + "/sweep.csv", "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=sweep.COLUMNS, restval="")
+    w.writeheader()
+    w.writerows(rows)
+seen, finish = {}, plot_sweep.finish
+def record(plt, fig, ax, out, title, legend=True):
+    seen[os.path.basename(out)] = {"xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(), "lines": [
+        [l.get_label(), l.get_marker(), l.get_linestyle()] for l in ax.get_lines() if not l.get_label().startswith("_")]}
+    finish(plt, fig, ax, out, title, legend)
+plot_sweep.finish = record
+plot_sweep.plot(d + "/sweep.csv", d)
+print(json.dumps(seen))
+)py";
+    auto r = run("python3 " + (dir / "plots.py") + " " + dir.path);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto plots = nlohmann::json::parse(r.output);
+    for (const char* png : {"train_throughput.png", "train_memory.png"}) {
+        SCOPED_TRACE(png);
+        std::map<std::string, std::string> style_of; // a data line's label -> its marker and line style
+        std::vector<std::string> labels;
+        for (const auto& l : plots[png]["lines"]) {
+            labels.push_back(l[0]);
+            if (has(l[0], " d2 T=")) style_of[l[0]] = l[1].get<std::string>() + " " + l[2].get<std::string>();
+        }
+        ASSERT_EQ(style_of.size(), 4u) << plots[png].dump(); // CPU and GPU, T=32 and T=64
+        std::set<std::string> styles;
+        for (auto& [label, style] : style_of) styles.insert(style);
+        EXPECT_EQ(styles.size(), 4u) << plots[png].dump();
+        if (std::string(png) == "train_memory.png") {
+            EXPECT_NE(std::find(labels.begin(), labels.end(), "host RAM 24105 MiB"), labels.end()) << plots[png].dump();
+            EXPECT_NE(std::find(labels.begin(), labels.end(), "free GPU memory 81000 MiB"), labels.end())
+                << plots[png].dump();
+            for (const std::string& l : labels) EXPECT_FALSE(has(l, "device limit")) << l;
+        }
+    }
+    for (auto& [png, p] : plots.items()) {
+        if (p["lines"].empty()) continue; // a placeholder: nothing to show (no power, no profiled row)
+        EXPECT_TRUE(has(p["xlabel"], "(")) << png << ": x axis '" << p["xlabel"] << "'";
+        EXPECT_TRUE(has(p["ylabel"], "(")) << png << ": y axis '" << p["ylabel"] << "'";
+    }
 }
 
 TEST_F(Sweep, ClearErrors) {
