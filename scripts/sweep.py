@@ -55,6 +55,16 @@ def fail(msg, code=1):
     sys.exit(code)
 
 
+def once_each(flag, values, same=lambda v: v):
+    """values, refused (one line, exit 2) where two of them are the same: they would be one configuration."""
+    seen = {}
+    for v in values:
+        if same(v) in seen:
+            fail(f"{flag}: '{v}' is given twice" + ("" if seen[same(v)] == v else f" (as '{seen[same(v)]}')"), 2)
+        seen[same(v)] = v
+    return values
+
+
 def int_list(flag):
     def parse(text):
         try:
@@ -63,8 +73,15 @@ def int_list(flag):
             values = []
         if not values or min(values) < 1:
             raise argparse.ArgumentTypeError(f"{flag}: '{text}' is not a comma-separated list of positive integers")
-        return values
+        return once_each(flag, values)
     return parse
+
+
+def model_list(text):
+    models = text.split(",")
+    if "" in models:
+        raise argparse.ArgumentTypeError(f"--models: '{text}' is not a comma-separated list of dN or model files")
+    return models
 
 
 def parse_args(argv):
@@ -73,8 +90,7 @@ def parse_args(argv):
     dev.add_argument("--cpu", action="store_const", const="cpu", dest="device", help="train_gpt2 / infer_gpt2")
     dev.add_argument("--gpu", action="store_const", const="gpu", dest="device", help="train_gpt2cu / infer_gpt2cu")
     p.add_argument("--mode", choices=("train", "infer"), default="train")
-    p.add_argument("--models", required=True, type=lambda s: [m for m in s.split(",") if m],
-                   help="comma-separated dN or model files")
+    p.add_argument("--models", required=True, type=model_list, help="comma-separated dN or model files")
     p.add_argument("--batch", type=int_list("--batch"), default=[4], help="micro-batch sizes (default 4)")
     p.add_argument("--seq", type=int_list("--seq"), help="train: sequence lengths (default 64)")
     p.add_argument("--steps", type=int, help="train: timed steps per configuration (default 5)")
@@ -100,8 +116,10 @@ def parse_args(argv):
                       file=sys.stderr)
     if a.steps < 1 or a.warmup < 0:
         fail("--steps must be >= 1 and --warmup >= 0", 2)
-    if a.timeout <= 0:
-        fail("--timeout must be positive", 2)
+    if not 0 < a.timeout < math.inf:  # NaN too
+        fail(f"--timeout: '{a.timeout:g}' is not a positive number of seconds", 2)
+    if os.path.exists(a.output) and not os.path.isdir(a.output):
+        fail(f"-o: '{a.output}' exists and is not a directory", 2)
     a.program = a.program or PROGRAMS[(a.mode, a.device)]
     if not os.access(a.program, os.X_OK):
         fail(f"--program: '{a.program}' is not an executable (build it, e.g. `make {os.path.basename(a.program)}`)")
@@ -110,6 +128,7 @@ def parse_args(argv):
     for m in a.models:
         if not (re.fullmatch(r"d\d+", m) or os.path.isfile(m)):
             fail(f"--models: '{m}' is neither dN (e.g. d12) nor an existing model file", 2)
+    once_each("--models", a.models, lambda m: m if re.fullmatch(r"d\d+", m) else os.path.realpath(m))
     return a
 
 
@@ -370,7 +389,10 @@ def main(argv):
     # A sweep stopped with SIGTERM stops its running configuration too (run_limited), as with Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     a = parse_args(argv)
-    os.makedirs(a.output, exist_ok=True)
+    try:
+        os.makedirs(a.output, exist_ok=True)
+    except OSError as e:
+        fail(f"-o: cannot create '{a.output}' ({e.strerror})")
     csv_path = os.path.join(a.output, "sweep.csv")
     done = {tuple(r[k] for k in KEY) for r in read_done(csv_path)}
     todo = [c for c in configurations(a) if tuple(c[k] for k in KEY) not in done]
@@ -400,3 +422,5 @@ if __name__ == "__main__":
         main(sys.argv[1:])
     except KeyboardInterrupt:
         fail("interrupted; the rows written so far are kept, and the same command resumes after them", 130)
+    except OSError as e:  # a file the sweep writes or reads (a full disk, a permission): one line, not a traceback
+        fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))

@@ -373,6 +373,22 @@ TEST_F(Sweep, ClearErrors) {
     one_line(sweep("--cpu --models d1 --seq 16,x" + data), 2, "--seq: '16,x'");
     one_line(sweep("--cpu --models gpt5" + data), 2, "--models: 'gpt5' is neither dN");
     one_line(sweep("--cpu --models d1 --steps 0" + data), 2, "--steps");
+    // A configuration named twice would be two rows of one key; an empty grid or no time limit, not a sweep.
+    one_line(sweep("--cpu --models d1,d1" + data), 2, "--models: 'd1' is given twice");
+    one_line(sweep("--cpu --models " + model(1) + "," + dir.path + "/./toy1.bin" + data), 2,
+             "--models: '" + dir.path + "/./toy1.bin' is given twice (as '" + model(1) + "')");
+    one_line(sweep("--cpu --models ''" + data), 2, "--models: '' is not");
+    one_line(sweep("--cpu --models d1, " + data), 2, "--models: 'd1,' is not");
+    one_line(sweep("--cpu --models d1 --batch 2,1,2" + data), 2, "--batch: '2' is given twice");
+    one_line(sweep("--cpu --models d1 --timeout nan" + data), 2, "--timeout: 'nan' is not a positive number");
+    one_line(sweep("--cpu --models d1 --timeout inf" + data), 2, "--timeout: 'inf' is not a positive number");
+    // -o must be a directory (or not exist yet); a file given there is left as it is.
+    std::ofstream(dir / "notes.md") << "notes\n";
+    one_line(sweep("--cpu --models d1 -i " + (dir / "data") + " -o " + (dir / "notes.md")), 2,
+             "-o: '" + (dir / "notes.md") + "' exists and is not a directory");
+    EXPECT_EQ(slurp(dir / "notes.md"), "notes\n");
+    one_line(sweep("--cpu --models d1 -i " + (dir / "data") + " -o /dev/null"), 2,
+             "-o: '/dev/null' exists and is not a directory");
     one_line(sweep("--cpu --models d1 -i " + (dir / "nodata") + " -o " + out()), 1, "nodata' not found");
     one_line(sweep("--cpu --models d1 --program " + (dir / "none") + data), 1, "--program");
     // A CSV from something else is not appended to.
