@@ -3,8 +3,12 @@
 // for the inference programs (test/fake_infer.py: oom, timeout, the --json summary), and the script's errors.
 // The sweeps plot, so they need matplotlib (LLMC_SKIP_PLOT_TESTS=1 skips them, as test_plots.cpp's).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -13,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "llmc/checkpoint.h"
@@ -87,6 +92,27 @@ TrainLog read_train_log(const std::string& text) {
     for (auto it = std::sregex_iterator(text.begin(), text.end(), val); it != std::sregex_iterator(); ++it)
         t.val_loss = std::stod((*it)[1]);
     return t;
+}
+
+// Whether process pid exists and has not ended (a zombie has ended).
+bool running(int pid) {
+    std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+    size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+// Waits up to `seconds` for a file to exist.
+bool wait_for_file(const std::string& path, double seconds) {
+    for (auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+         std::chrono::steady_clock::now() < end; std::this_thread::sleep_for(std::chrono::milliseconds(50)))
+        if (std::ifstream(path)) return true;
+    return false;
+}
+
+// An executable shell script.
+void write_script(const std::string& path, const std::string& text) {
+    std::ofstream(path) << "#!/bin/sh\n" << text;
+    (void)!system(("chmod +x " + path).c_str());
 }
 
 int count_lines(const std::string& text, const std::string& pattern) {
@@ -297,6 +323,72 @@ TEST(SweepParse, StepLineFieldsWhateverElseTheLineCarries) {
     EXPECT_NEAR(f["MFU"].get<double>(), mfu, 0.05) << line;
     EXPECT_NEAR(f["mem"].get<double>(), mem, 0.005) << line;
     EXPECT_FALSE(f.contains("ETA")) << line; // not a number
+}
+
+// A sweep killed in its first configuration (kill -9, or SIGHUP when its terminal closes) leaves a sweep.csv that
+// the same command resumes; SIGHUP also stops the running configuration, as SIGTERM and Ctrl-C do.
+TEST_F(Sweep, KilledInItsFirstConfigurationTheSameCommandResumes) {
+    for (int sig : {SIGKILL, SIGHUP}) {
+        SCOPED_TRACE(strsignal(sig));
+        TempDir d;
+        const std::string out = d / "out", pids = d / "pids";
+        // Says who started it (the sweep) and who it is, then hangs.
+        write_script(d / "hang.sh", "echo $PPID $$ > " + pids + ".tmp && mv " + pids + ".tmp " + pids + "\nexec sleep 60\n");
+        const std::string grid = "--cpu --mode infer --models d1 --batch 1 --no-plots -o " + out;
+        (void)!system(("(python3 scripts/sweep.py --program " + (d / "hang.sh") + " " + grid + " > " + (d / "log") +
+                       " 2>&1; echo $? > " + (d / "rc") + ") &")
+                          .c_str());
+        ASSERT_TRUE(wait_for_file(pids, 60)) << slurp(d / "log");
+        int sweep_pid = 0, run_pid = 0;
+        std::ifstream(pids) >> sweep_pid >> run_pid;
+        ASSERT_GT(sweep_pid, 1);
+        ASSERT_GT(run_pid, 1);
+        kill(sweep_pid, sig);
+        ASSERT_TRUE(wait_for_file(d / "rc", 30));
+        if (sig == SIGHUP) {
+            EXPECT_FALSE(running(run_pid)) << "the configuration outlived its sweep";
+        }
+        if (running(run_pid)) kill(run_pid, SIGKILL); // kill -9 leaves it: nothing could stop it
+        const std::string csv = slurp(out + "/sweep.csv");
+        EXPECT_EQ(csv.substr(0, 17), "mode,device,model") << "'" << csv << "'";
+        EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1) << csv; // the header only
+
+        auto again = sweep("--program test/fake_infer.py " + grid);
+        ASSERT_EQ(again.exit_code, 0) << again.output;
+        auto rows = read_csv(out + "/sweep.csv");
+        ASSERT_EQ(rows.size(), 1u);
+        EXPECT_EQ(rows[0]["status"], "ok");
+    }
+}
+
+// --timeout stops every process of the run, also those that left its session: at -b 1 the program waits for
+// one process in a session of its own (setsid) and leaves another behind; at -b 2 it hands over to one that
+// forks away and so returns at once (setsid(1) started as a session leader). Both rows say timeout, nothing
+// the runs started is left, and the sweep does not wait for them.
+TEST_F(Sweep, TimeoutStopsEveryProcessOfTheRun) {
+    const std::vector<std::string> pid_files = {dir / "left.pid", dir / "waited.pid", dir / "forked.pid"};
+    write_script(dir / "escape.sh", "if [ \"$4\" = 1 ]; then\n"
+                                    "  setsid sh -c 'echo $$ > " + pid_files[0] + "; exec sleep 60' &\n"
+                                    "  setsid sh -c 'echo $$ > " + pid_files[1] + "; exec sleep 60'\n"
+                                    "else\n"
+                                    "  exec setsid sh -c 'echo $$ > " + pid_files[2] + "; exec sleep 60'\n"
+                                    "fi\n");
+    const auto start = std::chrono::steady_clock::now();
+    auto r = sweep("--cpu --mode infer --program " + (dir / "escape.sh") +
+                   " --models d1 --batch 1,2 --timeout 1 --no-plots -o " + out());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_LT(seconds, 30) << r.output;
+    auto rows = read_csv(out() + "/sweep.csv");
+    ASSERT_EQ(rows.size(), 2u);
+    for (auto& row : rows) EXPECT_EQ(row["status"], "timeout") << "B=" << row["B"];
+    for (const std::string& f : pid_files) {
+        int pid = 0;
+        std::ifstream(f) >> pid;
+        ASSERT_GT(pid, 1) << f;
+        EXPECT_FALSE(running(pid)) << f << ": still running";
+        if (running(pid)) kill(pid, SIGKILL);
+    }
 }
 
 // The plots of a sweep on both devices, whose two sequence lengths took the same memory: every line has its own
