@@ -7,7 +7,9 @@ Profiles of different models or batch shapes do different work per step: the scr
 --per-token compares time per token instead. Training profiles: every phase per training step, a step's
 tokens B * T * grad_accum. Inference profiles (infer_gpt2, infer_gpt2cu): a phase's rows per step of that
 phase (the prefill is one step, each decode step one), and per token of that phase (prompt tokens for
-prefill, generated tokens for decode), so a batch's decode cost per token reads directly.
+prefill, generated tokens for decode), so a batch's decode cost per token reads directly. A training and an
+inference profile share no phase: the script warns, prints each one's rows and phase totals, and gives no
+ratio and no whole-run total.
 
     python3 scripts/compare_profiles.py A B [-o compare.png] [--per-token]
 """
@@ -33,6 +35,7 @@ class Profile:
     def __init__(self, context, us, steps, phase_steps, phase_tokens):
         self.context, self.us, self.steps = context, us, steps
         self.phase_steps, self.phase_tokens = phase_steps, phase_tokens
+        self.kind = "inference" if phase_steps else "training"
 
     def divisor(self, phase, per_token):
         """What a phase's microseconds are divided by: steps (in ms) or tokens (in us), None if unknown;
@@ -124,8 +127,13 @@ def main():
     la = f"{na}: {ca.get('program', '?')} ({ca.get('device', '?')})"
     lb = f"{nb}: {cb.get('program', '?')} ({cb.get('device', '?')})"
 
+    same_kind = pa.kind == pb.kind
     differ = [f"{name} ({x} vs {y})" for (name, x), (_, y) in zip(shape(ca), shape(cb)) if x != y]
-    if differ:
+    if not same_kind:  # fwd/bwd/opt against prefill/decode: no row, and no step, is the other's
+        a_kind = {"training": "a training", "inference": "an inference"}
+        print(f"compare_profiles.py: warning: A is {a_kind[pa.kind]} profile and B {a_kind[pb.kind]} one: they share "
+              f"no phase, so no row has a ratio and there is no whole-run total", file=sys.stderr)
+    elif differ:
         print(f"compare_profiles.py: warning: A and B differ in {', '.join(differ)}: they do different work per "
               f"step{'' if args.per_token else '; --per-token compares time per token'}", file=sys.stderr)
     if args.per_token:
@@ -150,7 +158,7 @@ def main():
     for s, p in keys:
         row(s, p, a.get((s, p)), b.get((s, p)))
     print()
-    for p in PHASES + (None,):
+    for p in PHASES + ((None,) if same_kind else ()):
         ta, tb = pa.total(p, args.per_token), pb.total(p, args.per_token)
         if ta or tb:
             row(p or "total", "", ta, tb)

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Plots a profile directory (train_gpt2 / train_gpt2cu --profile DIR, profile_gpt2cu).
+"""Plots a profile directory (train_gpt2 / train_gpt2cu / infer_gpt2 / infer_gpt2cu --profile DIR, profile_gpt2cu).
 
 Writes roofline.png (sub-blocks, and kernels with per-kernel points, against the device's bandwidth and
-compute ceilings), subblocks.png (time per step by sub-block, fwd/bwd/opt stacked), kernels.png (device
-time by kernel category) and power.png (power over time from trace.json; a placeholder without samples).
-Reads only the files of the profile directory.
+compute ceilings; sub-blocks at profile.json's unrounded rates), subblocks.png (time per step by sub-block:
+training's fwd/bwd/opt stacked, inference's prefill and decode side by side, each per step of its phase),
+kernels.png (device time by kernel category) and power.png (power over time from trace.json; a placeholder
+without samples). Reads only the files of the profile directory.
 
     python3 scripts/plot_profile.py DIR [-o OUTDIR]
 """
@@ -15,8 +16,10 @@ import math
 import os
 import sys
 
-PHASES = ("fwd", "bwd", "opt")
-PHASE_COLORS = {"fwd": "tab:blue", "bwd": "tab:orange", "opt": "tab:green"}
+PHASES = ("fwd", "bwd", "opt")  # training: parts of one step, stacked
+INFER_PHASES = ("prefill", "decode")  # inference: steps of their own, side by side
+PHASE_COLORS = {"fwd": "tab:blue", "bwd": "tab:orange", "opt": "tab:green", "prefill": "tab:purple",
+                "decode": "tab:red"}
 
 
 def fail(msg, code=1):
@@ -39,7 +42,7 @@ def num(s):
 
 def load(d):
     """The profile directory's tables, with a clear error for a missing file."""
-    need = ("profile.json", "subblocks.csv", "kernels.csv", "roofline.csv", "trace.json")
+    need = ("profile.json", "kernels.csv", "roofline.csv", "trace.json")
     for name in need:
         if not os.path.isfile(os.path.join(d, name)):
             fail(f"{d}: missing {name} (not a complete profile directory)")
@@ -47,7 +50,7 @@ def load(d):
         prof = json.load(f)
     return {
         "profile": prof,
-        "subblocks": read_csv(os.path.join(d, "subblocks.csv")),
+        "subblocks": prof.get("subblocks", []),  # subblocks.csv's rows, with times and rates unrounded
         "kernels": read_csv(os.path.join(d, "kernels.csv")),
         "roofline": read_csv(os.path.join(d, "roofline.csv")),
         "trace": os.path.join(d, "trace.json"),
@@ -137,7 +140,8 @@ def plot_roofline(p, plt, out):
     fig, ax = plt.subplots(figsize=(9, 6))
     points = []  # (intensity, flop/s, label, kind)
     for r in p["subblocks"]:
-        x, y = num(r["intensity"]), num(r["tflops"]) * 1e12
+        roof = r.get("roofline") or {}
+        x, y = num(roof.get("intensity")), num(roof.get("tflops")) * 1e12
         if x > 0 and y > 0:
             points.append((x, y, f"{r['subblock']} {r['phase']}", "subblock"))
     # Per-kernel points: measured counters where present, else analytic per-kernel rows.
@@ -190,10 +194,19 @@ def plot_roofline(p, plt, out):
     return boxes
 
 
-def subblock_ms(prof, rows):
-    """{(subblock, phase): ms per step} from subblocks.csv rows (time over the window / profiled steps)."""
+def phase_steps(prof):
+    """{phase: the steps its time is divided by}: an inference profile's prefill and decode steps; a training
+    profile's steps for every phase (each step runs fwd, bwd and opt)."""
     steps = max(1, prof.get("throughput", {}).get("steps", 1) or 1)
-    return {(r["subblock"], r["phase"]): num(r["time_us"]) / 1e3 / steps for r in rows if num(r["time_us"]) > 0}
+    phases = (prof.get("inference") or {}).get("phases", [])
+    return {p["phase"]: p["steps"] for p in phases if p.get("steps")} or {ph: steps for ph in PHASES}
+
+
+def subblock_ms(prof, rows):
+    """{(subblock, phase): ms per step of its phase} from profile.json's sub-block rows (time over the window)."""
+    steps = phase_steps(prof)
+    return {(r["subblock"], r["phase"]): num(r["time_us"]) / 1e3 / steps[r["phase"]] for r in rows
+            if num(r["time_us"]) > 0 and r["phase"] in steps}
 
 
 def plot_subblocks(p, plt, out):
@@ -201,15 +214,28 @@ def plot_subblocks(p, plt, out):
     ms = subblock_ms(prof, p["subblocks"])
     names = list(dict.fromkeys(s for s, _ in ms))
     fig, ax = plt.subplots(figsize=(10, 5))
-    bottom = [0.0] * len(names)
-    for ph in PHASES:
-        vals = [ms.get((n, ph), 0.0) for n in names]
-        if any(vals):
-            ax.bar(names, vals, bottom=bottom, label=ph, color=PHASE_COLORS[ph])
-            bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_ylabel("ms per step")
+    xs = range(len(names))
+    if prof.get("inference"):  # a prefill step (the prompts) and a decode step (a token per sequence) apart
+        steps = phase_steps(prof)
+        width = 0.8 / len(INFER_PHASES)
+        for i, ph in enumerate(INFER_PHASES):
+            vals = [ms.get((n, ph), 0.0) for n in names]
+            if any(vals):
+                ax.bar([x + (i + 0.5) * width - 0.4 for x in xs], vals, width=width, color=PHASE_COLORS[ph],
+                       label=f"{ph} ({steps[ph]} step{'s' if steps[ph] != 1 else ''})")
+        ax.set_ylabel("ms per step of its phase")
+    else:
+        bottom = [0.0] * len(names)
+        for ph in PHASES:
+            vals = [ms.get((n, ph), 0.0) for n in names]
+            if any(vals):
+                ax.bar(xs, vals, bottom=bottom, label=ph, color=PHASE_COLORS[ph])
+                bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.set_ylabel("ms per step")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(names, rotation=45, ha="right", fontsize=8)
+    ax.set_xlabel("sub-block")
     ax.set_title(title(prof, "Sub-blocks"), fontsize=9)
-    ax.tick_params(axis="x", rotation=45, labelsize=8)
     if names:
         ax.legend()
     else:
@@ -232,6 +258,7 @@ def plot_kernels(p, plt, out):
     for i, c in enumerate(cats[::-1]):
         ax.text(by_cat[c], i, f" {100 * by_cat[c] / total:.1f}%", va="center", fontsize=8)
     ax.set_xlabel("ms per step")
+    ax.set_ylabel("category")
     ax.set_title(title(prof, f"{device_kind(prof)} time by category"), fontsize=9)
     if not cats:
         ax.text(0.5, 0.5, "no kernels", transform=ax.transAxes, ha="center")

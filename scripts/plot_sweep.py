@@ -2,11 +2,13 @@
 """Plots a sweep's CSV (scripts/sweep.py): for each mode it holds, the curves people compare.
 
 Training rows: train_throughput.png (tok/s vs batch, one line per model and sequence length), train_memory.png
-(peak memory vs batch, the device limit, configurations that did not fit marked on it), train_efficiency.png
+(peak memory vs batch, the memory limit: host RAM on the CPU, the free GPU memory on the GPU; configurations
+that did not fit marked on it), train_efficiency.png
 (FLOP/s per W vs batch, where power was measured), train_phases.png (ms per step split into forward, backward
 and optimizer, for profiled configurations). Inference rows: infer_throughput.png (decode tok/s vs batch),
 infer_ttft.png (time to first token vs prompt length), infer_memory.png, infer_efficiency.png. A plot with
-nothing to show says so instead of being left out, so a sweep always gives the same files.
+nothing to show says so instead of being left out, so a sweep always gives the same files. Each line has its own
+marker and line style, so lines that coincide (the same memory at two sequence lengths) both show.
 
     python3 scripts/plot_sweep.py DIR [-o OUTDIR]      (DIR/sweep.csv)
 """
@@ -50,6 +52,29 @@ def infer_label(r):
     return f"{model_label(r['model'])} prompt={r['prompt_len']} gen={r['gen_len']}"
 
 
+MARKERS = "osD^vP<>"
+LINESTYLES = ("-", "--", ":", "-.")
+# What a row's mem_limit_mib is, by device (scripts/sweep.py): the machine's physical memory on the CPU, the
+# free device memory the GPU program planned against.
+LIMIT_NAMES = {"cpu": "host RAM", "gpu": "free GPU memory"}
+LIMIT_COLORS = {"cpu": "tab:brown", "gpu": "tab:red"}
+
+
+def draw_lines(ax, lines):
+    """One line per series, the i-th with its own hollow marker and line style (over colours: lines that
+    coincide stay apart)."""
+    for i, (name, pts) in enumerate(lines.items()):
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS[i % len(MARKERS)],
+                linestyle=LINESTYLES[i % len(LINESTYLES)], markerfacecolor="none", label=name)
+
+
+def by_device(label, rows):
+    """label, with the row's device in front where the rows are of more than one device."""
+    if len({r["device"] for r in rows}) < 2:
+        return label
+    return lambda r: f"{r['device'].upper()} {label(r)}"
+
+
 def placeholder(ax, text):
     ax.axis("off")
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=12)
@@ -79,8 +104,7 @@ def plot_lines(plt, rows, label, x, y, xlabel, ylabel, title, out, empty):
     lines = series([r for r in rows if r["status"] == "ok"], label, x, y)
     if not lines:
         placeholder(ax, empty)
-    for name, pts in lines.items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=name)
+    draw_lines(ax, lines)
     if lines:
         batch_axis(ax, rows, x)
         ax.set_xlabel(xlabel)
@@ -90,18 +114,26 @@ def plot_lines(plt, rows, label, x, y, xlabel, ylabel, title, out, empty):
 
 
 def plot_memory(plt, rows, label, out, title):
-    """Peak memory of the configurations that ran; the device limit; an x on it for each one that did not fit."""
+    """Peak memory of the configurations that ran; each device's memory limit; an x on it for each configuration
+    that did not fit."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     lines = series([r for r in rows if r["status"] == "ok"], label, "B", "peak_mem_mib")
-    for name, pts in lines.items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=name)
-    limits = [num(r["mem_limit_mib"]) for r in rows if not math.isnan(num(r["mem_limit_mib"]))]
-    if limits:
-        ax.axhline(max(limits), ls="--", color="tab:red", label=f"device limit {max(limits):.0f} MiB")
-        oom = [num(r["B"]) for r in rows if r["status"] == "oom"]
+    draw_lines(ax, lines)
+    limited = False
+    for device in sorted({r["device"] for r in rows}):
+        drows = [r for r in rows if r["device"] == device]
+        limits = [num(r["mem_limit_mib"]) for r in drows if not math.isnan(num(r["mem_limit_mib"]))]
+        if not limits:
+            continue
+        limited = True
+        color = LIMIT_COLORS.get(device, "tab:gray")
+        ax.axhline(max(limits), ls="--", color=color,
+                   label=f"{LIMIT_NAMES.get(device, device + ' memory')} {max(limits):.0f} MiB")
+        oom = [num(r["B"]) for r in drows if r["status"] == "oom"]
         if oom:
-            ax.plot(oom, [max(limits)] * len(oom), "x", color="tab:red", ms=10, mew=2, label="does not fit (oom)")
-    if not lines and not limits:
+            ax.plot(oom, [max(limits)] * len(oom), "x", color=color, ms=10, mew=2,
+                    label=f"does not fit (oom, {device.upper()})")
+    if not lines and not limited:
         placeholder(ax, "no configuration ran")
     else:
         batch_axis(ax, rows)
@@ -127,6 +159,7 @@ def plot_phases(plt, rows, out, title):
             bottom = [b + x for b, x in zip(bottom, h)]
         ax.set_xticks(range(len(prof)))
         ax.set_xticklabels(names, rotation=45, ha="right", fontsize=8)
+        ax.set_xlabel("configuration (model, micro-batch B, sequence length T)")
         ax.set_ylabel("time per step (ms)")
         ax.grid(True, axis="y", alpha=0.3)
     finish(plt, fig, ax, out, title)
@@ -159,21 +192,22 @@ def plot(csv_path, out_dir):
         device = "/".join(sorted({r["device"].upper() for r in mrows}))
         B = "micro-batch B (sequences)"
         no_power = "no power measured (GPU, with --profile)"
+        train, infer = by_device(train_label, mrows), by_device(infer_label, mrows)
+        ttft = by_device(lambda r: f"{model_label(r['model'])} B={r['B']} gen={r['gen_len']}", mrows)
         if mode == "train":
-            plot_lines(plt, mrows, train_label, "B", "tok_s", B, "throughput (tokens/s)",
+            plot_lines(plt, mrows, train, "B", "tok_s", B, "throughput (tokens/s)",
                        f"Training throughput ({device})", path("train_throughput.png"), "no configuration ran")
-            plot_memory(plt, mrows, train_label, path("train_memory.png"), f"Training peak memory ({device})")
-            plot_lines(plt, mrows, train_label, "B", "flops_per_w", B, "FLOP/s per W",
+            plot_memory(plt, mrows, train, path("train_memory.png"), f"Training peak memory ({device})")
+            plot_lines(plt, mrows, train, "B", "flops_per_w", B, "FLOP/s per W",
                        f"Training efficiency ({device})", path("train_efficiency.png"), no_power)
             plot_phases(plt, mrows, path("train_phases.png"), f"Training step by phase ({device})")
         else:
-            plot_lines(plt, mrows, infer_label, "B", "decode_tok_s", B, "decode throughput (tokens/s, all sequences)",
+            plot_lines(plt, mrows, infer, "B", "decode_tok_s", B, "decode throughput (tokens/s, all sequences)",
                        f"Decode throughput ({device})", path("infer_throughput.png"), "no configuration ran")
-            plot_lines(plt, mrows, lambda r: f"{model_label(r['model'])} B={r['B']} gen={r['gen_len']}",
-                       "prompt_len", "ttft_ms", "prompt length (tokens)", "time to first token (ms)",
+            plot_lines(plt, mrows, ttft, "prompt_len", "ttft_ms", "prompt length (tokens)", "time to first token (ms)",
                        f"Time to first token ({device})", path("infer_ttft.png"), "no configuration ran")
-            plot_memory(plt, mrows, infer_label, path("infer_memory.png"), f"Inference peak memory ({device})")
-            plot_lines(plt, mrows, infer_label, "B", "flops_per_w", B, "FLOP/s per W",
+            plot_memory(plt, mrows, infer, path("infer_memory.png"), f"Inference peak memory ({device})")
+            plot_lines(plt, mrows, infer, "B", "flops_per_w", B, "FLOP/s per W",
                        f"Inference efficiency ({device})", path("infer_efficiency.png"), no_power)
     return written
 

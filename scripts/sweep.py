@@ -14,6 +14,7 @@ doc/sweeps.md has the columns and where each number comes from.
 """
 import argparse
 import csv
+import ctypes
 import glob
 import json
 import math
@@ -55,6 +56,16 @@ def fail(msg, code=1):
     sys.exit(code)
 
 
+def once_each(flag, values, same=lambda v: v):
+    """values, refused (one line, exit 2) where two of them are the same: they would be one configuration."""
+    seen = {}
+    for v in values:
+        if same(v) in seen:
+            fail(f"{flag}: '{v}' is given twice" + ("" if seen[same(v)] == v else f" (as '{seen[same(v)]}')"), 2)
+        seen[same(v)] = v
+    return values
+
+
 def int_list(flag):
     def parse(text):
         try:
@@ -63,8 +74,15 @@ def int_list(flag):
             values = []
         if not values or min(values) < 1:
             raise argparse.ArgumentTypeError(f"{flag}: '{text}' is not a comma-separated list of positive integers")
-        return values
+        return once_each(flag, values)
     return parse
+
+
+def model_list(text):
+    models = text.split(",")
+    if "" in models:
+        raise argparse.ArgumentTypeError(f"--models: '{text}' is not a comma-separated list of dN or model files")
+    return models
 
 
 def parse_args(argv):
@@ -73,8 +91,7 @@ def parse_args(argv):
     dev.add_argument("--cpu", action="store_const", const="cpu", dest="device", help="train_gpt2 / infer_gpt2")
     dev.add_argument("--gpu", action="store_const", const="gpu", dest="device", help="train_gpt2cu / infer_gpt2cu")
     p.add_argument("--mode", choices=("train", "infer"), default="train")
-    p.add_argument("--models", required=True, type=lambda s: [m for m in s.split(",") if m],
-                   help="comma-separated dN or model files")
+    p.add_argument("--models", required=True, type=model_list, help="comma-separated dN or model files")
     p.add_argument("--batch", type=int_list("--batch"), default=[4], help="micro-batch sizes (default 4)")
     p.add_argument("--seq", type=int_list("--seq"), help="train: sequence lengths (default 64)")
     p.add_argument("--steps", type=int, help="train: timed steps per configuration (default 5)")
@@ -100,8 +117,10 @@ def parse_args(argv):
                       file=sys.stderr)
     if a.steps < 1 or a.warmup < 0:
         fail("--steps must be >= 1 and --warmup >= 0", 2)
-    if a.timeout <= 0:
-        fail("--timeout must be positive", 2)
+    if not 0 < a.timeout < math.inf:  # NaN too
+        fail(f"--timeout: '{a.timeout:g}' is not a positive number of seconds", 2)
+    if os.path.exists(a.output) and not os.path.isdir(a.output):
+        fail(f"-o: '{a.output}' exists and is not a directory", 2)
     a.program = a.program or PROGRAMS[(a.mode, a.device)]
     if not os.access(a.program, os.X_OK):
         fail(f"--program: '{a.program}' is not an executable (build it, e.g. `make {os.path.basename(a.program)}`)")
@@ -110,6 +129,7 @@ def parse_args(argv):
     for m in a.models:
         if not (re.fullmatch(r"d\d+", m) or os.path.isfile(m)):
             fail(f"--models: '{m}' is neither dN (e.g. d12) nor an existing model file", 2)
+    once_each("--models", a.models, lambda m: m if re.fullmatch(r"d\d+", m) else os.path.realpath(m))
     return a
 
 
@@ -166,30 +186,97 @@ def command(a, cfg, run_dir):
             "--seed", str(a.seed), "--json"] + prof
 
 
+def adopt_orphans():
+    """Makes this process the reaper of its orphaned descendants (Linux's PR_SET_CHILD_SUBREAPER), so that a
+    process a run started stays below the sweep, to be waited for and stopped, even where it made a session of
+    its own (setsid) and its parent ended. Elsewhere a run is its process group."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def descendants():
+    """The pids of every process below this one, from /proc (none where there is no /proc)."""
+    children = {}
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:  # "pid (comm) state ppid ...": comm may hold spaces and ")"
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # it ended meanwhile
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], [os.getpid()]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def stop_run(pid):
+    """Kills a run: its process group, then whatever is still below this process (a process that left the
+    group, and those that came to this one as orphans), again until nothing is left, reaping them all.
+    Returns the largest max RSS (KiB) of the processes reaped."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    maxrss = 0
+    while True:
+        left = descendants()
+        for p in left:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            while True:
+                done, _, usage = os.wait4(-1, os.WNOHANG)
+                if not done:
+                    break
+                maxrss = max(maxrss, usage.ru_maxrss)
+        except ChildProcessError:
+            pass
+        if not left:
+            return maxrss
+        time.sleep(0.01)
+
+
 def run_limited(argv, log_path, timeout):
-    """Runs argv in its own process group with stdout and stderr into log_path. Returns (exit status or None
-    when it ran past timeout and was killed, negative for a signal; its max RSS in MiB)."""
+    """Runs argv in a session (and process group) of its own with stdout and stderr into log_path, until it
+    and every process it started have ended, or until timeout. Returns (argv's exit status, negative for a
+    signal, or None when the run went past timeout and was killed; the largest max RSS of its processes in
+    MiB)."""
     with open(log_path, "w") as log:
         log.write(" ".join(argv) + "\n")
         log.flush()
         pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=[
             (os.POSIX_SPAWN_DUP2, log.fileno(), 1), (os.POSIX_SPAWN_DUP2, log.fileno(), 2)], setsid=True)
     deadline = time.monotonic() + timeout
+    code, maxrss = None, 0
     try:
         while True:
-            done, status, usage = os.wait4(pid, os.WNOHANG)
+            try:  # the run's processes are this one's only children (with adopt_orphans, its orphans too)
+                done, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return code, maxrss / 1024.0
             if done:
-                return os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024.0
-            if time.monotonic() > deadline:
+                maxrss = max(maxrss, usage.ru_maxrss)
+                if done == pid:
+                    code = os.waitstatus_to_exitcode(status)
+            elif time.monotonic() > deadline:
                 break
-            time.sleep(0.05)
-    except BaseException:  # Ctrl-C: the run is in its own session and would go on without us
-        os.killpg(pid, signal.SIGKILL)
-        os.wait4(pid, 0)
+            else:
+                time.sleep(0.05)
+    except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: the run is in its own session and would go on without us
+        stop_run(pid)
         raise
-    os.killpg(pid, signal.SIGKILL)
-    _, _, usage = os.wait4(pid, 0)
-    return None, usage.ru_maxrss / 1024.0
+    return None, max(maxrss, stop_run(pid)) / 1024.0
 
 
 def status_of(code, output):
@@ -341,9 +428,12 @@ def run_config(a, cfg, out_dir):
 
 
 def read_done(csv_path):
-    """The rows already in the CSV (resume), after checking its columns are this version's."""
-    if not os.path.exists(csv_path):
+    """The rows already in the CSV (resume), after checking its columns are this version's. An empty file is
+    a sweep stopped before it wrote anything."""
+    if not os.path.exists(csv_path) or os.path.isfile(csv_path) and os.path.getsize(csv_path) == 0:
         return []
+    if not os.path.isfile(csv_path):
+        fail(f"{csv_path}: not a regular file; move it away to start a new sweep")
     with open(csv_path, newline="") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames != COLUMNS:
@@ -367,22 +457,29 @@ def progress(row):
 
 
 def main(argv):
-    # A sweep stopped with SIGTERM stops its running configuration too (run_limited), as with Ctrl-C.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    # A sweep stopped with SIGTERM or SIGHUP (its terminal closed) stops its running configuration too
+    # (run_limited) and keeps its rows, as with Ctrl-C.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda number, _: sys.exit(128 + number))
     a = parse_args(argv)
-    os.makedirs(a.output, exist_ok=True)
+    adopt_orphans()
+    try:
+        os.makedirs(a.output, exist_ok=True)
+    except OSError as e:
+        fail(f"-o: cannot create '{a.output}' ({e.strerror})")
     csv_path = os.path.join(a.output, "sweep.csv")
     done = {tuple(r[k] for k in KEY) for r in read_done(csv_path)}
     todo = [c for c in configurations(a) if tuple(c[k] for k in KEY) not in done]
     skipped = len(configurations(a)) - len(todo)
     if skipped:
         print(f"resuming: {skipped} configuration(s) already in {csv_path}")
-    new_file = not os.path.exists(csv_path)
+    new_file = not os.path.exists(csv_path) or os.path.getsize(csv_path) == 0
     start = time.monotonic()
     with open(csv_path, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
-        if new_file:
+        if new_file:  # at once: a sweep killed in its first configuration leaves a sweep.csv it can resume
             w.writeheader()
+            f.flush()
         for i, cfg in enumerate(todo, 1):
             row = run_config(a, cfg, a.output)
             w.writerow(row)
@@ -400,3 +497,5 @@ if __name__ == "__main__":
         main(sys.argv[1:])
     except KeyboardInterrupt:
         fail("interrupted; the rows written so far are kept, and the same command resumes after them", 130)
+    except OSError as e:  # a file the sweep writes or reads (a full disk, a permission): one line, not a traceback
+        fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))

@@ -1,5 +1,6 @@
 // train_gpt2 --profile DIR: the CPU trainer writes the profile directory of doc/profiling.md, with a row per
 // sub-block and phase, sub-block times inside the step wall times, and one row per profiled step.
+#include <cmath>
 #include <gtest/gtest.h>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -170,6 +171,40 @@ TEST(CpuProfile, RunEndingInsideTheWindowWritesWhatRan) {
     ASSERT_EQ(r.result.exit_code, 0) << r.result.output;
     EXPECT_NE(r.result.output.find("profile: steps 2-3 written to"), std::string::npos) << r.result.output;
     EXPECT_EQ(read_csv(r.profile_dir() + "/steps.csv").size(), 2u);
+}
+
+// A CPU's rates are thousandths of a TFLOP/s or less: subblocks.csv and roofline.csv keep them (and every other
+// rate and ratio) to six significant digits of profile.json's values, where four decimals rounded them, many to 0.
+TEST(CpuProfile, CsvRatesKeepSixSignificantDigits) {
+    CpuProfileRun r;
+    testutil::run_cpu_profile(r, 3, 1, 2);
+    ASSERT_EQ(r.result.exit_code, 0) << r.result.output;
+    const std::string d = r.profile_dir();
+    const auto j = nlohmann::json::parse(slurp(d + "/profile.json"));
+    auto expect_same = [](const std::string& cell, const nlohmann::json& want, const std::string& what) {
+        if (want.is_null()) {
+            EXPECT_EQ(cell, "") << what;
+            return;
+        }
+        const double w = want.get<double>();
+        ASSERT_NE(cell, "") << what;
+        EXPECT_NEAR(std::stod(cell), w, 5e-6 * std::fabs(w)) << what << ": " << cell << " for " << w;
+    };
+    const auto rows = read_csv(d + "/subblocks.csv");
+    ASSERT_EQ(rows.size(), j["subblocks"].size());
+    for (size_t i = 0; i < rows.size(); i++) {
+        const auto& row = rows[i];
+        const auto& roof = j["subblocks"][i]["roofline"];
+        const std::string what = row.at("subblock") + " " + row.at("phase");
+        ASSERT_EQ(row.at("subblock"), j["subblocks"][i]["subblock"]) << what;
+        for (const char* k : {"tflops", "gbps", "intensity", "pct_of_roofline"}) expect_same(row.at(k), roof[k], what + " " + k);
+        expect_same(row.at("pct"), j["subblocks"][i]["pct"], what + " pct");
+    }
+    for (const auto& row : read_csv(d + "/roofline.csv"))
+        if (row.at("scope") == "total") {
+            expect_same(row.at("tflops"), j["total"]["roofline"]["tflops"], "total tflops");
+            expect_same(row.at("fp32_tflops"), j["context"]["ceilings"]["fp32_tflops"], "fp32 ceiling");
+        }
 }
 
 TEST(CpuProfile, OpNamesAndRecords) {

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <unistd.h>
 
@@ -36,6 +38,50 @@ protected:
     testutil::CpuProfileRun cpu;
     TempDir out;
 };
+
+// An inference profile written by infer_gpt2 (B=2, prompts of 8 tokens, 6 new tokens: 1 prefill step and 5
+// decode steps), and a directory for the scripts' output.
+class PlotInferProfile : public testing::Test {
+protected:
+    void SetUp() override {
+        REQUIRE_MATPLOTLIB();
+        auto r = run("XDG_CACHE_HOME=" + (dir / "cache") + " LLMC_POWERCAP_ROOT=" + (dir / "no_powercap") +
+                     " GPT2_VOCAB_DIR=" + testutil::vocab_dir() + " ./infer_gpt2 -e d2 --prompt-len 8 -n 6 -b 2 " +
+                     "--temperature 0 --profile " + profile_dir() + " > /dev/null");
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+    }
+    std::string profile_dir() const { return dir / "prof"; }
+    TempDir dir;
+};
+
+// Runs plot_profile.plot_roofline on a profile directory with the sub-block points it draws recorded, and
+// prints how many there are against profile.json's sub-blocks with FLOPs, bytes and time, and how many lie
+// elsewhere than at (flops / bytes, flops / time per step).
+std::string roofline_points(const std::string& dir, const TempDir& out) {
+    std::ofstream(out / "points.py") << R"py(import json, math, sys
+sys.path.insert(0, "scripts")
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.axes
+import matplotlib.pyplot as plt
+import plot_profile
+drawn, scatter = {}, matplotlib.axes.Axes.scatter
+def record(ax, x, y, *args, **kw):
+    drawn[kw.get("label")] = sorted(zip(x, y))
+    return scatter(ax, x, y, *args, **kw)
+matplotlib.axes.Axes.scatter = record
+plot_profile.plot_roofline(plot_profile.load(sys.argv[1]), plt, sys.argv[2])
+with open(sys.argv[1] + "/profile.json") as f:
+    rows = [s["roofline"] for s in json.load(f)["subblocks"]]
+want = sorted((r["flops"] / r["bytes"], r["flops"] / r["time_per_step_s"]) for r in rows
+              if (r["flops"] or 0) > 0 and (r["bytes"] or 0) > 0 and (r["time_per_step_s"] or 0) > 0)
+got = drawn.get("sub-blocks", [])
+off = sum(not (math.isclose(g[0], w[0], rel_tol=1e-9) and math.isclose(g[1], w[1], rel_tol=1e-9))
+          for g, w in zip(got, want))
+print(f"{len(got)} of {len(want)} sub-blocks drawn, {off} elsewhere")
+)py";
+    return run("python3 " + (out / "points.py") + " " + dir + " " + (out / "r.png")).output;
+}
 
 } // namespace
 
@@ -206,4 +252,92 @@ print(f"{len(labels)} labels, {bad} overlapping, names match: {named == want}")
         EXPECT_NE(r.output.find(" labels, 0 overlapping, names match: True"), std::string::npos) << dir << r.output;
         EXPECT_TRUE(is_png(out / "r.png"));
     }
+}
+
+// The roofline's sub-block points are profile.json's unrounded rates: on a CPU, where subblocks.csv's rates are
+// thousandths of a TFLOP/s, every modelled sub-block with time is drawn, where it is (training and inference).
+TEST_F(PlotCpuProfile, RooflineDrawsEverySubBlockAtItsUnroundedRate) {
+    const std::string r = roofline_points(cpu.profile_dir(), out);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r, m, std::regex(R"((\d+) of (\d+) sub-blocks drawn, 0 elsewhere)"))) << r;
+    EXPECT_EQ(m[1], m[2]) << r;
+    EXPECT_GT(std::stoi(m[2]), 20) << r; // 12 sub-blocks forward and backward, and the optimizer
+}
+
+TEST_F(PlotInferProfile, RooflineDrawsEverySubBlockAtItsUnroundedRate) {
+    TempDir out;
+    const std::string r = roofline_points(profile_dir(), out);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r, m, std::regex(R"((\d+) of (\d+) sub-blocks drawn, 0 elsewhere)"))) << r;
+    EXPECT_EQ(m[1], m[2]) << r;
+    EXPECT_GT(std::stoi(m[2]), 20) << r; // 13 sub-blocks in prefill and in decode
+}
+
+// subblocks.png of an inference profile: a prefill and a decode bar per sub-block, each its time per step of
+// its phase (subblocks.csv's time over profile.json's steps of that phase), labelled with the steps.
+TEST_F(PlotInferProfile, SubBlocksArePrefillAndDecodeBars) {
+    TempDir out;
+    std::ofstream(out / "bars.py") << R"py(import csv, json, math, sys
+sys.path.insert(0, "scripts")
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.axes
+import matplotlib.pyplot as plt
+import plot_profile
+drawn, bar = {}, matplotlib.axes.Axes.bar
+def record(ax, x, height, *args, **kw):
+    drawn[kw.get("label")] = sorted(h for h in height if h > 0)
+    return bar(ax, x, height, *args, **kw)
+matplotlib.axes.Axes.bar = record
+d = sys.argv[1]
+plot_profile.plot_subblocks(plot_profile.load(d), plt, sys.argv[2])
+with open(d + "/profile.json") as f:
+    steps = {p["phase"]: p["steps"] for p in json.load(f)["inference"]["phases"]}
+with open(d + "/subblocks.csv") as f:
+    rows = list(csv.DictReader(f))
+for phase in ("prefill", "decode"):
+    label = f"{phase} ({steps[phase]} step{'s' if steps[phase] != 1 else ''})"
+    want = sorted(float(r["time_us"]) / 1e3 / steps[phase] for r in rows
+                  if r["phase"] == phase and float(r["time_us"]) > 0)
+    got = drawn.get(label, [])
+    ok = len(got) == len(want) > 0 and all(math.isclose(g, w, rel_tol=1e-4, abs_tol=1e-6) for g, w in zip(got, want))
+    print(f"{label}: {len(got)} bars of {len(want)} sub-blocks, {'right' if ok else 'wrong'} heights")
+)py";
+    auto r = run("python3 " + (out / "bars.py") + " " + profile_dir() + " " + (out / "s.png"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(prefill \(1 step\): (\d+) bars of \1 sub-blocks, right)")))
+        << r.output;
+    EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(decode \(5 steps\): (\d+) bars of \1 sub-blocks, right)")))
+        << r.output;
+    EXPECT_TRUE(is_png(out / "s.png"));
+}
+
+// A training profile against an inference one: a warning says they share no phase; each one's rows and phase
+// totals are printed, none with a ratio, and there is no whole-run total to divide.
+TEST_F(PlotInferProfile, CompareWithATrainingProfileWarnsAndDividesNothing) {
+    testutil::CpuProfileRun train;
+    testutil::run_cpu_profile(train, 3, 1, 2);
+    ASSERT_EQ(train.result.exit_code, 0) << train.result.output;
+    auto r = run("python3 scripts/compare_profiles.py " + train.profile_dir() + " " + profile_dir() + " -o " +
+                 (dir / "c.png"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("compare_profiles.py: warning: A is a training profile and B an inference one: they "
+                            "share no phase, so no row has a ratio and there is no whole-run total\n"),
+              std::string::npos)
+        << r.output;
+    for (const char* row : {"\nqkv          fwd", "\nqkv          prefill", "\nfwd ", "\ndecode "})
+        EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
+    EXPECT_EQ(r.output.find("\ntotal "), std::string::npos) << r.output;
+    // Every row after the header, up to the plot's line, ends in an A/B of "-".
+    std::istringstream lines(r.output.substr(r.output.find("\nsubblock ") + 1));
+    int rows = 0;
+    std::string line;
+    std::getline(lines, line); // the header
+    while (std::getline(lines, line) && line.rfind("wrote ", 0) != 0)
+        if (!line.empty() && line.rfind("compare_profiles.py: ", 0) != 0) {
+            rows++;
+            EXPECT_EQ(line.substr(line.find_last_of(' ')), " -") << line;
+        }
+    EXPECT_GT(rows, 20) << r.output;
+    EXPECT_TRUE(is_png(dir / "c.png"));
 }

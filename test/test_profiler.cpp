@@ -622,7 +622,29 @@ TEST(ProfilerWriters, CsvHeadersStartWithTheDocumentedColumns) {
     EXPECT_NE(steps.find("\n0,10.000000,"), std::string::npos);
     std::string sub = testutil::slurp(dir + "/subblocks.csv");
     EXPECT_NE(sub.find("\nqkv,fwd,2,2000.000,"), std::string::npos);
-    EXPECT_NE(sub.find(",695784701952,1250482176,695.7847,1250.48,"), std::string::npos);
+    EXPECT_NE(sub.find(",695784701952,1250482176,695.785,1250.48,"), std::string::npos);
+}
+
+// A training profile written where an inference profile was: the inference tables go (a reader would take
+// them for this profile's), every other file is this profile's, and files the profiler does not write stay.
+TEST(ProfilerWriters, ATrainingProfileRemovesAnInferenceProfilesTables) {
+    testutil::TempDir tmp;
+    ProfileRecords rec = two_steps();
+    Report inference = build_report(rec, gpt2_124m_context());
+    PhaseRow prefill;
+    prefill.phase = (int)Phase::prefill, prefill.steps = 1, prefill.tokens = 8;
+    inference.phases.push_back(prefill);
+    inference.decode_buckets.push_back(DecodeBucket{});
+    write_profile_dir(tmp.path, inference, rec);
+    for (const char* f : {"phases.csv", "decode_buckets.csv"}) ASSERT_TRUE(file_exists(tmp / f)) << f;
+    std::ofstream(tmp / "notes.txt") << "mine\n";
+
+    Report training = build_report(rec, gpt2_124m_context());
+    write_profile_dir(tmp.path, training, rec);
+    for (const char* f : {"phases.csv", "decode_buckets.csv"}) EXPECT_FALSE(file_exists(tmp / f)) << f;
+    EXPECT_EQ(testutil::slurp(tmp / "subblocks.csv"), subblocks_csv(training));
+    EXPECT_EQ(testutil::slurp(tmp / "profile.json"), profile_json(training));
+    EXPECT_EQ(testutil::slurp(tmp / "notes.txt"), "mine\n");
 }
 
 TEST(ProfilerWriters, TraceJsonIsAValidNestedTrace) {

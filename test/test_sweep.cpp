@@ -3,14 +3,21 @@
 // for the inference programs (test/fake_infer.py: oom, timeout, the --json summary), and the script's errors.
 // The sweeps plot, so they need matplotlib (LLMC_SKIP_PLOT_TESTS=1 skips them, as test_plots.cpp's).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <gtest/gtest.h>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "llmc/checkpoint.h"
@@ -85,6 +92,27 @@ TrainLog read_train_log(const std::string& text) {
     for (auto it = std::sregex_iterator(text.begin(), text.end(), val); it != std::sregex_iterator(); ++it)
         t.val_loss = std::stod((*it)[1]);
     return t;
+}
+
+// Whether process pid exists and has not ended (a zombie has ended).
+bool running(int pid) {
+    std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+    size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+// Waits up to `seconds` for a file to exist.
+bool wait_for_file(const std::string& path, double seconds) {
+    for (auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+         std::chrono::steady_clock::now() < end; std::this_thread::sleep_for(std::chrono::milliseconds(50)))
+        if (std::ifstream(path)) return true;
+    return false;
+}
+
+// An executable shell script.
+void write_script(const std::string& path, const std::string& text) {
+    std::ofstream(path) << "#!/bin/sh\n" << text;
+    (void)!system(("chmod +x " + path).c_str());
 }
 
 int count_lines(const std::string& text, const std::string& pattern) {
@@ -297,6 +325,132 @@ TEST(SweepParse, StepLineFieldsWhateverElseTheLineCarries) {
     EXPECT_FALSE(f.contains("ETA")) << line; // not a number
 }
 
+// A sweep killed in its first configuration (kill -9, or SIGHUP when its terminal closes) leaves a sweep.csv that
+// the same command resumes; SIGHUP also stops the running configuration, as SIGTERM and Ctrl-C do.
+TEST_F(Sweep, KilledInItsFirstConfigurationTheSameCommandResumes) {
+    for (int sig : {SIGKILL, SIGHUP}) {
+        SCOPED_TRACE(strsignal(sig));
+        TempDir d;
+        const std::string out = d / "out", pids = d / "pids";
+        // Says who started it (the sweep) and who it is, then hangs.
+        write_script(d / "hang.sh", "echo $PPID $$ > " + pids + ".tmp && mv " + pids + ".tmp " + pids + "\nexec sleep 60\n");
+        const std::string grid = "--cpu --mode infer --models d1 --batch 1 --no-plots -o " + out;
+        (void)!system(("(python3 scripts/sweep.py --program " + (d / "hang.sh") + " " + grid + " > " + (d / "log") +
+                       " 2>&1; echo $? > " + (d / "rc") + ") &")
+                          .c_str());
+        ASSERT_TRUE(wait_for_file(pids, 60)) << slurp(d / "log");
+        int sweep_pid = 0, run_pid = 0;
+        std::ifstream(pids) >> sweep_pid >> run_pid;
+        ASSERT_GT(sweep_pid, 1);
+        ASSERT_GT(run_pid, 1);
+        kill(sweep_pid, sig);
+        ASSERT_TRUE(wait_for_file(d / "rc", 30));
+        if (sig == SIGHUP) {
+            EXPECT_FALSE(running(run_pid)) << "the configuration outlived its sweep";
+        }
+        if (running(run_pid)) kill(run_pid, SIGKILL); // kill -9 leaves it: nothing could stop it
+        const std::string csv = slurp(out + "/sweep.csv");
+        EXPECT_EQ(csv.substr(0, 17), "mode,device,model") << "'" << csv << "'";
+        EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1) << csv; // the header only
+
+        auto again = sweep("--program test/fake_infer.py " + grid);
+        ASSERT_EQ(again.exit_code, 0) << again.output;
+        auto rows = read_csv(out + "/sweep.csv");
+        ASSERT_EQ(rows.size(), 1u);
+        EXPECT_EQ(rows[0]["status"], "ok");
+    }
+}
+
+// --timeout stops every process of the run, also those that left its session: at -b 1 the program waits for
+// one process in a session of its own (setsid) and leaves another behind; at -b 2 it hands over to one that
+// forks away and so returns at once (setsid(1) started as a session leader). Both rows say timeout, nothing
+// the runs started is left, and the sweep does not wait for them.
+TEST_F(Sweep, TimeoutStopsEveryProcessOfTheRun) {
+    const std::vector<std::string> pid_files = {dir / "left.pid", dir / "waited.pid", dir / "forked.pid"};
+    write_script(dir / "escape.sh", "if [ \"$4\" = 1 ]; then\n"
+                                    "  setsid sh -c 'echo $$ > " + pid_files[0] + "; exec sleep 60' &\n"
+                                    "  setsid sh -c 'echo $$ > " + pid_files[1] + "; exec sleep 60'\n"
+                                    "else\n"
+                                    "  exec setsid sh -c 'echo $$ > " + pid_files[2] + "; exec sleep 60'\n"
+                                    "fi\n");
+    const auto start = std::chrono::steady_clock::now();
+    auto r = sweep("--cpu --mode infer --program " + (dir / "escape.sh") +
+                   " --models d1 --batch 1,2 --timeout 1 --no-plots -o " + out());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_LT(seconds, 30) << r.output;
+    auto rows = read_csv(out() + "/sweep.csv");
+    ASSERT_EQ(rows.size(), 2u);
+    for (auto& row : rows) EXPECT_EQ(row["status"], "timeout") << "B=" << row["B"];
+    for (const std::string& f : pid_files) {
+        int pid = 0;
+        std::ifstream(f) >> pid;
+        ASSERT_GT(pid, 1) << f;
+        EXPECT_FALSE(running(pid)) << f << ": still running";
+        if (running(pid)) kill(pid, SIGKILL);
+    }
+}
+
+// The plots of a sweep on both devices, whose two sequence lengths took the same memory: every line has its own
+// marker and line style (lines that coincide would otherwise hide each other), each device's limit says what it
+// is (host RAM on the CPU, the free GPU memory on the GPU), and every plot with data has both axes labelled with
+// their units.
+TEST_F(Sweep, PlotsTellLinesApartAndNameEachLimit) {
+    REQUIRE_MATPLOTLIB();
+    std::ofstream(dir / "plots.py") << R"py(import csv, json, os, sys
+sys.path.insert(0, "scripts")
+import plot_sweep, sweep
+d = sys.argv[1]
+rows = []
+for device, limit in (("cpu", 24105), ("gpu", 81000)):
+    for T in (32, 64):
+        for B in (1, 2, 4):
+            fits = device == "cpu" or B < 4
+            rows.append(dict(mode="train", device=device, model="d2", params=6966784, B=B, T=T,
+                             status="ok" if fits else "oom", tok_s=B * 100 if fits else "",
+                             peak_mem_mib=137.25 * B if fits else "", mem_limit_mib=limit))
+with open(d + "/sweep.csv", "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=sweep.COLUMNS, restval="")
+    w.writeheader()
+    w.writerows(rows)
+seen, finish = {}, plot_sweep.finish
+def record(plt, fig, ax, out, title, legend=True):
+    seen[os.path.basename(out)] = {"xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(), "lines": [
+        [l.get_label(), l.get_marker(), l.get_linestyle()] for l in ax.get_lines() if not l.get_label().startswith("_")]}
+    finish(plt, fig, ax, out, title, legend)
+plot_sweep.finish = record
+plot_sweep.plot(d + "/sweep.csv", d)
+print(json.dumps(seen))
+)py";
+    auto r = run("python3 " + (dir / "plots.py") + " " + dir.path);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto plots = nlohmann::json::parse(r.output);
+    for (const char* png : {"train_throughput.png", "train_memory.png"}) {
+        SCOPED_TRACE(png);
+        std::map<std::string, std::string> style_of; // a data line's label -> its marker and line style
+        std::vector<std::string> labels;
+        for (const auto& l : plots[png]["lines"]) {
+            labels.push_back(l[0]);
+            if (has(l[0], " d2 T=")) style_of[l[0]] = l[1].get<std::string>() + " " + l[2].get<std::string>();
+        }
+        ASSERT_EQ(style_of.size(), 4u) << plots[png].dump(); // CPU and GPU, T=32 and T=64
+        std::set<std::string> styles;
+        for (auto& [label, style] : style_of) styles.insert(style);
+        EXPECT_EQ(styles.size(), 4u) << plots[png].dump();
+        if (std::string(png) == "train_memory.png") {
+            EXPECT_NE(std::find(labels.begin(), labels.end(), "host RAM 24105 MiB"), labels.end()) << plots[png].dump();
+            EXPECT_NE(std::find(labels.begin(), labels.end(), "free GPU memory 81000 MiB"), labels.end())
+                << plots[png].dump();
+            for (const std::string& l : labels) EXPECT_FALSE(has(l, "device limit")) << l;
+        }
+    }
+    for (auto& [png, p] : plots.items()) {
+        if (p["lines"].empty()) continue; // a placeholder: nothing to show (no power, no profiled row)
+        EXPECT_TRUE(has(p["xlabel"], "(")) << png << ": x axis '" << p["xlabel"] << "'";
+        EXPECT_TRUE(has(p["ylabel"], "(")) << png << ": y axis '" << p["ylabel"] << "'";
+    }
+}
+
 TEST_F(Sweep, ClearErrors) {
     auto one_line = [](const RunResult& r, int code, const std::string& part) {
         EXPECT_EQ(r.exit_code, code) << r.output;
@@ -311,6 +465,22 @@ TEST_F(Sweep, ClearErrors) {
     one_line(sweep("--cpu --models d1 --seq 16,x" + data), 2, "--seq: '16,x'");
     one_line(sweep("--cpu --models gpt5" + data), 2, "--models: 'gpt5' is neither dN");
     one_line(sweep("--cpu --models d1 --steps 0" + data), 2, "--steps");
+    // A configuration named twice would be two rows of one key; an empty grid or no time limit, not a sweep.
+    one_line(sweep("--cpu --models d1,d1" + data), 2, "--models: 'd1' is given twice");
+    one_line(sweep("--cpu --models " + model(1) + "," + dir.path + "/./toy1.bin" + data), 2,
+             "--models: '" + dir.path + "/./toy1.bin' is given twice (as '" + model(1) + "')");
+    one_line(sweep("--cpu --models ''" + data), 2, "--models: '' is not");
+    one_line(sweep("--cpu --models d1, " + data), 2, "--models: 'd1,' is not");
+    one_line(sweep("--cpu --models d1 --batch 2,1,2" + data), 2, "--batch: '2' is given twice");
+    one_line(sweep("--cpu --models d1 --timeout nan" + data), 2, "--timeout: 'nan' is not a positive number");
+    one_line(sweep("--cpu --models d1 --timeout inf" + data), 2, "--timeout: 'inf' is not a positive number");
+    // -o must be a directory (or not exist yet); a file given there is left as it is.
+    std::ofstream(dir / "notes.md") << "notes\n";
+    one_line(sweep("--cpu --models d1 -i " + (dir / "data") + " -o " + (dir / "notes.md")), 2,
+             "-o: '" + (dir / "notes.md") + "' exists and is not a directory");
+    EXPECT_EQ(slurp(dir / "notes.md"), "notes\n");
+    one_line(sweep("--cpu --models d1 -i " + (dir / "data") + " -o /dev/null"), 2,
+             "-o: '/dev/null' exists and is not a directory");
     one_line(sweep("--cpu --models d1 -i " + (dir / "nodata") + " -o " + out()), 1, "nodata' not found");
     one_line(sweep("--cpu --models d1 --program " + (dir / "none") + data), 1, "--program");
     // A CSV from something else is not appended to.

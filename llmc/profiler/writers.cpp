@@ -3,11 +3,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
+#include <unistd.h>
 #include <vector>
 
 #include "llmc/profiler/findings.h"
@@ -64,6 +67,10 @@ std::string csv_field(const std::string& s) {
     for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
     return q + "\"";
 }
+
+// A rate or a ratio in a CSV (TFLOP/s, GB/s, FLOP/B, percentages, ceilings): six significant digits, since a
+// CPU's rates are thousandths of a TFLOP/s and fixed decimals would round them away. Unknown: empty.
+std::string csv_rate(double v) { return num(v, "%.6g", ""); }
 
 std::string csv_line(const std::vector<std::string>& cells) {
     std::string line;
@@ -396,7 +403,7 @@ std::string kernels_csv(const Report& r) {
     for (const KernelRow& k : r.kernels)
         s += csv_line({k.name, subblock_label(k.subblock), phase_label(k.phase), category_name(k.category),
                        std::to_string(k.calls),
-                       num(k.total_us, "%.3f", ""), num(k.avg_us, "%.3f", ""), num(k.pct, "%.4f", "")});
+                       num(k.total_us, "%.3f", ""), num(k.avg_us, "%.3f", ""), csv_rate(k.pct)});
     return s;
 }
 
@@ -409,12 +416,11 @@ std::string subblocks_csv(const Report& r) {
     for (const SubBlockRow& b : r.subblocks) {
         bool modelled = b.cost.flops() > 0 || b.cost.bytes > 0;
         s += csv_line({subblock_label(b.subblock), phase_label(b.phase), std::to_string(b.calls),
-                       num(b.time_us, "%.3f", ""), num(b.pct, "%.4f", ""),
+                       num(b.time_us, "%.3f", ""), csv_rate(b.pct),
                        modelled ? num(b.cost.flops(), "%.0f", "") : "", modelled ? num(b.cost.bytes, "%.0f", "") : "",
-                       num(b.roof.tflops, "%.4f", ""),
-                       num(b.roof.gbps, "%.2f", ""), num(b.roof.intensity, "%.3f", ""), b.roof.bound,
+                       csv_rate(b.roof.tflops), csv_rate(b.roof.gbps), csv_rate(b.roof.intensity), b.roof.bound,
                        num(b.roof.time_s * 1e6, "%.3f", ""), num(b.roof.floor_s * 1e6, "%.3f", ""),
-                       num(b.roof.pct_of_roofline, "%.2f", ""), num(b.per_step.median_ms * 1e3, "%.3f", ""),
+                       csv_rate(b.roof.pct_of_roofline), num(b.per_step.median_ms * 1e3, "%.3f", ""),
                        num(b.per_step.min_ms * 1e3, "%.3f", ""), num(b.per_step.max_ms * 1e3, "%.3f", "")});
     }
     return s;
@@ -450,8 +456,8 @@ std::string phases_csv(const Report& r) {
     for (const PhaseRow& p : r.phases)
         s += csv_line({phase_label(p.phase), std::to_string(p.steps), std::to_string(p.tokens), num(p.wall_ms, "%.6f", ""),
                        num(p.time_us, "%.3f", ""), num(p.cost.flops() * steps, "%.0f", ""),
-                       num(p.cost.bytes * steps, "%.0f", ""), num(p.roof.intensity, "%.4f", ""), p.roof.bound,
-                       num(p.roof.pct_of_roofline, "%.2f", "")});
+                       num(p.cost.bytes * steps, "%.0f", ""), csv_rate(p.roof.intensity), p.roof.bound,
+                       csv_rate(p.roof.pct_of_roofline)});
     return s;
 }
 
@@ -469,7 +475,7 @@ std::string api_csv(const Report& r) {
     for (const auto* rows : {&r.api, &r.syncs})
         for (const NamedTime& a : *rows)
             s += csv_line({a.name, std::to_string(a.calls), num(a.total_us, "%.3f", ""), num(a.avg_us, "%.3f", ""),
-                           num(a.pct, "%.4f", ""), rows == &r.api ? "api" : "sync"});
+                           csv_rate(a.pct), rows == &r.api ? "api" : "sync"});
     return s;
 }
 
@@ -490,13 +496,13 @@ std::string roofline_csv(const Report& r) {
                     const CounterRow* m) {
         s += csv_line({scope, sub, phase, "", num(b.cost.gemm_flops, "%.0f", ""), num(b.cost.other_flops, "%.0f", ""),
                        num(b.cost.flops(), "%.0f", ""), num(b.cost.bytes, "%.0f", ""),
-                       num(b.roof.intensity, "%.3f", ""),
+                       csv_rate(b.roof.intensity),
                        num(b.roof.time_s * 1e6, "%.3f", ""), num(b.roof.floor_s * 1e6, "%.3f", ""),
                        num(b.roof.compute_floor_s * 1e6, "%.3f", ""), num(b.roof.memory_floor_s * 1e6, "%.3f", ""),
-                       num(c.bf16_tflops > 0 ? c.bf16_tflops : NAN, "%.3f", ""),
-                       num(c.fp32_tflops > 0 ? c.fp32_tflops : NAN, "%.3f", ""),
-                       num(c.dram_gbps > 0 ? c.dram_gbps : NAN, "%.3f", ""), num(b.roof.tflops, "%.4f", ""),
-                       num(b.roof.gbps, "%.2f", ""), num(b.roof.pct_of_roofline, "%.2f", ""), b.roof.bound,
+                       csv_rate(c.bf16_tflops > 0 ? c.bf16_tflops : NAN),
+                       csv_rate(c.fp32_tflops > 0 ? c.fp32_tflops : NAN),
+                       csv_rate(c.dram_gbps > 0 ? c.dram_gbps : NAN), csv_rate(b.roof.tflops),
+                       csv_rate(b.roof.gbps), csv_rate(b.roof.pct_of_roofline), b.roof.bound,
                        m ? num(m->flops(), "%.0f", "") : "", m ? num(m->dram_bytes, "%.0f", "") : ""});
     };
     const CounterReport& hw = r.counters;
@@ -507,11 +513,11 @@ std::string roofline_csv(const Report& r) {
     line("total", "", "", r.total, hw.collected ? &hw.total : nullptr);
     for (const CounterRow& k : hw.per_kernel)
         s += csv_line({"kernel", subblock_label(k.subblock), phase_label(k.phase), k.kernel, "", "", "", "",
-                       num(k.intensity(), "%.3f", ""), num(k.time_ns / 1e3, "%.3f", ""),
+                       csv_rate(k.intensity()), num(k.time_ns / 1e3, "%.3f", ""),
                        num(k.floor_s() * 1e6, "%.3f", ""), num(k.compute_floor_s() * 1e6, "%.3f", ""),
-                       num(k.memory_floor_s * 1e6, "%.3f", ""), num(k.tensor_ceiling_tflops(), "%.3f", ""),
-                       num(k.fp32_ceiling_tflops(), "%.3f", ""), num(k.dram_ceiling_gbps(), "%.3f", ""),
-                       num(k.tflops(), "%.4f", ""), num(k.gbps(), "%.2f", ""), num(k.pct_of_roofline(), "%.2f", ""),
+                       num(k.memory_floor_s * 1e6, "%.3f", ""), csv_rate(k.tensor_ceiling_tflops()),
+                       csv_rate(k.fp32_ceiling_tflops()), csv_rate(k.dram_ceiling_gbps()),
+                       csv_rate(k.tflops()), csv_rate(k.gbps()), csv_rate(k.pct_of_roofline()),
                        k.bound(), num(k.flops(), "%.0f", ""), num(k.dram_bytes, "%.0f", "")});
     return s;
 }
@@ -895,9 +901,14 @@ void write_profile_dir(const std::string& dir, const Report& r, const ProfileRec
     write_file(dir + "/steps.csv", steps_csv(r));
     write_file(dir + "/api.csv", api_csv(r));
     write_file(dir + "/roofline.csv", roofline_csv(r));
-    if (!r.phases.empty()) {
-        write_file(dir + "/phases.csv", phases_csv(r));
-        write_file(dir + "/decode_buckets.csv", decode_buckets_csv(r));
+    // The inference tables; a training profile removes files of their names, so that a directory that held an
+    // inference profile keeps none of its files (every other file is rewritten; files of other names stay).
+    for (const auto& [name, table] : {std::make_pair("phases.csv", &phases_csv),
+                                      std::make_pair("decode_buckets.csv", &decode_buckets_csv)}) {
+        const std::string path = dir + "/" + name;
+        if (!r.phases.empty()) write_file(path, table(r));
+        else if (unlink(path.c_str()) != 0 && errno != ENOENT)
+            throw Error(strprintf("%s: cannot remove the previous profile's file (%s)", path.c_str(), strerror(errno)));
     }
     write_file(dir + "/trace.json", trace_json(r, rec));
     write_file(dir + "/profile.json", profile_json(r));
