@@ -183,8 +183,8 @@ gpu_bundle:
 	@echo "gpu_bundle: $$(du -sb gpu_bundle | cut -f1) bytes ($$(du -sh gpu_bundle | cut -f1)); the limit is 40 MiB"
 ifdef BUNDLE
 BUNDLE_DIR := gpu_bundle
-# The CPU reference's steps: about a minute each on two cores (d12, B=4, T=1024).
-REF_STEPS ?= 3
+# The CPU reference's steps (d12, B=4, T=1024): each a few minutes of CPU time and 10 GiB of memory.
+REF_STEPS ?= 2
 BUNDLE_TEXT = $(or $(TINYSHAKESPEARE),$(if $(LLMC_DATA),$(LLMC_DATA)/tinyshakespeare/input.txt,data/tinyshakespeare/input.txt))
 BUNDLE_VOCAB = $(or $(GPT2_VOCAB_DIR),$(if $(LLMC_DATA),$(LLMC_DATA)/gpt2,dev/data/gpt2))
 BUNDLE_DATA := $(BUNDLE_DIR)/data/tinyshakespeare

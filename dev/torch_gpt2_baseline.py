@@ -132,7 +132,7 @@ def build(torch, layers):
             for block in self.h:
                 x = block(x)
             logits = self.lm_head(self.ln_f(x))
-            return F.cross_entropy(logits.view(-1, PADDED_VOCAB).float(), targets.view(-1))
+            return F.cross_entropy(logits.view(-1, PADDED_VOCAB), targets.view(-1))
 
     return GPT()
 
@@ -198,8 +198,7 @@ def main(argv):
         if not torch.cuda.is_available():
             print("torch_gpt2_baseline.py: --device cuda: torch sees no CUDA device", file=sys.stderr)
             return 1
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")  # TF32 for what autocast leaves in fp32
         name = torch.cuda.get_device_name(0)
     else:
         name = "cpu"

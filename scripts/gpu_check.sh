@@ -344,7 +344,7 @@ command -v python3 >/dev/null 2>&1 || { have_python=0; echo "gpu_check: python3 
 # --lease: DIR's files, rewritten from the work directory (each through a .part file, so that a run stopped
 # at any moment leaves whole files): stages.tsv, report.md, summary.txt, ncu_vs_profiler.csv, logs.tar.gz and
 # profiles.tar.gz (every directory the stages wrote; without the traces when it would pass 16 MiB).
-put() { cp "$1" "$out/$2.part" && mv "$out/$2.part" "$out/$2"; }
+put() { cp "$1" "$out/$2.part" && chmod 644 "$out/$2.part" && mv "$out/$2.part" "$out/$2"; }
 publish() {
     [ "$lease" = 1 ] || return 0
     put "$tsv" stages.tsv
