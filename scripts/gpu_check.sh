@@ -169,6 +169,17 @@ find_tool() {
         [ -x "$p" ] && { printf '%s\n' "$p"; return; }
     done
 }
+# --lease: the bundle's programs load the toolkit's cuBLASLt and CUPTI. Where the loader does not find them, the
+# toolkit's library directories go on the library path of every stage but PyTorch's, which loads its own (the
+# inventory shows the path and ldd).
+user_ld_path=${LD_LIBRARY_PATH-}
+if [ "$lease" = 1 ] && [ -x "$run_dir/train_gpt2cu" ] && ldd "$run_dir/train_gpt2cu" 2>/dev/null | grep -q 'not found'; then
+    cuda_root=$(dirname "$cuda_bin")
+    for d in "$cuda_root/extras/CUPTI/lib64" "$cuda_root/targets/x86_64-linux/lib" "$cuda_root/lib" "$cuda_root/lib64"; do
+        [ -d "$d" ] && LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    done
+    export LD_LIBRARY_PATH
+fi
 NCU=$(find_tool ncu)
 NSYS=$(find_tool nsys)
 SANITIZER=$(find_tool compute-sanitizer)
@@ -237,7 +248,9 @@ if [ "$lease" = 1 ]; then
     CMD[inventory]="echo \"clocks: \$($(q "$NVSMI") --query-gpu=clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem --format=csv,noheader | head -n 1)\"
 ${CMD[inventory]}
 $(lib_line libnccl)
-$(lib_line libmpi)"
+$(lib_line libmpi)
+echo \"LD_LIBRARY_PATH=\$LD_LIBRARY_PATH\"
+ldd ./train_gpt2cu || echo \"ldd ./train_gpt2cu: exit \$?\""
 fi
 CMD[inventory]=${CMD[inventory]//python3 scripts\//python3 ${src}scripts/}
 CMD[build]="make -j$JOBS $targets"
@@ -265,7 +278,7 @@ if [ "$lease" = 1 ]; then
 sed 's/^/ref: /' ref/train_gpt2.log
 exit \$r"
     CMD[benchmark]="${src}scripts/benchmark_gpu.sh -C . -e d12 -t 1024 -B '16 64'"
-    CMD[torch_baseline]="python3 ${src}dev/torch_gpt2_baseline.py -e d12 -t 1024 -B '16 64' -x 40 -w 10 -i data/tinyshakespeare/tiny_shakespeare_train.bin"
+    CMD[torch_baseline]="LD_LIBRARY_PATH=$(q "$user_ld_path") python3 ${src}dev/torch_gpt2_baseline.py -e d12 -t 1024 -B '16 64' -x 40 -w 10 -i data/tinyshakespeare/tiny_shakespeare_train.bin"
 else
     CMD[train]="./train_gpt2cu -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x 60 -v 20 -s 60 -g 64 -o $O/train"
     CMD[benchmark]="scripts/benchmark_gpu.sh -e d12 -t 1024 -B '16 32 64' -p"
@@ -295,7 +308,8 @@ skip_reason() {
         ncu) [ -n "$NCU" ] || echo "ncu not found" ;;
         torch_baseline)
             if [ "$have_data" = 0 ]; then echo "no data/tinyshakespeare in gpu_bundle (make gpu_bundle)"
-            elif ! python3 -c 'import torch' >/dev/null 2>&1; then echo "no PyTorch (python3 -c 'import torch' fails)"
+            elif ! LD_LIBRARY_PATH=$user_ld_path python3 -c 'import torch' >/dev/null 2>&1; then
+                echo "no PyTorch (python3 -c 'import torch' fails)"
             fi ;;
         nsys) [ -n "$NSYS" ] || echo "nsys not found" ;;
         data)

@@ -426,7 +426,7 @@ TEST(GpuCheckLease, DryRunListsTheStagesInOrderWithinNineMinutes) {
     for (const char* cmd :
          {"stages run in ", "/gpu_bundle; logs and profiles go to ", "--query-gpu=clocks.sm,clocks.mem",
           "python3 ../scripts/gpu_report.py versions --binary ./train_gpt2cu", "echo \"lib libnccl: ",
-          "echo \"lib libmpi: ", "tool compute-sanitizer", "./gpu_tests --gtest_filter='GPT2GPU.*:",
+          "echo \"lib libmpi: ", "tool compute-sanitizer", "\n    ldd ./train_gpt2cu || ", "./gpu_tests --gtest_filter='GPT2GPU.*:",
           "./train_gpt2cu -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x 30 ", "sed 's/^/ref: /' ref/train_gpt2.log",
           "../scripts/benchmark_gpu.sh -C . -e d12 -t 1024 -B '16 64'",
           "python3 ../dev/torch_gpt2_baseline.py -e d12 -t 1024 -B '16 64' -x 40 -w 10 -i data/tinyshakespeare/",
