@@ -12,6 +12,8 @@
 #   make SAN=1 test      the CPU programs and CPU tests built with AddressSanitizer + UBSan (in build/san)
 #   make fuzz            each libFuzzer target in test/fuzz/ for FUZZ_SECONDS (needs clang; doc/testing.md)
 #   make tinyshakespeare prepares data/tinyshakespeare (TINYSHAKESPEARE=/path/input.txt to skip the download)
+#   make gpu_bundle      everything scripts/gpu_check.sh --lease runs on a GPU machine, built without one into
+#                        gpu_bundle/ (doc/gpu_check.md); its objects go to build/bundle
 #   make deps            installs the missing build and test dependencies (scripts/deps.sh; Debian or Ubuntu)
 #
 # Objects go to build/ with their header dependencies (-MMD -MP): touching a header rebuilds only what
@@ -34,6 +36,19 @@ override CXXFLAGS += -std=c++17 -march=$(CPU_ARCH) -fopenmp -Wall -Wextra -I. -M
 LDLIBS_PCRE := -lpcre2-8
 BUILD := build
 
+# ---- BUNDLE=1 (set by `make gpu_bundle`, below): the programs gpu_bundle/ carries to a GPU machine, in build/bundle
+# so that they never mix with the normal build's objects. Single-process (no MPI, no NCCL), pcre2 linked
+# statically, CPU code for any x86-64 with AVX2 (x86-64-v3), GPU code for sm_90 with its PTX (compute_90), which
+# the driver compiles for newer GPUs ----
+ifdef BUNDLE
+BUILD := build/bundle
+BIN := $(BUILD)/
+CPU_ARCH := x86-64-v3
+GPU_ARCH := 90
+GPU_CODE := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+LDLIBS_PCRE := -l:libpcre2-8.a
+endif
+
 # ---- CUDA: architecture from the GPU present (nvidia-smi), GPU_ARCH=90 to override, sm_90 without a GPU ----
 NVCC ?= nvcc
 HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
@@ -42,7 +57,8 @@ ifeq ($(GPU_ARCH),)
 GPU_ARCH := 90
 endif
 NVCCFLAGS ?= -O3
-override NVCCFLAGS += -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -lineinfo -I. \
+GPU_CODE ?= -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH)
+override NVCCFLAGS += -std=c++17 $(GPU_CODE) -lineinfo -I. \
              -Xcompiler -fopenmp,-Wall --expt-relaxed-constexpr -MMD -MP
 CUDA_LIBS := -lcublasLt -lcublas
 # The in-process profiler (llmc/profiler/cupti_collector.cuh): train_gpt2cu --profile, profile_gpt2cu, the GPU tests.
@@ -64,7 +80,7 @@ endif
 # Not under SAN=1: Open MPI's own allocations outlive MPI_Finalize and LeakSanitizer would fail every run (the
 # sanitized trainer still runs the data-parallel code as one process; the MPI tests skip there) ----
 MPICXX ?= mpicxx
-HAVE_MPI := $(if $(SAN),,$(shell command -v $(MPICXX) 2>/dev/null))
+HAVE_MPI := $(if $(SAN)$(BUNDLE),,$(shell command -v $(MPICXX) 2>/dev/null))
 ifneq ($(HAVE_MPI),)
 # MPI's C API only: the deprecated C++ bindings would warn and need one more library.
 MPI_CFLAGS := $(shell $(MPICXX) --showme:compile) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
@@ -119,13 +135,13 @@ $(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(PROFILER_LIB)
 $(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
-train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(LIBS)
+$(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
-profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(LIBS)
+$(BIN)profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) -lgomp
 
-infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(PROFILER_LIB)
+$(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(PROFILER_LIB)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
 
 # The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
@@ -156,6 +172,46 @@ else
 $(BUILD)/run_tests: $(TEST_OBJS) $(LIBS)
 	@echo "note: nvcc not found; building the CPU tests only"
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(MPI_LIBS) -lpthread
+endif
+
+# ---- make gpu_bundle (doc/gpu_check.md): gpu_bundle/, everything scripts/gpu_check.sh --lease runs on a GPU machine,
+# at most 40 MiB: the GPU programs; train_gpt2 and infer_gpt2, which the GPU tests compare with; gpu_tests, the GPU
+# suites of the tests alone (test/gpu/*.cu); the kernel benchmarks (dev/cuda/); the whole tinyshakespeare as shards
+# (data/tinyshakespeare) and the CPU reference's first REF_STEPS steps of the lease's training run on them (ref/), which
+# the GPU's losses are checked against. Built by a second make with BUNDLE=1 (above): objects in build/bundle.
+# The text: TINYSHAKESPEARE, else $LLMC_DATA/tinyshakespeare/input.txt, else data/tinyshakespeare/input.txt (make
+# tinyshakespeare); the vocabulary: GPT2_VOCAB_DIR, else $LLMC_DATA/gpt2, else dev/data/gpt2. Nothing is downloaded.
+.PHONY: gpu_bundle
+gpu_bundle:
+	@[ -n "$(HAVE_NVCC)" ] || { echo "error: gpu_bundle: $(NVCC) not found (the CUDA toolkit builds the bundle)" >&2; exit 1; }
+	@$(MAKE) --no-print-directory BUNDLE=1 bundle
+	@echo "gpu_bundle: $$(du -sb gpu_bundle | cut -f1) bytes ($$(du -sh gpu_bundle | cut -f1)); the limit is 40 MiB"
+ifdef BUNDLE
+BUNDLE_DIR := gpu_bundle
+# The CPU reference's steps (d12, B=4, T=1024): each a few minutes of CPU time and 10 GiB of memory.
+REF_STEPS ?= 2
+BUNDLE_TEXT = $(or $(TINYSHAKESPEARE),$(if $(LLMC_DATA),$(LLMC_DATA)/tinyshakespeare/input.txt,data/tinyshakespeare/input.txt))
+BUNDLE_VOCAB = $(or $(GPT2_VOCAB_DIR),$(if $(LLMC_DATA),$(LLMC_DATA)/gpt2,dev/data/gpt2))
+BUNDLE_DATA := $(BUNDLE_DIR)/data/tinyshakespeare
+BUNDLE_PROGRAMS := $(addprefix $(BUNDLE_DIR)/,train_gpt2cu infer_gpt2cu profile_gpt2cu train_gpt2 infer_gpt2 gpu_tests) \
+                   $(patsubst $(BUILD)/%,$(BUNDLE_DIR)/%,$(DEV_CUDA_BINS))
+# The lease's training run (scripts/gpu_check.sh, stage train) with the same model, batch, seed and data.
+BUNDLE_REF := $(BUNDLE_DIR)/ref/train_gpt2.log
+.PHONY: bundle
+bundle: $(BUNDLE_PROGRAMS) $(BUNDLE_REF)
+$(BUILD)/gpu_tests: $(BUILD)/test/main.o $(GPU_TEST_OBJS) $(LIBS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) -lgomp -lpthread
+$(BUNDLE_DIR)/%: $(BUILD)/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(BUNDLE_DATA)/tiny_shakespeare_train.bin: $(BUILD)/prepare_data
+	@[ -f "$(BUNDLE_TEXT)" ] || { echo "error: gpu_bundle: no tinyshakespeare text at '$(BUNDLE_TEXT)': set" \
+	    "TINYSHAKESPEARE=/path/to/input.txt (or LLMC_DATA=DIR, or run make tinyshakespeare)" >&2; exit 1; }
+	$(BUILD)/prepare_data --gpt2-dir "$(BUNDLE_VOCAB)" --tinyshakespeare "$(BUNDLE_TEXT)" $(BUNDLE_DATA)
+$(BUNDLE_REF): $(BUNDLE_DIR)/train_gpt2 $(BUNDLE_DATA)/tiny_shakespeare_train.bin
+	@mkdir -p $(dir $@)
+	cd $(BUNDLE_DIR) && ./train_gpt2 -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x $(REF_STEPS) -v 0 -s 0 \
+	    >ref/train_gpt2.log.part && mv ref/train_gpt2.log.part ref/train_gpt2.log
 endif
 
 # ---- emulated GPU tier (test/emu/, doc/testing.md): the real llmc/*.cuh and the GPU tests of test/gpu/, built by
@@ -216,7 +272,8 @@ ifdef SAN
 # The tests run ./train_gpt2 and read test/ and scripts/ files from their working directory: build/san, with links.
 # Every process writes its sanitizer reports to build/san/reports; any report fails the run. The plot tests run
 # python, which has nothing to sanitize.
-SAN_LINKS := $(addprefix $(BUILD)/,test/data test/emu test/gpu test/hta_check.py scripts dev/data/gpt2)
+SAN_LINKS := $(addprefix $(BUILD)/,test/data test/emu test/gpu test/hta_check.py scripts dev/data/gpt2 \
+                                    dev/torch_gpt2_baseline.py)
 $(SAN_LINKS):
 	@mkdir -p $(dir $@)
 	ln -sfn $(abspath $(patsubst $(BUILD)/%,%,$@)) $@
@@ -275,7 +332,7 @@ deps:
 	bash scripts/deps.sh
 
 clean:
-	rm -rf $(BUILD) train_gpt2 prepare_data infer_gpt2 train_gpt2cu profile_gpt2cu infer_gpt2cu
+	rm -rf $(BUILD) gpu_bundle train_gpt2 prepare_data infer_gpt2 train_gpt2cu profile_gpt2cu infer_gpt2cu
 
 # Objects made through a chain of pattern rules (the kernel benchmarks') are kept, not deleted as intermediates.
 # (A bare .SECONDARY would also stop make from building a new test's object for an up-to-date binary.)

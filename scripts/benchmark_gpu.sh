@@ -5,21 +5,31 @@
 # profiler's overhead, 100 * (1 - traced tok/s / untraced tok/s) (the target is at most 2%). The traced
 # tok/s counts the CUPTI buffer flushes between steps, which the step lines leave out.
 #
-#   scripts/benchmark_gpu.sh [-e d12] [-t 1024] [-x 40] [-w 10] [-B "16 32 64"] [-p]
+# -C DIR runs DIR's train_gpt2cu on DIR's data/tinyshakespeare (gpu_bundle/, doc/gpu_check.md) and builds nothing;
+# without it, the repository's, made first when missing.
+#
+#   scripts/benchmark_gpu.sh [-e d12] [-t 1024] [-x 40] [-w 10] [-B "16 32 64"] [-p] [-C DIR]
 set -euo pipefail
-cd "$(dirname "$0")/.."
 
-model=d12 T=1024 steps=40 warmup=10 batches="16 32 64" profile=0
-while getopts "e:t:x:w:B:ph" o; do
+model=d12 T=1024 steps=40 warmup=10 batches="16 32 64" profile=0 dir=""
+while getopts "e:t:x:w:B:pC:h" o; do
     case $o in
         e) model=$OPTARG ;; t) T=$OPTARG ;; x) steps=$OPTARG ;; w) warmup=$OPTARG ;; B) batches=$OPTARG ;;
-        p) profile=1 ;;
-        *) sed -n '2,7p' "$0"; exit 2 ;;
+        p) profile=1 ;; C) dir=$OPTARG ;;
+        *) sed -n '2,10p' "$0"; exit 2 ;;
     esac
 done
 [ "$steps" -gt "$warmup" ] || { echo "error: -x ($steps) must exceed -w ($warmup)" >&2; exit 2; }
-[ -x ./train_gpt2cu ] || make train_gpt2cu
-[ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || make tinyshakespeare
+if [ -n "$dir" ]; then
+    cd "$dir" 2>/dev/null || { echo "error: -C $dir: no such directory" >&2; exit 1; }
+    for f in ./train_gpt2cu data/tinyshakespeare/tiny_shakespeare_train.bin; do
+        [ -e "$f" ] || { echo "error: -C $dir: no $f there (make gpu_bundle)" >&2; exit 1; }
+    done
+else
+    cd "$(dirname "$0")/.."
+    [ -x ./train_gpt2cu ] || make train_gpt2cu
+    [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || make tinyshakespeare
+fi
 
 # One train_gpt2cu run at micro-batch $1 (more flags after it). Prints "ms tok/s MFU mem flush", each the mean
 # over the steps after the warmup (mem: the last one; flush: the profiler's between-step ms per traced step, 0

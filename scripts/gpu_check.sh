@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
 # Verifies the whole GPU half in one offline run and writes a report (doc/gpu_check.md). Stages run in order,
 # each under its own time limit; a failing stage is recorded and the next one starts. The whole run stays
-# within --budget seconds (25 minutes): a stage gets at most what is left, and is skipped when too little is.
+# within --budget seconds: a stage gets at most what is left, and is skipped when too little is.
 #
 #   scripts/gpu_check.sh [--out DIR] [--only STAGE[,STAGE...]] [--budget SECONDS] [--dry-run] [--help]
+#   scripts/gpu_check.sh --lease [--rest STAGES_TSV] [--out DIR] [--only ...] [--budget SECONDS] [--dry-run]
 #
 #   --out DIR      report directory [gpu_report]: report.md, summary.txt, stages.tsv, logs/, the profiles
-#   --only LIST    run these stages only and update their rows of an existing report ("sanitizer" = the four
+#   --only LIST    run these stages only and update their rows of an existing report ("sanitizer" = the
 #                  compute-sanitizer stages); the build stage still makes what they need
-#   --budget S     the whole run's time limit in seconds [1500]
-#   --dry-run      print the stages and their exact commands; runs nothing (needs no GPU)
+#   --budget S     the whole run's time limit in seconds [1500; --lease 540; --rest 240]
+#   --dry-run      print the stages, their limits and exact commands; runs nothing (needs no GPU)
+#   --lease        one short run from gpu_bundle/ (make gpu_bundle, built elsewhere): no build stage, the
+#                  stages in order of value; DIR holds at most 8 files, each rewritten as soon as a stage ends:
+#                  report.md, summary.txt, stages.tsv, logs.tar.gz (every stage's log), profiles.tar.gz (the
+#                  profile directories), ncu_vs_profiler.csv
+#   --rest TSV     with --lease: run only the stages that TSV (an earlier lease run's stages.tsv) shows as not
+#                  run, timed out or out of time; a stage that timed out gets twice its limit
 #
 # Stages: inventory build gpu_tests memcheck racecheck synccheck initcheck kernel_ladder data train benchmark
 #         profile profile_counters ncu nsys
+# Lease stages: inventory gpu_tests train benchmark torch_baseline profile ncu memcheck racecheck kernel_ladder
 # Environment: LLMC_DATA (a directory with tinyshakespeare/input.txt and gpt2/{encoder.json,vocab.bpe}; without
 # it, data/tinyshakespeare/input.txt if downloaded, else the excerpt in test/data, and the vocabulary in
 # dev/data/gpt2); TINYSHAKESPEARE and GPT2_VOCAB_DIR override those files; NVIDIA_SMI (the
-# nvidia-smi to ask for a GPU) [nvidia-smi]; JOBS (make -j) [the number of CPUs].
+# nvidia-smi to ask for a GPU) [nvidia-smi]; JOBS (make -j) [the number of CPUs]; GPU_BUNDLE (--lease: the
+# bundle's directory) [gpu_bundle].
 set -u
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
@@ -32,27 +41,57 @@ SANITIZER_STAGES=(memcheck racecheck synccheck initcheck)
 declare -A LIMIT=([inventory]=30 [build]=420 [gpu_tests]=180 [memcheck]=120 [racecheck]=150 [synccheck]=90
                   [initcheck]=120 [kernel_ladder]=150 [data]=60 [train]=180 [benchmark]=300 [profile]=120
                   [profile_counters]=180 [ncu]=180 [nsys]=150)
+# --lease: in order of value, limits adding up to 520 s of the 540 s run (the rest: the report and archives).
+LEASE_STAGES=(inventory gpu_tests train benchmark torch_baseline profile ncu memcheck racecheck kernel_ladder)
+declare -A LEASE_LIMIT=([inventory]=10 [gpu_tests]=75 [train]=40 [benchmark]=45 [torch_baseline]=95 [profile]=40
+                        [ncu]=100 [memcheck]=40 [racecheck]=45 [kernel_ladder]=30)
 
-out=gpu_report only="" dry=0 budget=1500
+out=gpu_report only="" dry=0 budget="" lease=0 rest=""
 while [ $# -gt 0 ]; do
     case $1 in
         --dry-run) dry=1 ;;
-        --out | --only | --budget)
+        --lease) lease=1 ;;
+        --out | --only | --budget | --rest)
             if [ $# -lt 2 ] || [ -z "$2" ]; then bad_usage "$1 needs a value"; fi
-            case $1 in --out) out=$2 ;; --only) only=$2 ;; --budget) budget=$2 ;; esac
+            case $1 in --out) out=$2 ;; --only) only=$2 ;; --budget) budget=$2 ;; --rest) rest=$2 ;; esac
             shift ;;
         --out=?*) out=${1#--out=} ;;
         --only=?*) only=${1#--only=} ;;
         --budget=?*) budget=${1#--budget=} ;;
+        --rest=?*) rest=${1#--rest=} ;;
         -h | --help) usage; exit 0 ;;
         *) bad_usage "unknown option '$1'" ;;
     esac
     shift
 done
+if [ -n "$rest" ]; then
+    [ "$lease" = 1 ] || bad_usage "--rest needs --lease"
+    [ -z "$only" ] || bad_usage "--rest and --only both choose the stages: give one"
+    [ -f "$rest" ] || { echo "gpu_check: --rest $rest: no such file (an earlier lease run's stages.tsv)" >&2; exit 1; }
+fi
+if [ -z "$budget" ]; then
+    if [ -n "$rest" ]; then budget=240; elif [ "$lease" = 1 ]; then budget=540; else budget=1500; fi
+fi
 [[ $budget =~ ^[1-9][0-9]*$ ]] || bad_usage "--budget: expected a positive number of seconds, got '$budget'"
+if [ "$lease" = 1 ]; then
+    ALL_STAGES=("${LEASE_STAGES[@]}")
+    SANITIZER_STAGES=(memcheck racecheck)
+    LIMIT=()
+    for s in "${LEASE_STAGES[@]}"; do LIMIT[$s]=${LEASE_LIMIT[$s]}; done
+fi
 
 selected=()
-if [ -z "$only" ]; then
+if [ -n "$rest" ]; then
+    # Not run (no row), timed out (124, 137: timeout's TERM and KILL) or skipped as out of time.
+    for s in "${ALL_STAGES[@]}"; do
+        row=$(awk -F'\t' -v s="$s" '$1 == s { print $2 "\t" $5 }' "$rest" | tail -n 1)
+        case $row in
+            "" | 124$'\t'* | 137$'\t'*) selected+=("$s") ;;
+            skip$'\t'"out of time"*) selected+=("$s") ;;
+        esac
+        case $row in 124$'\t'* | 137$'\t'*) LIMIT[$s]=$((2 * ${LIMIT[$s]})) ;; esac
+    done
+elif [ -z "$only" ]; then
     selected=("${ALL_STAGES[@]}")
 else
     IFS=, read -r -a wanted <<<"$only"
@@ -79,6 +118,7 @@ out=$(absolute "$out")
 ts_text=${TINYSHAKESPEARE:+$(absolute "$TINYSHAKESPEARE")}
 vocab_dir=${GPT2_VOCAB_DIR:+$(absolute "$GPT2_VOCAB_DIR")}
 NVSMI=${NVIDIA_SMI:-nvidia-smi}
+bundle=${GPU_BUNDLE:+$(absolute "$GPU_BUNDLE")}
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 # Offline defaults: the downloaded text where there is one, else the excerpt the tests use (its train split is
 # 12983 tokens: enough to exercise training, not to judge its loss curve).
@@ -91,6 +131,15 @@ else
     ts_text=${ts_text:-$PWD/test/data/tinyshakespeare_excerpt.txt}
 fi
 vocab_dir=${vocab_dir:-$PWD/dev/data/gpt2}
+# Where the stages run: the repository, or (--lease) gpu_bundle/, whose programs, data and reference the commands
+# name relative to it; src is the repository from there.
+if [ "$lease" = 1 ] && [ -n "$bundle" ]; then
+    run_dir=$bundle src=$PWD/ tests=./gpu_tests benches=dev/cuda
+elif [ "$lease" = 1 ]; then
+    run_dir=$PWD/gpu_bundle src=../ tests=./gpu_tests benches=dev/cuda
+else
+    run_dir=$PWD src="" tests=./build/run_tests benches=build/dev/cuda
+fi
 
 # ---- without a GPU: one line and a non-zero exit (the dry run needs none) ----
 if [ "$dry" = 0 ]; then
@@ -100,6 +149,10 @@ if [ "$dry" = 0 ]; then
     fi
     if ! "$NVSMI" -L 2>/dev/null | grep -q '^GPU '; then
         echo "gpu_check: no NVIDIA GPU here ($NVSMI lists no device); nothing run (--dry-run lists the stages)" >&2
+        exit 1
+    fi
+    if [ "$lease" = 1 ] && [ ! -x "$run_dir/gpu_tests" ]; then
+        echo "gpu_check: --lease: no $run_dir/gpu_tests (make gpu_bundle builds the bundle, on any machine with nvcc)" >&2
         exit 1
     fi
 fi
@@ -116,13 +169,31 @@ find_tool() {
         [ -x "$p" ] && { printf '%s\n' "$p"; return; }
     done
 }
+# --lease: the bundle's programs load the toolkit's cuBLASLt and CUPTI. Where the loader does not find them, the
+# toolkit's library directories go on the library path of every stage but PyTorch's, which loads its own (the
+# inventory shows the path and ldd).
+user_ld_path=${LD_LIBRARY_PATH-}
+if [ "$lease" = 1 ] && [ -x "$run_dir/train_gpt2cu" ] && ldd "$run_dir/train_gpt2cu" 2>/dev/null | grep -q 'not found'; then
+    cuda_root=$(dirname "$cuda_bin")
+    for d in "$cuda_root/extras/CUPTI/lib64" "$cuda_root/targets/x86_64-linux/lib" "$cuda_root/lib" "$cuda_root/lib64"; do
+        [ -d "$d" ] && LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    done
+    export LD_LIBRARY_PATH
+fi
 NCU=$(find_tool ncu)
 NSYS=$(find_tool nsys)
 SANITIZER=$(find_tool compute-sanitizer)
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
 
 q() { printf '%q' "$1"; }
-O=$(q "$out")
+# Where the stages write their logs and profiles: DIR itself, or (--lease) a work directory whose results are
+# copied into DIR, as report.md and archives, after every stage.
+if [ "$lease" = 1 ]; then
+    work=${TMPDIR:-/tmp}/gpu_check.$$
+else
+    work=$out
+fi
+O=$(q "$work")
 
 # ---- what the GPU tests are: every suite in test/gpu/*.cu; the sanitizers take the kernel and model suites
 # at small shapes (GpuAttention.Gpt2Shape is GPT-2's full T=1024 shape) ----
@@ -131,6 +202,8 @@ mapfile -t gpu_suites < <(sed -n 's/^\(GPU_\)\{0,1\}TEST\(_F\|_P\)\{0,1\}(\([A-Z
 gpu_filter=$(printf '%s.*:' "${gpu_suites[@]}")
 gpu_filter=${gpu_filter%:}
 san_filter='Kernels*:GpuAttention.*:GPT2GPU.*-GpuAttention.Gpt2Shape'
+# --lease: the kernel suites alone, so that both tools finish within 90 s.
+[ "$lease" = 1 ] && san_filter='Kernels*:GpuAttention.*-GpuAttention.Gpt2Shape'
 
 # ---- the binaries each stage needs (the build stage makes the union for the selected stages) ----
 declare -A NEEDS=([gpu_tests]="build/run_tests train_gpt2 prepare_data train_gpt2cu profile_gpt2cu"
@@ -139,7 +212,7 @@ declare -A NEEDS=([gpu_tests]="build/run_tests train_gpt2 prepare_data train_gpt
                   [benchmark]=train_gpt2cu [profile]=profile_gpt2cu [profile_counters]=profile_gpt2cu
                   [ncu]=profile_gpt2cu [nsys]=profile_gpt2cu)
 targets=""
-for s in "${selected[@]}"; do
+[ "$lease" = 1 ] || for s in "${selected[@]}"; do
     for t in ${NEEDS[$s]:-}; do [[ " $targets " == *" $t "* ]] || targets="$targets $t"; done
 done
 targets=${targets# }
@@ -166,15 +239,29 @@ python3 scripts/gpu_report.py versions --binary ./train_gpt2cu
 $(tool_line ncu "$NCU")
 $(tool_line nsys "$NSYS")
 $(tool_line compute-sanitizer "$SANITIZER")"
+# --lease: the libraries a data-parallel run would load (the bundle's programs need neither).
+# shellcheck disable=SC2016 # the command's $(...) runs when the stage does
+lib_line() { # "lib NAME: PATH" from the loader's cache, or "lib NAME: not found"
+    printf 'p=$(ldconfig -p 2>/dev/null | awk '"'"'$1 ~ /^%s\\.so/ { print $NF; exit }'"'"'); echo "lib %s: ${p:-not found}"' "$1" "$1"
+}
+if [ "$lease" = 1 ]; then
+    CMD[inventory]="echo \"clocks: \$($(q "$NVSMI") --query-gpu=clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem --format=csv,noheader | head -n 1)\"
+${CMD[inventory]}
+$(lib_line libnccl)
+$(lib_line libmpi)
+echo \"LD_LIBRARY_PATH=\$LD_LIBRARY_PATH\"
+ldd ./train_gpt2cu || echo \"ldd ./train_gpt2cu: exit \$?\""
+fi
+CMD[inventory]=${CMD[inventory]//python3 scripts\//python3 ${src}scripts/}
 CMD[build]="make -j$JOBS $targets"
-CMD[gpu_tests]="${data_root:+LLMC_DATA=$(q "$data_root") }./build/run_tests --gtest_filter='$gpu_filter'"
+CMD[gpu_tests]="${data_root:+LLMC_DATA=$(q "$data_root") }$tests --gtest_filter='$gpu_filter'"
 for tool in memcheck racecheck synccheck initcheck; do
-    CMD[$tool]="$(q "${SANITIZER:-compute-sanitizer}") --tool $tool --error-exitcode 1 ./build/run_tests --gtest_filter='$san_filter'"
+    CMD[$tool]="$(q "${SANITIZER:-compute-sanitizer}") --tool $tool --error-exitcode 1 $tests --gtest_filter='$san_filter'"
 done
 # shellcheck disable=SC2016
 CMD[kernel_ladder]='rc=0
-for src in dev/cuda/*.cu; do
-    b=build/dev/cuda/$(basename "$src" .cu)
+for src in '"${src}"'dev/cuda/*.cu; do
+    b='"$benches"'/$(basename "$src" .cu)
     if [ ! -x "$b" ]; then echo "=== $b missing"; rc=1; continue; fi
     echo "=== $b"; timeout -k 5 90 "$b"; r=$?; echo "=== $b exit $r"; [ "$r" = 0 ] || rc=1
 done
@@ -184,8 +271,18 @@ CMD[data]="if [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] && [ -f dat
 else
     TINYSHAKESPEARE=$(q "$ts_text") GPT2_VOCAB_DIR=$(q "$vocab_dir") bash dev/data/tinyshakespeare.sh
 fi"
-CMD[train]="./train_gpt2cu -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x 60 -v 20 -s 60 -g 64 -o $O/train"
-CMD[benchmark]="scripts/benchmark_gpu.sh -e d12 -t 1024 -B '16 32 64' -p"
+if [ "$lease" = 1 ]; then
+    # The bundle's CPU reference ran the same model, batch, seed and data (make gpu_bundle): its step lines
+    # follow, as "ref: ...", for the report to hold the GPU's first losses against.
+    CMD[train]="./train_gpt2cu -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x 30 -v 15 -s 30 -g 32 -o $O/train; r=\$?
+sed 's/^/ref: /' ref/train_gpt2.log
+exit \$r"
+    CMD[benchmark]="${src}scripts/benchmark_gpu.sh -C . -e d12 -t 1024 -B '16 64'"
+    CMD[torch_baseline]="LD_LIBRARY_PATH=$(q "$user_ld_path") python3 ${src}dev/torch_gpt2_baseline.py -e d12 -t 1024 -B '16 64' -x 40 -w 10 -i data/tinyshakespeare/tiny_shakespeare_train.bin"
+else
+    CMD[train]="./train_gpt2cu -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x 60 -v 20 -s 60 -g 64 -o $O/train"
+    CMD[benchmark]="scripts/benchmark_gpu.sh -e d12 -t 1024 -B '16 32 64' -p"
+fi
 CMD[profile]="./profile_gpt2cu -o $O/profile_default"
 CMD[profile_counters]="./profile_gpt2cu --counters -o $O/profile_counters"
 one_layer="--layers 1 --warmup 1 --steps 1"
@@ -205,10 +302,15 @@ exit \$r"
 # Why a stage cannot run here ("" when it can).
 skip_reason() {
     local have_data=0
-    [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] && have_data=1
+    [ -f "$run_dir/data/tinyshakespeare/tiny_shakespeare_train.bin" ] && have_data=1
     case $1 in
         memcheck | racecheck | synccheck | initcheck) [ -n "$SANITIZER" ] || echo "compute-sanitizer not found" ;;
         ncu) [ -n "$NCU" ] || echo "ncu not found" ;;
+        torch_baseline)
+            if [ "$have_data" = 0 ]; then echo "no data/tinyshakespeare in gpu_bundle (make gpu_bundle)"
+            elif ! LD_LIBRARY_PATH=$user_ld_path python3 -c 'import torch' >/dev/null 2>&1; then
+                echo "no PyTorch (python3 -c 'import torch' fails)"
+            fi ;;
         nsys) [ -n "$NSYS" ] || echo "nsys not found" ;;
         data)
             if [ "$have_data" = 0 ] && { [ ! -f "$ts_text" ] || [ ! -f "$vocab_dir/encoder.json" ] ||
@@ -219,7 +321,8 @@ skip_reason() {
         train | benchmark)
             # A dry run cannot know yet what the data stage will prepare.
             [ "$have_data" = 1 ] || { [ "$dry" = 1 ] && is_selected data && [ -z "$(skip_reason data)" ]; } ||
-                echo "no data/tinyshakespeare (see the data stage)" ;;
+                if [ "$lease" = 1 ]; then echo "no data/tinyshakespeare in gpu_bundle (make gpu_bundle)"
+                else echo "no data/tinyshakespeare (see the data stage)"; fi ;;
     esac
 }
 
@@ -227,28 +330,53 @@ skip_reason() {
 n=${#selected[@]}
 if [ "$dry" = 1 ]; then
     echo "gpu_check: dry run, nothing is run; the report would go to $out (budget ${budget} s)"
-    i=0
+    [ "$lease" = 1 ] && echo "stages run in $run_dir; logs and profiles go to $work, then into $out"
+    i=0 total=0
     for s in "${selected[@]}"; do
-        i=$((i + 1))
+        i=$((i + 1)) total=$((total + LIMIT[$s]))
         why=$(skip_reason "$s")
         echo
         echo "stage $i/$n: $s (limit ${LIMIT[$s]} s)${why:+ [skipped on this machine: $why]}"
         printf '%s\n' "${CMD[$s]}" | sed 's/^/    /'
     done
     echo
+    echo "limits: $total s in all, for a budget of $budget s"
     echo "then: python3 scripts/gpu_report.py report $O"
     exit 0
 fi
 
 # ---- the run ----
-mkdir -p "$out/logs" || exit 1
-tsv=$out/stages.tsv
-if [ -z "$only" ]; then
-    rm -f "$tsv" "$out/report.md" "$out/summary.txt" "$out/ncu_vs_profiler.csv" "$out"/logs/*.log
+mkdir -p "$out" "$work/logs" || exit 1
+tsv=$work/stages.tsv
+if [ -z "$only" ] || [ "$lease" = 1 ]; then
+    rm -f "$tsv" "$out/report.md" "$out/summary.txt" "$out/ncu_vs_profiler.csv" "$out"/logs/*.log \
+        "$out/stages.tsv" "$out/logs.tar.gz" "$out/profiles.tar.gz"
 fi
 touch "$tsv"
 have_python=1
 command -v python3 >/dev/null 2>&1 || { have_python=0; echo "gpu_check: python3 not found: logs only, no report" >&2; }
+# --lease: DIR's files, rewritten from the work directory (each through a .part file, so that a run stopped
+# at any moment leaves whole files): stages.tsv, report.md, summary.txt, ncu_vs_profiler.csv, logs.tar.gz and
+# profiles.tar.gz (every directory the stages wrote; without the traces when it would pass 16 MiB).
+put() { cp "$1" "$out/$2.part" && chmod 644 "$out/$2.part" && mv "$out/$2.part" "$out/$2"; }
+publish() {
+    [ "$lease" = 1 ] || return 0
+    put "$tsv" stages.tsv
+    if [ "$have_python" = 1 ]; then
+        python3 scripts/gpu_report.py report "$work" >/dev/null
+        for f in report.md summary.txt ncu_vs_profiler.csv; do [ -f "$work/$f" ] && put "$work/$f" "$f"; done
+    fi
+    tar -czf "$out/logs.tar.gz.part" -C "$work" logs && mv "$out/logs.tar.gz.part" "$out/logs.tar.gz"
+    local dirs
+    mapfile -t dirs < <(find "$work" -mindepth 1 -maxdepth 1 -type d ! -name logs -printf '%P\n' | sort)
+    [ "${#dirs[@]}" -gt 0 ] || return 0
+    tar -czf "$out/profiles.tar.gz.part" -C "$work" "${dirs[@]}"
+    if [ "$(stat -c %s "$out/profiles.tar.gz.part")" -gt $((16 << 20)) ]; then
+        echo "gpu_check: the profiles pass 16 MiB compressed: profiles.tar.gz leaves out their trace.json" >&2
+        tar -czf "$out/profiles.tar.gz.part" -C "$work" --exclude=trace.json "${dirs[@]}"
+    fi
+    mv "$out/profiles.tar.gz.part" "$out/profiles.tar.gz"
+}
 record() { # stage rc seconds limit note
     local tmp
     tmp=$(mktemp) && grep -v "^$1"$'\t' "$tsv" >"$tmp"
@@ -259,7 +387,7 @@ echo "gpu_check: ${n} stages into $out (at most $((budget / 60)) min)"
 i=0
 for s in "${selected[@]}"; do
     i=$((i + 1))
-    log=$out/logs/$s.log
+    log=$work/logs/$s.log
     why=$(skip_reason "$s")
     left=$((deadline - SECONDS))
     limit=${LIMIT[$s]}
@@ -269,6 +397,7 @@ for s in "${selected[@]}"; do
     if [ -n "$why" ]; then
         record "$s" skip 0 0 "$why"
         printf '[%2d/%d] %-17s skipped: %s\n' "$i" "$n" "$s" "$why"
+        publish
         continue
     fi
     [ "$left" -lt "$limit" ] && limit=$left
@@ -276,16 +405,23 @@ for s in "${selected[@]}"; do
     { printf '# stage %s, limit %d s, started %s\n' "$s" "$limit" "$(date -u '+%Y-%m-%d %H:%M:%S UTC')"
       printf '%s\n' "${CMD[$s]}" | sed 's/^/# $ /'; } >"$log"
     t0=$SECONDS
-    timeout -k 15 "$limit" bash -c "${CMD[$s]}" >>"$log" 2>&1 </dev/null
+    (cd "$run_dir" && exec timeout -k 5 "$limit" bash -c "${CMD[$s]}") >>"$log" 2>&1 </dev/null
     rc=$?
     record "$s" "$rc" "$((SECONDS - t0))" "$limit" ""
     if [ "$have_python" = 1 ]; then
-        python3 scripts/gpu_report.py judge "$s" "$out" | cut -c1-160
+        python3 scripts/gpu_report.py judge "$s" "$work" | cut -c1-160
     else
         echo "exit $rc"
     fi
+    publish
 done
 
 [ "$have_python" = 1 ] || exit 1
 echo
-python3 scripts/gpu_report.py report "$out"
+python3 scripts/gpu_report.py report "$work"; status=$?
+publish
+if [ "$lease" = 1 ]; then
+    rm -rf "$work"
+    echo "results: $out ($(cd "$out" && echo *))"
+fi
+exit $status

@@ -6,11 +6,11 @@
     gpu_report.py report DIR [-o REPORT_MD]                DIR/report.md and DIR/summary.txt; prints the summary
     gpu_report.py versions [--binary PROGRAM]              CUDA runtime, driver, cuBLASLt and CUPTI versions
 
-KIND: inventory, build, gtest, sanitizer, ladder, data, train, benchmark, profile, ncu, nsys.
+KIND: inventory, build, gtest, sanitizer, ladder, data, train, benchmark, torch, profile, ncu, nsys.
 DIR is a gpu_check.sh output directory: stages.tsv (stage, rc or "skip", seconds, limit, note) and
 logs/STAGE.log. Standard library only; the formats parsed are those of the programs in this repository
-(llmc/train_loop.h, llmc/profile_writers.h, dev/cuda/bench_common.cuh, scripts/benchmark_gpu.sh), of
-GoogleTest, compute-sanitizer, ncu --csv and nsys.
+(llmc/train_loop.h, llmc/profile_writers.h, dev/cuda/bench_common.cuh, scripts/benchmark_gpu.sh,
+dev/torch_gpt2_baseline.py), of GoogleTest, compute-sanitizer, ncu --csv and nsys.
 """
 import argparse
 import csv
@@ -35,7 +35,8 @@ STAGES = [
     ("kernel_ladder", "ladder", "dev/cuda kernel benchmarks"),
     ("data", "data", "tinyshakespeare from local files"),
     ("train", "train", "train_gpt2cu d12 T=1024 on tinyshakespeare"),
-    ("benchmark", "benchmark", "scripts/benchmark_gpu.sh -p, B=16,32,64"),
+    ("benchmark", "benchmark", "scripts/benchmark_gpu.sh, d12 T=1024"),
+    ("torch_baseline", "torch", "compiled PyTorch on the same model and batches; our tok/s over its"),
     ("profile", "profile", "profile_gpt2cu at its defaults"),
     ("profile_counters", "profile", "profile_gpt2cu --counters"),
     ("ncu", "ncu", "ncu gpu__time_duration vs the profiler's kernels.csv, one layer"),
@@ -204,12 +205,21 @@ def ladder_key(p):
 # ---------------------------------------------------------------- train_gpt2cu
 
 STEP_RE = re.compile(r"^step\s+(\d+)/(\d+) \| loss (\S+) \| norm (\S+) \| lr (\S+) \| (\S+) ms \| (\d+) tok/s(.*)$")
+# The CPU reference's step lines (gpu_bundle/ref/train_gpt2.log), which gpu_check.sh --lease appends as "ref: ...".
+REF_RE = re.compile(r"^ref: step\s+(\d+)/\d+ \| loss (\S+) \| norm \S+ \| lr (\S+) \|")
+# The GPU's loss against the fp32 CPU reference's, relative: the bf16 tolerance of the GPU tests over AdamW steps
+# (test/gpu/test_gpt2.cu, GPT2GPU.AdamWStepsTrackTheCPU).
+REF_LOSS_TOL = 2e-2
 
 
 def parse_train(text):
-    steps, val, sample, in_sample, errors = [], [], [], False, []
+    steps, val, sample, in_sample, errors, ref = [], [], [], False, [], []
     params = None
     for line in text.splitlines():
+        m = REF_RE.match(line)
+        if m:
+            ref.append({"step": int(m[1]), "loss": float(m[2]), "lr": m[3]})
+            continue
         if in_sample:
             if line.startswith("----------------"):
                 in_sample = False
@@ -225,7 +235,7 @@ def parse_train(text):
             mfu = re.search(r"MFU ([\d.]+)%", extras)
             mem = re.search(r"mem ([\d.]+) GiB", extras)
             steps.append({"step": int(m[1]), "of": int(m[2]), "loss": float(m[3]), "norm": float(m[4]),
-                          "ms": float(m[6]), "tok_s": int(m[7]), "mfu": float(mfu[1]) if mfu else None,
+                          "lr": m[5], "ms": float(m[6]), "tok_s": int(m[7]), "mfu": float(mfu[1]) if mfu else None,
                           "mem_gib": float(mem[1]) if mem else None})
             continue
         m = re.match(r"^(?:step\s+\d+/\d+ \| )?val loss (\S+)$", line)  # older logs: no step
@@ -240,8 +250,17 @@ def parse_train(text):
             errors.append(line.strip())
     r = {"steps": len(steps), "parameters": params, "val_losses": val, "sample": "\n".join(sample).strip() or None,
          "errors": errors[:3], "first_loss": None, "last_loss": None, "train_falls": None, "val_falls": None,
-         "tok_s": None, "mfu": None, "mem_gib": None, "ms": None}
+         "tok_s": None, "mfu": None, "mem_gib": None, "ms": None, "max_steps": None, "reference": []}
+    # Each reference step against the GPU's step of that number: the losses' relative difference.
+    by_step = {s["step"]: s for s in steps}
+    for x in ref:
+        g = by_step.get(x["step"])
+        rel = None if g is None or x["loss"] == 0 else (g["loss"] - x["loss"]) / x["loss"]
+        r["reference"].append({"step": x["step"], "cpu": x["loss"], "gpu": g["loss"] if g else None,
+                               "rel": None if rel is None else round(rel, 5),
+                               "same_lr": g is not None and g["lr"] == x["lr"]})
     if steps:
+        r["max_steps"] = steps[-1]["of"]
         losses = [s["loss"] for s in steps]
         k = max(1, min(5, len(losses) // 4))
         r.update(first_loss=losses[0], last_loss=losses[-1],
@@ -286,6 +305,40 @@ def parse_benchmark(text):
             row["error"] = rest
         rows.append(row)
     return {"profiled": profiled, "rows": rows}
+
+
+# ---------------------------------------------------------------- dev/torch_gpt2_baseline.py
+
+def parse_torch(text):
+    """Its rows (scripts/benchmark_gpu.sh's columns less MFU) and its first line (torch version, device)."""
+    r = {"setup": None, "rows": [], "error": None}
+    for line in text.splitlines():
+        if line.startswith("torch ") and r["setup"] is None:
+            r["setup"] = line.strip()
+            continue
+        m = re.match(r"^(\S+)\s+(\d+)\s+(\d+)\s+failed: (.*)$", line)
+        if m:
+            r["rows"].append({"model": m[1], "T": int(m[2]), "B": int(m[3]), "error": m[4].strip()})
+            continue
+        m = re.match(r"^(\S+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+)\s+([\d.]+) GiB$", line)
+        if m:
+            r["rows"].append({"model": m[1], "T": int(m[2]), "B": int(m[3]), "ms": float(m[4]), "tok_s": int(m[5]),
+                              "mem_gib": float(m[6]), "error": None})
+            continue
+        if r["error"] is None and re.match(r"^(torch_gpt2_baseline\.py: |Traceback|\w*Error: )", line):
+            r["error"] = line.strip()
+    return r
+
+
+def torch_ratios(ours, theirs):
+    """Per B of both runs: our tok/s over PyTorch's."""
+    mine = {(x["model"], x["T"], x["B"]): x for x in ours["rows"] if x.get("tok_s")}
+    out = []
+    for x in theirs["rows"]:
+        o = mine.get((x["model"], x["T"], x["B"]))
+        if o and x.get("tok_s"):
+            out.append({"B": x["B"], "ours": o["tok_s"], "torch": x["tok_s"], "ratio": round(o["tok_s"] / x["tok_s"], 3)})
+    return out
 
 
 # ---------------------------------------------------------------- profile_gpt2cu
@@ -485,7 +538,7 @@ def ncu_table_csv(p):
 
 def parse_inventory(text):
     r = {"gpu": None, "driver": None, "compute_cap": None, "memory": None, "driver_cuda": None, "nvcc": None,
-         "cuda_runtime": None, "cublaslt": None, "cupti": None, "tools": {}}
+         "cuda_runtime": None, "cublaslt": None, "cupti": None, "tools": {}, "libs": {}, "clocks": None}
     for line in text.splitlines():
         m = re.match(r"^gpu: (.*)$", line)
         if m and r["gpu"] is None:
@@ -500,9 +553,12 @@ def parse_inventory(text):
         m = re.match(r"^(cuda_runtime|cublaslt|cupti): (\S+)", line)
         if m:
             r[m[1]] = m[2]
-        m = re.match(r"^tool (\S+): (.*)$", line)
+        m = re.match(r"^(tool|lib) (\S+): (.*)$", line)
         if m:
-            r["tools"][m[1]] = None if m[2].startswith("not found") else m[2]
+            r[m[1] + "s"][m[2]] = None if m[3].startswith("not found") else m[3]
+        m = re.match(r"^clocks: (.*)$", line)  # SM, memory, max SM, max memory (nvidia-smi)
+        if m:
+            r["clocks"] = m[1].strip()
     return r
 
 
@@ -540,7 +596,7 @@ def parse_nsys(text):
 
 PARSERS = {"inventory": parse_inventory, "build": parse_build, "gtest": parse_gtest, "sanitizer": parse_sanitizer,
            "ladder": parse_ladder, "data": parse_data, "train": parse_train, "benchmark": parse_benchmark,
-           "profile": parse_profile, "nsys": parse_nsys}
+           "torch": parse_torch, "profile": parse_profile, "nsys": parse_nsys}
 
 
 # ---------------------------------------------------------------- stage verdicts
@@ -577,10 +633,12 @@ def judge(stage, rc, text, report_dir=None, limit=None, write_files=False, kille
         return ("pass" if rc == 0 and p["joined"] > 0 else "fail"), key
     p = PARSERS[kind](text)
     if kind == "inventory":
-        tools = ", ".join(f"{t} {'yes' if v else 'no'}" for t, v in p["tools"].items())
+        tools = ", ".join(f"{t} {'yes' if v else 'no'}" for t, v in {**p["tools"], **p["libs"]}.items())
         key = (f"{p['gpu'] or '?'} (sm {p['compute_cap'] or '?'}, {p['memory'] or '?'}), driver {p['driver'] or '?'} "
                f"(CUDA {p['driver_cuda'] or '?'}), nvcc {p['nvcc'] or '?'}, cuBLASLt {p['cublaslt'] or '?'}, "
                f"CUPTI {p['cupti'] or '?'}; {tools}")
+        if p["clocks"]:
+            key += f"; clocks (SM, memory, max SM, max memory) {p['clocks']}"
         return ("pass" if rc == 0 and p["gpu"] else "fail"), key
     if kind == "build":
         if killed:
@@ -623,8 +681,16 @@ def judge(stage, rc, text, report_dir=None, limit=None, write_files=False, kille
                + f"; {fmt(p['tok_s'], '.0f')} tok/s, {fmt(p['ms'], '.1f')} ms/step, MFU {fmt(p['mfu'], '.1f')}%, "
                f"{fmt(p['mem_gib'], '.1f')} GiB; sample {'yes' if p['sample'] else 'no'}")
         problems = []
-        if p["steps"] < 50:
-            problems.append(f"only {p['steps']} steps")
+        if p["max_steps"] is None or p["steps"] < p["max_steps"]:
+            problems.append(f"only {p['steps']} steps" + (f" of {p['max_steps']}" if p["max_steps"] else ""))
+        if p["reference"]:
+            ref = p["reference"]
+            key += ("; vs CPU reference (tolerance " + f"{REF_LOSS_TOL:.0%}): "
+                    + ", ".join(f"step {x['step']} {fmt(x['gpu'], '.4f')}/{x['cpu']:.4f}"
+                                + ("" if x["rel"] is None else f" ({x['rel']:+.2%})") for x in ref))
+            off = [x for x in ref if x["rel"] is None or abs(x["rel"]) > REF_LOSS_TOL or not x["same_lr"]]
+            if off:
+                problems.append("losses off the CPU reference at step " + ", ".join(str(x["step"]) for x in off))
         if p["train_falls"] is False:
             problems.append("train loss did not fall")
         if p["val_falls"] is not True:
@@ -654,6 +720,26 @@ def judge(stage, rc, text, report_dir=None, limit=None, write_files=False, kille
             parts.append(f"overhead target <= 2%: {'met' if max(over) <= 2 else 'missed'}")
         ok = rc == 0 and rows and all(x.get("ms") is not None and not x["error"] for x in rows)
         return ("pass" if ok else "fail"), "; ".join(parts) or "no result rows"
+    if kind == "torch":
+        bench = {"rows": []}
+        log = os.path.join(report_dir or "", "logs", "benchmark.log")
+        if report_dir and os.path.exists(log):
+            bench = parse_benchmark(read_log(log))
+        ratios = {x["B"]: x for x in torch_ratios(bench, p)}
+        parts = []
+        for x in p["rows"]:
+            if x.get("tok_s") is None:
+                parts.append(f"B={x['B']} failed: {x['error']}")
+                continue
+            s = f"B={x['B']} {x['tok_s']} tok/s {x['ms']:.1f} ms {x['mem_gib']:.1f} GiB"
+            rt = ratios.get(x["B"])
+            s += f", ours/torch {rt['ratio']:.3f} ({rt['ours']} tok/s)" if rt else ", no benchmark row to compare"
+            parts.append(s)
+        key = "; ".join(parts) or (p["error"] or "no result rows")
+        if p["setup"]:
+            key += f" ({p['setup']})"
+        ok = rc == 0 and p["rows"] and all(x.get("tok_s") is not None for x in p["rows"])
+        return ("pass" if ok else "fail"), key
     if kind == "profile":
         key = (f"{fmt(p['tok_s'], '.0f')} tok/s, {fmt(p['ms_per_step'], '.2f')} ms/step (GPU "
                f"{fmt(p['gpu_ms_per_step'], '.2f')}), MFU {fmt(p['mfu'], '.1f')}%, {fmt(p['kernels'], 'd')} kernels, "
@@ -727,13 +813,13 @@ def md_cell(s):
 
 def make_report(report_dir, write_files=True):
     rows = read_stages(report_dir)
+    what = {stage: w for stage, _, w in STAGES}
     verdicts = []
-    for stage, _, what in STAGES:
-        if stage in rows:
-            status, key = stage_verdict(report_dir, stage, rows[stage], write_files)
-            verdicts.append((stage, what, status, rows[stage]["seconds"], key))
-    md = ["# GPU check", "", "Produced by scripts/gpu_check.sh; every stage's output is in logs/STAGE.log "
-          "(doc/gpu_check.md says how to read it).", "",
+    for stage, row in rows.items():  # in the order they ran
+        status, key = stage_verdict(report_dir, stage, row, write_files)
+        verdicts.append((stage, what[stage], status, row["seconds"], key))
+    md = ["# GPU check", "", "Produced by scripts/gpu_check.sh; every stage's output is in logs/STAGE.log (in "
+          "logs.tar.gz after --lease; doc/gpu_check.md says how to read it).", "",
           "| stage | result | seconds | key numbers |", "|---|---|---|---|"]
     for stage, what, status, secs, key in verdicts:
         md.append(f"| {stage} ({md_cell(what)}) | {status} | {secs} | {md_cell(key)} |")

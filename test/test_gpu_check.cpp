@@ -2,10 +2,16 @@
 // of every tool's output (test/data/gpu_check/report is a whole report directory: stages.tsv, logs/, the
 // one-layer kernels.csv), the report made from them, the dry run, and the one-line refusal without a GPU.
 // Needs python3 (standard library only).
+#include <cstdio>
+#include <cstring>
+#include <map>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 #include "test/test_util.h"
 
@@ -38,6 +44,15 @@ size_t count(const std::string& text, const std::string& what) {
     size_t n = 0;
     for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) n++;
     return n;
+}
+
+// The non-empty lines of a text.
+std::vector<std::string> lines(const std::string& text) {
+    std::vector<std::string> v;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+        if (!line.empty()) v.push_back(line);
+    return v;
 }
 
 bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
@@ -354,4 +369,354 @@ TEST(GpuCheckScript, BadFlagsGetOneLineAndExitTwo) {
     EXPECT_TRUE(has(help.output, "--dry-run")) << help.output;
     RunResult py = run("python3 scripts/gpu_report.py parse nosuchkind x");
     EXPECT_EQ(py.exit_code, 2) << py.output;
+}
+
+// ---- --lease (doc/gpu_check.md): test/data/gpu_check/lease holds a synthetic lease run in the programs' formats
+// (train_gpt2cu with the CPU reference's lines appended, benchmark_gpu.sh -C, dev/torch_gpt2_baseline.py) and a
+// stages.tsv of a run that stopped early, for --rest.
+
+namespace {
+const std::string LEASE = "test/data/gpu_check/lease";
+
+// "stage I/N: NAME (limit L s)" lines of a dry run: (name, limit) in order.
+std::vector<std::pair<std::string, int>> dry_run_stages(const std::string& output) {
+    std::vector<std::pair<std::string, int>> v;
+    std::istringstream in(output);
+    for (std::string line; std::getline(in, line);) {
+        char name[64];
+        int i, n, limit;
+        if (sscanf(line.c_str(), "stage %d/%d: %63s (limit %d s)", &i, &n, name, &limit) == 4) v.emplace_back(name, limit);
+    }
+    return v;
+}
+
+// A copy of the lease samples' logs with this stages.tsv.
+void lease_report_dir(const TempDir& dir, const std::string& tsv) {
+    ASSERT_EQ(run("cp -r " + LEASE + "/logs " + dir.path + "/").exit_code, 0);
+    write(dir / "stages.tsv", tsv);
+}
+} // namespace
+
+TEST(GpuCheckLease, DryRunListsTheStagesInOrderWithinNineMinutes) {
+    TempDir dir;
+    RunResult r = run("scripts/gpu_check.sh --lease --dry-run --out " + (dir / "out"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::vector<std::pair<std::string, int>> stages = dry_run_stages(r.output);
+    std::vector<std::string> names;
+    int total = 0;
+    for (auto& [name, limit] : stages) {
+        names.push_back(name);
+        total += limit;
+        EXPECT_GT(limit, 0) << name;
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"inventory", "gpu_tests", "train", "benchmark", "torch_baseline",
+                                               "profile", "ncu", "memcheck", "racecheck", "kernel_ladder"}))
+        << r.output;
+    EXPECT_LE(total, 540) << r.output;
+    EXPECT_TRUE(has(r.output, "limits: " + std::to_string(total) + " s in all, for a budget of 540 s")) << r.output;
+    for (const auto& [name, limit] : stages) {
+        if (name == "ncu") {
+            EXPECT_LE(limit, 120);
+        }
+        if (name == "memcheck" || name == "racecheck") { // both within 90 s
+            EXPECT_LE(limit, 45) << name;
+        }
+    }
+    // Everything from the bundle, nothing built: the stages run in gpu_bundle/ and name its programs.
+    for (const char* cmd :
+         {"stages run in ", "/gpu_bundle; logs and profiles go to ", "--query-gpu=clocks.sm,clocks.mem",
+          "python3 ../scripts/gpu_report.py versions --binary ./train_gpt2cu", "echo \"lib libnccl: ",
+          "echo \"lib libmpi: ", "tool compute-sanitizer", "\n    ldd ./train_gpt2cu || ", "./gpu_tests --gtest_filter='GPT2GPU.*:",
+          "./train_gpt2cu -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x 30 ", "sed 's/^/ref: /' ref/train_gpt2.log",
+          "../scripts/benchmark_gpu.sh -C . -e d12 -t 1024 -B '16 64'",
+          "python3 ../dev/torch_gpt2_baseline.py -e d12 -t 1024 -B '16 64' -x 40 -w 10 -i data/tinyshakespeare/",
+          "./profile_gpt2cu -o ", "--metrics gpu__time_duration.sum",
+          "--tool memcheck --error-exitcode 1 ./gpu_tests --gtest_filter='Kernels*:GpuAttention.*-GpuAttention.Gpt2Shape'",
+          "--tool racecheck --error-exitcode 1 ./gpu_tests", "b=dev/cuda/$(basename \"$src\" .cu)"})
+        EXPECT_TRUE(has(r.output, cmd)) << cmd << "\n" << r.output;
+    EXPECT_FALSE(has(r.output, "make -j")) << r.output;
+    EXPECT_FALSE(has(r.output, "build/run_tests")) << r.output;
+    EXPECT_FALSE(exists(dir / "out")) << "a dry run writes nothing";
+}
+
+TEST(GpuCheckLease, RestRunsOnlyTheStagesThatDidNotFinish) {
+    // The fixture: inventory and benchmark passed, gpu_tests failed, torch_baseline and memcheck were skipped for a
+    // missing tool, train timed out, profile was skipped as out of time, and the run stopped before the rest.
+    RunResult r = run("scripts/gpu_check.sh --lease --rest " + LEASE + "/stages.tsv --dry-run");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::vector<std::pair<std::string, int>> want = {
+        {"train", 80}, {"profile", 40}, {"ncu", 100}, {"racecheck", 45}, {"kernel_ladder", 30}};
+    EXPECT_EQ(dry_run_stages(r.output), want) << r.output; // a timed-out stage gets twice its limit
+    EXPECT_TRUE(has(r.output, "(budget 240 s)")) << r.output;
+
+    RunResult no_lease = run("scripts/gpu_check.sh --rest " + LEASE + "/stages.tsv --dry-run");
+    EXPECT_EQ(no_lease.exit_code, 2) << no_lease.output;
+    EXPECT_TRUE(has(no_lease.output, "gpu_check: --rest needs --lease")) << no_lease.output;
+    RunResult missing = run("scripts/gpu_check.sh --lease --rest /nonexistent/stages.tsv --dry-run");
+    EXPECT_EQ(missing.exit_code, 1) << missing.output;
+    EXPECT_EQ(count(missing.output, "\n"), 1u) << missing.output;
+    EXPECT_TRUE(has(missing.output, "--rest /nonexistent/stages.tsv: no such file")) << missing.output;
+    RunResult both = run("scripts/gpu_check.sh --lease --rest " + LEASE + "/stages.tsv --only train --dry-run");
+    EXPECT_EQ(both.exit_code, 2) << both.output;
+}
+
+TEST(GpuCheckLease, WithoutTheBundleOneLine) {
+    // A GPU is there (a stand-in nvidia-smi) but the bundle is not: nothing runs.
+    TempDir dir;
+    write(dir / "nvidia-smi", "#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n");
+    ASSERT_EQ(run("chmod +x " + (dir / "nvidia-smi")).exit_code, 0);
+    RunResult r = run("GPU_BUNDLE=" + (dir / "no_bundle") + " NVIDIA_SMI=" + (dir / "nvidia-smi") +
+                      " scripts/gpu_check.sh --lease --out " + (dir / "out"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(count(r.output, "\n"), 1u) << r.output;
+    EXPECT_TRUE(has(r.output, "gpu_check: --lease: no " + (dir / "no_bundle/gpu_tests") + " (make gpu_bundle"))
+        << r.output;
+    EXPECT_FALSE(exists(dir / "out"));
+}
+
+TEST(GpuCheckLease, ARunLeavesAtMostEightFilesInOut) {
+    REQUIRE_PYTHON3();
+    // The whole run on stand-ins: an nvidia-smi that names a GPU and a bundle of shell scripts in the programs'
+    // output formats (no ncu, compute-sanitizer or PyTorch here: those stages are skipped and say why).
+    TempDir dir;
+    const std::string b = dir / "bundle";
+    ASSERT_EQ(run("mkdir -p " + b + "/ref " + b + "/data/tinyshakespeare " + b + "/dev/cuda && touch " + b +
+                  "/data/tinyshakespeare/tiny_shakespeare_train.bin").exit_code, 0);
+    write(dir / "nvidia-smi", "#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n");
+    write(b + "/gpu_tests", "#!/bin/sh\necho '[==========] 1 test from 1 test suite ran. (5 ms total)'\n"
+                            "echo '[  PASSED  ] 1 test.'\n");
+    write(b + "/train_gpt2cu", "#!/bin/bash\nx=1; while [ $# -gt 0 ]; do [ \"$1\" = -x ] && x=$2; shift; done\n"
+                               "for i in $(seq 1 $x); do printf 'step %4d/%d | loss %.6f | norm 1.0000 | lr 3.00e-04 | "
+                               "40.00 ms | 102400 tok/s | MFU 10.0%% | mem 7.00 GiB | 0.1 s elapsed, ETA 0.1 s\\n' "
+                               "$i $x $((12 - i / 4)); done\n");
+    write(b + "/profile_gpt2cu", "#!/bin/bash\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && o=$2; shift; done\n"
+                                 "mkdir -p $o && echo summary > $o/summary.txt && echo '[]' > $o/trace.json\n"
+                                 "echo \"profile written to $o (summary.txt)\"\n");
+    write(b + "/ref/train_gpt2.log", "step    1/3 | loss 13.000000 | norm 1.0000 | lr 3.00e-04 | 52000.00 ms | 78 "
+                                     "tok/s | 52.0 s elapsed, ETA 104.0 s\n");
+    ASSERT_EQ(run("chmod +x " + (dir / "nvidia-smi") + " " + b + "/gpu_tests " + b + "/train_gpt2cu " + b +
+                  "/profile_gpt2cu").exit_code, 0);
+    RunResult r = run("PATH=/usr/bin:/bin TMPDIR=" + dir.path + " GPU_BUNDLE=" + b + " NVIDIA_SMI=" +
+                      (dir / "nvidia-smi") + " scripts/gpu_check.sh --lease --out " + (dir / "out"));
+    EXPECT_EQ(r.exit_code, 1) << r.output; // the stand-ins fail some stages
+    std::vector<std::string> files = lines(run("cd " + (dir / "out") + " && find . -mindepth 1 | sort").output);
+    EXPECT_EQ(files, (std::vector<std::string>{"./logs.tar.gz", "./profiles.tar.gz", "./report.md", "./stages.tsv",
+                                               "./summary.txt"}))
+        << r.output;
+    std::string tsv = testutil::slurp(dir / "out/stages.tsv");
+    EXPECT_EQ(count(tsv, "\n"), 10u) << tsv;
+    for (const char* row : {"inventory\t0\t", "gpu_tests\t0\t", "train\t0\t", "benchmark\t0\t", "profile\t0\t",
+                            "ncu\tskip\t0\t0\tncu not found", "memcheck\tskip\t0\t0\tcompute-sanitizer not found",
+                            "kernel_ladder\t1\t"})
+        EXPECT_TRUE(has(tsv, row)) << row << "\n" << tsv;
+    std::string md = testutil::slurp(dir / "out/report.md");
+    EXPECT_EQ(count(md, "\n| "), 11u) << md; // header and 10 stages
+    EXPECT_TRUE(has(md, "vs CPU reference (tolerance 2%): step 1 12.0000/13.0000 (-7.69%)")) << md;
+    // In the order they ran.
+    EXPECT_LT(md.find("| gpu_tests ("), md.find("| train (")) << md;
+    EXPECT_LT(md.find("| torch_baseline ("), md.find("| memcheck (")) << md;
+    EXPECT_TRUE(has(md, "losses off the CPU reference at step 1")) << md;
+    std::string logs = run("tar -tzf " + (dir / "out/logs.tar.gz")).output;
+    for (const char* log : {"logs/inventory.log", "logs/train.log", "logs/benchmark.log", "logs/kernel_ladder.log"})
+        EXPECT_TRUE(has(logs, log)) << log << "\n" << logs;
+    std::string profiles = run("tar -tzf " + (dir / "out/profiles.tar.gz")).output;
+    EXPECT_TRUE(has(profiles, "profile_default/summary.txt")) << profiles;
+    EXPECT_TRUE(has(profiles, "profile_default/trace.json")) << profiles;
+    EXPECT_EQ(run("find " + dir.path + " -maxdepth 1 -name 'gpu_check.*'").output, "") << "work directory left";
+}
+
+TEST(GpuCheckParsers, TrainLossesAgainstTheCpuReference) {
+    REQUIRE_PYTHON3();
+    std::string j = parse("train", LEASE + "/logs/train.log");
+    EXPECT_TRUE(has(j, "\"max_steps\": 30")) << j;
+    EXPECT_TRUE(has(j, "{\"cpu\": 11.009836, \"gpu\": 11.011372, \"rel\": 0.00014, \"same_lr\": true, \"step\": 1}")) << j;
+    EXPECT_EQ(count(j, "\"same_lr\": true"), 3u) << j;
+    TempDir dir;
+    lease_report_dir(dir, "train\t0\t12\t40\t\n");
+    RunResult ok = run("python3 scripts/gpu_report.py judge train " + dir.path);
+    EXPECT_EQ(ok.exit_code, 0) << ok.output;
+    EXPECT_TRUE(has(ok.output, "train pass: 30 steps")) << ok.output;
+    EXPECT_TRUE(has(ok.output, "vs CPU reference (tolerance 2%): step 1 11.0114/11.0098 (+0.01%), step 2 "
+                               "10.2145/10.2100 (+0.04%), step 3 9.7078/9.7023 (+0.06%)"))
+        << ok.output;
+    // The GPU's second loss 3% above the CPU's: the stage fails and names the step.
+    ASSERT_EQ(run("sed -i 's/^step    2\\/30 | loss 10.214530/step    2\\/30 | loss 10.516276/' " +
+                  (dir / "logs/train.log")).exit_code, 0);
+    RunResult off = run("python3 scripts/gpu_report.py judge train " + dir.path);
+    EXPECT_TRUE(has(off.output, "train fail: losses off the CPU reference at step 2;")) << off.output;
+    // A run stopped before its last step fails too.
+    ASSERT_EQ(run("sed -i '/^step   30\\/30 | loss/d' " + (dir / "logs/train.log")).exit_code, 0);
+    RunResult cut = run("python3 scripts/gpu_report.py judge train " + dir.path);
+    EXPECT_TRUE(has(cut.output, "only 29 steps of 30")) << cut.output;
+}
+
+TEST(GpuCheckParsers, TorchBaselineRatioFromTheSameRun) {
+    REQUIRE_PYTHON3();
+    std::string j = parse("torch", LEASE + "/logs/torch_baseline.log");
+    EXPECT_TRUE(has(j, "{\"B\": 16, \"T\": 1024, \"error\": null, \"mem_gib\": 18.02, \"model\": \"d12\", \"ms\": 44.85, "
+                       "\"tok_s\": 365310}"))
+        << j;
+    EXPECT_TRUE(has(j, "{\"B\": 64, \"T\": 1024, \"error\": \"out of memory\", \"model\": \"d12\"}")) << j;
+    EXPECT_TRUE(has(j, "\"setup\": \"torch 2.11.0+cu130 on NVIDIA H100 80GB HBM3, torch.compile,")) << j;
+    TempDir dir;
+    lease_report_dir(dir, "benchmark\t0\t31\t45\t\ntorch_baseline\t1\t80\t95\t\n");
+    RunResult r = run("python3 scripts/gpu_report.py judge torch_baseline " + dir.path);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    // 389169 / 365310 = 1.0653; B=64 ran out of memory under PyTorch: no ratio, and the stage fails.
+    EXPECT_TRUE(has(r.output, "torch_baseline fail: B=16 365310 tok/s 44.9 ms 18.0 GiB, ours/torch 1.065 "
+                              "(389169 tok/s); B=64 failed: out of memory"))
+        << r.output;
+    // Without our benchmark's log the ratio is missing, and the report says so.
+    ASSERT_EQ(run("rm " + (dir / "logs/benchmark.log")).exit_code, 0);
+    RunResult alone = run("python3 scripts/gpu_report.py judge torch_baseline " + dir.path);
+    EXPECT_TRUE(has(alone.output, "B=16 365310 tok/s 44.9 ms 18.0 GiB, no benchmark row to compare")) << alone.output;
+}
+
+TEST(GpuCheckTorchBaseline, BadFlagsGetOneLineAndExitTwo) {
+    REQUIRE_PYTHON3();
+    // The flags are read before torch is imported: these need no torch.
+    for (const char* args : {"-B 0", "-B ''", "-e 12", "-e d0", "-t 2048", "-x 5 -w 5", "-x -1", "--device tpu", "--bogus"}) {
+        RunResult r = run(std::string("python3 dev/torch_gpt2_baseline.py ") + args);
+        EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+        EXPECT_EQ(count(r.output, "\n"), 1u) << args << ": " << r.output;
+        EXPECT_TRUE(has(r.output, "torch_gpt2_baseline.py: ")) << args << ": " << r.output;
+    }
+    TempDir dir;
+    write(dir / "bad.bin", std::string(1024, '\0'));
+    RunResult shard = run("python3 dev/torch_gpt2_baseline.py -i " + (dir / "bad.bin"));
+    EXPECT_EQ(shard.exit_code, 1) << shard.output;
+    EXPECT_TRUE(has(shard.output, "-i " + (dir / "bad.bin") + ": not an llm.c token shard")) << shard.output;
+}
+
+TEST(GpuCheckTorchBaseline, TinyModelOnTheCpu) {
+    REQUIRE_PYTHON3();
+    if (run("python3 -c 'import torch'").exit_code != 0) GTEST_SKIP() << "no PyTorch for python3 (pip install torch)";
+    TempDir dir;
+    RunResult r = run("python3 dev/torch_gpt2_baseline.py --device cpu --no-compile -e d1 -t 16 -B '1 2' -x 3 -w 1 > " +
+                      (dir / "torch.log"));
+    ASSERT_EQ(r.exit_code, 0) << r.output << testutil::slurp(dir / "torch.log");
+    std::string j = parse("torch", dir / "torch.log");
+    EXPECT_EQ(count(j, "\"error\": null"), 3u) << j; // the file's and both rows'
+    EXPECT_TRUE(has(j, "\"B\": 1, \"T\": 16,")) << j;
+    EXPECT_TRUE(has(j, "\"B\": 2, \"T\": 16,")) << j;
+    EXPECT_TRUE(has(j, "\"setup\": \"torch ")) << j;
+    EXPECT_TRUE(has(j, " on cpu, eager, random tokens, 3 steps, averages after 1\"")) << j;
+}
+
+// ---- gpu_bundle/ (make gpu_bundle): what a GPU machine gets. Its programs may load glibc's, the C++ runtime's,
+// OpenMP's and the CUDA toolkit's libraries only (the machine may have no MPI, NCCL or pcre2), and the whole
+// bundle is at most 40 MiB. Skipped where the bundle is not built (.ci/run builds it before make test).
+
+namespace {
+// The sonames in `ldd` output that a bundle program may not need ("=> not found" ones included).
+std::vector<std::string> disallowed_libraries(const std::string& ldd) {
+    static const std::regex allowed(R"((linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libstdc\+\+|)"
+                                    R"(libutil|libgcc_s|libgomp|libcudart|libcublasLt|libcublas|libcupti)\.so(\.[0-9]+)*)");
+    std::vector<std::string> bad;
+    std::istringstream in(ldd);
+    for (std::string line; std::getline(in, line);) {
+        std::istringstream words(line);
+        std::string lib;
+        if (!(words >> lib) || lib.find(".so") == std::string::npos) continue; // "statically linked" and the like
+        lib = lib.substr(lib.rfind('/') + 1);
+        if (!std::regex_match(lib, allowed)) bad.push_back(lib);
+    }
+    return bad;
+}
+
+// The entries of every fatbin in a program (the CUDA fatbin layout cuobjdump reads): (kind, architecture) ->
+// how many; kind 1 is PTX, 2 machine code, and 90 is sm_90 / compute_90.
+std::map<std::pair<int, int>, int> fatbin_entries(const std::string& path) {
+    std::map<std::pair<int, int>, int> kinds;
+    const std::string b = testutil::slurp(path), magic = "\x50\xed\x55\xba";
+    auto u16 = [&](size_t at) { uint16_t v; memcpy(&v, b.data() + at, 2); return (size_t)v; };
+    auto u32 = [&](size_t at) { uint32_t v; memcpy(&v, b.data() + at, 4); return (size_t)v; };
+    auto u64 = [&](size_t at) { uint64_t v; memcpy(&v, b.data() + at, 8); return (size_t)v; };
+    for (size_t at = b.find(magic); at != std::string::npos && at + 16 <= b.size();) {
+        size_t entry = at + u16(at + 6), end = std::min(entry + u64(at + 8), b.size());
+        while (entry + 32 <= end) { // kind, version, header size, payload size, ..., architecture at 28
+            kinds[{(int)u16(entry), (int)u32(entry + 28)}]++;
+            if (u32(entry + 4) == 0) break;
+            entry += u32(entry + 4) + u64(entry + 8);
+        }
+        at = b.find(magic, std::max(end, at + 4));
+    }
+    return kinds;
+}
+
+bool is_elf(const std::string& path) { return testutil::slurp(path).compare(0, 4, "\x7f" "ELF") == 0; }
+
+const std::string BUNDLE = "gpu_bundle";
+#define REQUIRE_BUNDLE()                                                                                          \
+    do {                                                                                                          \
+        if (!exists(BUNDLE)) GTEST_SKIP() << "gpu_bundle/ not built (make gpu_bundle; .ci/run builds it before the tests)"; \
+    } while (0)
+} // namespace
+
+TEST(GpuBundle, LibraryCheckNamesWhatAGpuMachineMayLack) {
+    // ldd of a program built with MPI, NCCL and a shared pcre2, as the normal build links them.
+    std::string ldd = "\tlinux-vdso.so.1 (0x00007ffd)\n"
+                      "\tlibcublasLt.so.13 => /usr/local/cuda/lib64/libcublasLt.so.13 (0x00007f08)\n"
+                      "\tlibcupti.so.13 => not found\n"
+                      "\tlibpcre2-8.so.0 => /lib/x86_64-linux-gnu/libpcre2-8.so.0 (0x00007f3f)\n"
+                      "\tlibmpi.so.40 => /lib/x86_64-linux-gnu/libmpi.so.40 (0x00007f09)\n"
+                      "\tlibnccl.so.2 => not found\n"
+                      "\tlibgomp.so.1 => /lib/x86_64-linux-gnu/libgomp.so.1 (0x00007f09)\n"
+                      "\tlibstdc++.so.6 => /lib/x86_64-linux-gnu/libstdc++.so.6 (0x00007f08)\n"
+                      "\tlibm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x00007f08)\n"
+                      "\tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f09)\n"
+                      "\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f08)\n"
+                      "\t/lib64/ld-linux-x86-64.so.2 (0x00007f09)\n"
+                      "\tlibhwloc.so.15 => /lib/x86_64-linux-gnu/libhwloc.so.15 (0x00007f09)\n";
+    EXPECT_EQ(disallowed_libraries(ldd),
+              (std::vector<std::string>{"libpcre2-8.so.0", "libmpi.so.40", "libnccl.so.2", "libhwloc.so.15"}));
+    EXPECT_TRUE(disallowed_libraries("\tstatically linked\n").empty());
+}
+
+TEST(GpuBundle, EveryProgramLoadsOnlyAllowedLibrariesWithin40MiB) {
+    REQUIRE_BUNDLE();
+    std::vector<std::string> expected = {"train_gpt2cu", "infer_gpt2cu", "profile_gpt2cu", "train_gpt2", "infer_gpt2",
+                                         "gpu_tests"};
+    for (const std::string& src : lines(run("ls dev/cuda/*.cu").output))
+        expected.push_back("dev/cuda/" + src.substr(9, src.size() - 9 - 3));
+    for (const std::string& prog : expected)
+        EXPECT_TRUE(is_elf(BUNDLE + "/" + prog)) << BUNDLE << "/" << prog << " missing or not a program";
+    size_t programs = 0;
+    for (const std::string& f : lines(run("find " + BUNDLE + " -type f | sort").output)) {
+        if (!is_elf(f)) continue;
+        programs++;
+        RunResult ldd = run("ldd " + f);
+        EXPECT_EQ(ldd.exit_code, 0) << f << ": " << ldd.output;
+        std::vector<std::string> bad = disallowed_libraries(ldd.output);
+        EXPECT_TRUE(bad.empty()) << f << " needs " << bad.front() << "\n" << ldd.output;
+    }
+    EXPECT_EQ(programs, expected.size());
+    long bytes = std::stol("0" + run("du -sb " + BUNDLE + " | cut -f1").output);
+    EXPECT_GT(bytes, 0);
+    EXPECT_LE(bytes, 40L << 20) << "gpu_bundle/ is " << bytes << " bytes; the limit is 40 MiB";
+}
+
+TEST(GpuBundle, Sm90CodeAndPtxDataAndTheCpuReference) {
+    REQUIRE_BUNDLE();
+    // The whole text, enough for B=64 at T=1024 (the benchmark's largest batch): header count, file size agree.
+    std::string train = testutil::slurp(BUNDLE + "/data/tinyshakespeare/tiny_shakespeare_train.bin");
+    ASSERT_GE(train.size(), 1024u);
+    int32_t header[3];
+    memcpy(header, train.data(), sizeof header);
+    EXPECT_EQ(header[0], 20240520);
+    EXPECT_EQ((size_t)header[2] * 2 + 1024, train.size());
+    EXPECT_GT(header[2], 64 * 1024) << "fewer tokens than one B=64, T=1024 batch";
+    EXPECT_TRUE(exists(BUNDLE + "/data/tinyshakespeare/tiny_shakespeare_val.bin"));
+    // The CPU reference's first steps of the lease's training run (gpu_check.sh, stage train).
+    std::string ref = testutil::slurp(BUNDLE + "/ref/train_gpt2.log");
+    EXPECT_TRUE(std::regex_search(ref, std::regex(R"(\nstep +1/\d+ \| loss \d+\.\d+ \| norm [^|]+\| lr 3\.00e-04 \|)")))
+        << ref;
+    EXPECT_TRUE(has(ref, "d12")) << ref;
+    // sm_90 machine code and compute_90 PTX in every GPU program.
+    for (const char* prog : {"train_gpt2cu", "infer_gpt2cu", "profile_gpt2cu", "gpu_tests", "dev/cuda/attention"}) {
+        std::map<std::pair<int, int>, int> kinds = fatbin_entries(BUNDLE + "/" + prog);
+        EXPECT_GT(kinds[std::make_pair(2, 90)], 0) << prog << ": no sm_90 code";
+        EXPECT_GT(kinds[std::make_pair(1, 90)], 0) << prog << ": no compute_90 PTX";
+        EXPECT_EQ(kinds.size(), 2u) << prog << ": code for another architecture too";
+    }
 }
