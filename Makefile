@@ -279,7 +279,7 @@ $(SAN_LINKS):
 	ln -sfn $(abspath $(patsubst $(BUILD)/%,%,$@)) $@
 test: $(BUILD)/run_tests $(TEST_PROGRAMS) $(SAN_LINKS)
 	@rm -rf $(BUILD)/reports && mkdir -p $(BUILD)/reports
-	cd $(BUILD) && LLMC_SKIP_PLOT_TESTS=1 LLMC_DATA=$(abspath $(LLMC_DATA)) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} \
+	cd $(BUILD) && LLMC_SKIP_PLOT_TESTS=1 LLMC_DATA=$(abspath $(LLMC_DATA)) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} \
 	    ASAN_OPTIONS=log_path=$(abspath $(BUILD))/reports/asan UBSAN_OPTIONS=log_path=$(abspath $(BUILD))/reports/ubsan:print_stacktrace=1 \
 	    ./run_tests; status=$$?; if cat reports/* 2>/dev/null; then echo "sanitizer reports: $(BUILD)/reports"; exit 1; fi; exit $$status
 else
@@ -288,12 +288,12 @@ else
 EMU_TEST_BINS := $(if $(HAVE_NVCC),$(BUILD)/emu/emu_tests $(BUILD)/emu-asan/emu_tests)
 test: test_banner $(BUILD)/run_tests $(TEST_PROGRAMS) $(EMU_TEST_BINS)
 	@echo "== make test: tier 1 of $(if $(HAVE_NVCC),3,1): the CPU reference, the programs and the GPU tests (skipped without a GPU) =="
-	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/run_tests
+	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/run_tests
 ifneq ($(HAVE_NVCC),)
 	@echo "== make test: tier 2 of 3: the GPU kernels on the emulated runtime, three schedules =="
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/emu/emu_tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/emu/emu_tests
 	@echo "== make test: tier 3 of 3: the same under AddressSanitizer and UBSan =="
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} EMU_SCHEDULES=1 ./$(BUILD)/emu-asan/emu_tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} EMU_SCHEDULES=1 ./$(BUILD)/emu-asan/emu_tests
 endif
 endif
 # Printed before anything is built: what `make test` does and how long it takes (measured: doc/testing.md).
