@@ -230,6 +230,7 @@ inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const f
                             plan.ld.get(), out, plan.ld.get(), &plan.algo, lt.workspace, CublasLt::WORKSPACE_BYTES,
                             stream),
              "cublasLtMatmul", plan.what);
+    launch_check("cublasLtMatmul", __FILE__, __LINE__);
     if (gelu_forward_apart) gelu_forward(d, aux, (size_t)m * n, stream);
     else if (plan.gelu_apart) gelu_backward_inplace(d, aux, (size_t)m * n, stream);
 }

@@ -78,6 +78,9 @@ MUTATIONS = [
      "bias pointer set after the heuristic, not before", "EmuKernelsMatmul.EpiloguePointersOffTheirBestAlignmentMatchCpu"),
     ("llmc/matmul.cuh", "(int)align[2], pointer_alignment(bias), pointer_alignment(aux)};", "(int)align[2], 256, 256};",
      "plan cache key without the bias and aux alignments", "EmuKernelsMatmul.*"),
+    ("llmc/cuda_common.cuh", "if (e == cudaSuccess && sync_after_launch()) e = cudaDeviceSynchronize();",
+     "if (e == cudaSuccess && sync_after_launch()) e = cudaSuccess;", "LLMC_SYNC=1 does not synchronise after a launch",
+     "EmuGPT2GPU.SyncAfterLaunchNamesTheFaultingLaunchAndSubBlock"),
 ]
 
 
