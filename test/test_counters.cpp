@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "llmc/profiler/counter_records.h"
+#include "llmc/profiler/cupti_version.h"
 #ifdef LLMC_HAVE_CUPTI
 #include "llmc/profiler/cupti_counters.cuh"
 #endif
@@ -220,6 +221,18 @@ TEST(ProfilerCounters, MeasuredVsAnalyticTable) {
     CounterReport none;
     none.note = "no permission to read GPU performance counters";
     EXPECT_NE(measured_vs_analytic(none, costs, true).find("counters: no permission"), std::string::npos);
+}
+
+// The activity records are read as the structs of the CUPTI headers built against: another API version at run
+// time is refused with one line naming both, and the build line names both.
+TEST(ProfilerCounters, CuptiVersionMismatchIsRefused) {
+    EXPECT_EQ(cupti_version_mismatch(130000, 130000), "");
+    const std::string why = cupti_version_mismatch(130100, 130000);
+    EXPECT_NE(why.find("API version 130100, this program was built for 130000"), std::string::npos) << why;
+    EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+    EXPECT_NE(cupti_version_mismatch(120000, 130000), "");
+    EXPECT_EQ(cupti_version_text(130000, 130000), "CUPTI API 130000");
+    EXPECT_EQ(cupti_version_text(130100, 130000), "CUPTI API 130100 (built for 130000)");
 }
 
 // Kernels the join could not attribute land in one "(none)" row, after the attributed ones.
