@@ -462,16 +462,16 @@ std::string api_csv(const Report& r) {
 /*
  * One row per (sub-block, phase) (scope "subblock") and the whole step (scope "total"), per step:
  * analytic FLOPs (tensor-core GEMM and CUDA-core parts) and bytes, measured time, the floors, the ceilings
- * and the achieved rates. With hardware counters (--counters) measured_flops (tensor + FP32) and measured_bytes
- * (DRAM read + write) are filled, and one row per kernel (scope "kernel", summed over its launches in the
- * sub-block) follows, with the counted time and the ceilings it ran at.
+ * and the achieved rates. With hardware counters (--counters) replay_flops (tensor + FP32) and replay_bytes
+ * (DRAM read + write) are filled, and one row per kernel (scope "kernel_replay", summed over its launches in the
+ * sub-block) follows, with the counted time and the ceilings it ran at: all figures of kernel replay (REPLAY_NOTE).
  */
 std::string roofline_csv(const Report& r) {
     const Ceilings& c = r.context.ceilings;
     std::string s = csv_line({"scope", "subblock", "phase", "kernel", "gemm_flops", "other_flops", "flops", "bytes",
                               "intensity", "time_us", "floor_us", "compute_floor_us", "memory_floor_us", "bf16_tflops",
                               "fp32_tflops", "dram_gbps", "tflops", "gbps", "pct_of_roofline", "bound",
-                              "measured_flops", "measured_bytes"});
+                              "replay_flops", "replay_bytes"});
     auto line = [&](const char* scope, const std::string& sub, const std::string& phase, const SubBlockRow& b,
                     const CounterRow* m) {
         s += csv_line({scope, sub, phase, "", num(b.cost.gemm_flops, "%.0f", ""), num(b.cost.other_flops, "%.0f", ""),
@@ -492,7 +492,7 @@ std::string roofline_csv(const Report& r) {
                  hw.collected ? find_counter_row(hw, b.subblock, b.phase) : nullptr);
     line("total", "", "", r.total, hw.collected ? &hw.total : nullptr);
     for (const CounterRow& k : hw.per_kernel)
-        s += csv_line({"kernel", subblock_label(k.subblock), phase_label(k.phase), k.kernel, "", "", "", "",
+        s += csv_line({"kernel_replay", subblock_label(k.subblock), phase_label(k.phase), k.kernel, "", "", "", "",
                        num(k.intensity(), "%.3f", ""), num(k.time_ns / 1e3, "%.3f", ""),
                        num(k.floor_s() * 1e6, "%.3f", ""), num(k.compute_floor_s() * 1e6, "%.3f", ""),
                        num(k.memory_floor_s * 1e6, "%.3f", ""), num(k.tensor_ceiling_tflops(), "%.3f", ""),
@@ -840,6 +840,12 @@ std::string profile_json(const Report& r) {
                         {"outside_api_us", g.outside_api_us}, {"range", g.range}});
     j["gpu_idle"] = {{"idle_us", r.idle_us}, {"gaps", r.idle_gaps}, {"by_size", named_times_json(r.gap_sizes, "gaps")},
                      {"by_cpu_activity", named_times_json(r.idle_by_cpu, "gaps")}, {"largest", gaps}};
+    const CounterReport& hw = r.counters;
+    if (hw.collected || !hw.note.empty())
+        j["counters"] = {{"collected", hw.collected}, {"method", REPLAY_NOTE}, {"note", hw.note},
+                         {"tensor_flops_per_op", hw.tensor_flops_per_op}, {"kernels", hw.kernels.size()},
+                         {"replay_time_us", hw.total.time_ns / 1e3}, {"replay_flops", hw.total.flops()},
+                         {"replay_dram_bytes", hw.total.dram_bytes}};
     j["api"] = named_times_json(r.api, "calls");
     j["syncs"] = named_times_json(r.syncs, "calls");
     j["api_pct_of_cpu_time"] = r.api_pct;
