@@ -41,7 +41,7 @@ struct Options {
     bool calibrate = true;
     bool counters = false;
     int top = 15;
-    bool help = false;
+    bool help = false, version = false;
     std::vector<std::string> given; // the flags on the command line (long names): they win over the ncu defaults
     bool has(const char* flag) const { return std::find(given.begin(), given.end(), flag) != given.end(); }
 };
@@ -61,6 +61,7 @@ std::string usage(const Options& d) {
         "      --no-calibrate    roofline against the datasheet ceilings instead of measured ones\n"
         "      --counters        one more step under CUPTI's range profiler: per-kernel FLOPs and DRAM bytes\n"
         "      --top N           kernels listed in the summary [%d]\n"
+        "      --version         the toolchain and library versions (nvcc, CUDA runtime, driver, cuBLASLt, CUPTI), then exit\n"
         "  -h, --help            this help\n"
         "Under ncu, flags not given default to a replay-sized run (--layers 1 --warmup 0 --steps 1 --no-calibrate):\n"
         "  ncu --set full ./profile_gpt2cu;  one sub-block: ncu --nvtx --nvtx-include \"llmc@fc/\" ./profile_gpt2cu\n",
@@ -80,9 +81,9 @@ Options parse_options(int argc, char** argv) {
         for (const auto& ln : long_names)
             if (flag == ln.first) name = ln.second;
         o.given.push_back(name);
-        if (flag == "-h" || flag == "--help") {
+        if (flag == "-h" || flag == "--help" || flag == "--version") {
             llmc::detail::no_value(a);
-            o.help = true;
+            (flag == "--version" ? o.version : o.help) = true;
             continue;
         }
         if (flag == "--no-calibrate" || flag == "--counters") {
@@ -245,6 +246,10 @@ int main(int argc, char** argv) {
         Options opt = parse_options(argc, argv);
         if (opt.help) {
             printf("%s", usage(Options{}).c_str());
+            return 0;
+        }
+        if (opt.version) {
+            printf("profile_gpt2cu: %s\n", prof::toolchain_versions().c_str());
             return 0;
         }
         if (attached_cuda_tool() == CudaTool::ncu) printf("%s\n", shrink_for_ncu(opt).c_str());

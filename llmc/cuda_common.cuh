@@ -3,9 +3,12 @@
  * that throw llmc::Error, 16-byte packed vectors for coalesced loads, and device queries.
  */
 #pragma once
+#include <cstdlib>
+#include <cstring>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "llmc/nvtx.h"
 #include "llmc/utils.h"
 
 namespace llmc {
@@ -18,8 +21,32 @@ inline void cuda_check(cudaError_t e, const char* what, const char* file, int li
         throw Error(strprintf("CUDA error in %s (%s:%d): %s", what, file, line, cudaGetErrorString(e)));
 }
 #define CUDA_CHECK(call) ::llmc::cuda_check((call), #call, __FILE__, __LINE__)
-// After a launch: catches bad launch configurations at once (execution errors surface at the next sync).
-#define CUDA_LAUNCH_CHECK() ::llmc::cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+/*
+ * LLMC_SYNC=1 in the environment: the device is synchronised after every launch, so that a fault inside a
+ * kernel is reported at its launch site and sub-block instead of at the step's next synchronisation (slow:
+ * for finding a fault, not for timing). Read once; tests set it here.
+ */
+inline bool& sync_after_launch() {
+    static bool on = [] {
+        const char* v = getenv("LLMC_SYNC");
+        return v && strcmp(v, "1") == 0;
+    }();
+    return on;
+}
+/*
+ * After a launch (what: "kernel", or the library call that launched): a bad launch configuration at once,
+ * and with LLMC_SYNC=1 a fault of the launched work too, named with the launch site and the innermost open
+ * Range (llmc/nvtx.h). Without LLMC_SYNC execution errors surface at the next synchronisation.
+ */
+inline void launch_check(const char* what, const char* file, int line) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && sync_after_launch()) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess)
+        throw Error(strprintf("CUDA error in the %s launched at %s:%d%s: %s", what, file, line, Range::where().c_str(),
+                              cudaGetErrorString(e)));
+}
+#define CUDA_LAUNCH_CHECK() ::llmc::launch_check("kernel", __FILE__, __LINE__)
 
 // Number of usable GPUs; 0 when there is no device or no driver (never throws).
 inline int cuda_device_count() {

@@ -192,14 +192,17 @@ inline void encoder_backward(floatX* dwte, floatX* dwpe, EncoderBackwardScratch&
     size_t bytes = s.temp_bytes;
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp, bytes, inp, s.sorted_tok, s.positions, s.sorted_pos, BT, 0,
                                                s.key_bits, stream));
+    launch_check("cub::DeviceRadixSort::SortPairs", __FILE__, __LINE__);
     // Counts past the run count are never written by the encode; zero them first so the scan below reads
     // defined values. (Their offsets are unused either way: an exclusive scan's entry r depends only on < r.)
     CUDA_CHECK(cudaMemsetAsync(s.run_count, 0, (size_t)BT * sizeof(int), stream));
     bytes = s.temp_bytes;
     CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(s.temp, bytes, s.sorted_tok, s.unique_tok, s.run_count, s.num_runs,
                                                   BT, stream));
+    launch_check("cub::DeviceRunLengthEncode::Encode", __FILE__, __LINE__);
     bytes = s.temp_bytes;
     CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, s.run_count, s.run_offset, BT, stream));
+    launch_check("cub::DeviceScan::ExclusiveSum", __FILE__, __LINE__);
 
     const int wte_block = std::min(512, ceil_div(C / x128::size, 32) * 32);
     encoder_backward_wte_kernel<<<BT, wte_block, 0, stream>>>(dwte, dout, s.sorted_pos, s.unique_tok, s.run_count,

@@ -7,6 +7,10 @@
  *
  * Bias gradients use our own two-pass kernel rather than the BGRADB epilogue: the epilogue overwrites, and
  * gradient accumulation needs +=, deterministically.
+ *
+ * Where cuBLASLt offers no algorithm for a GELU epilogue (GELU_AUX, GELU_AUX_BIAS, DGELU) at some shape, that
+ * shape's plan falls back to the GEMM without the GELU (BIAS or DEFAULT) followed by the llmc/gelu.cuh kernel,
+ * decided once when the plan is built, and one line on stderr says so, once per shape.
  */
 #pragma once
 #include <algorithm>
@@ -16,10 +20,12 @@
 #include <cublasLt.h>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <type_traits>
 
 #include "llmc/cuda_common.cuh"
+#include "llmc/gelu.cuh"
 
 namespace llmc {
 
@@ -46,14 +52,17 @@ inline const char* epilogue_name(cublasLtEpilogue_t e) {
 
 /*
  * Everything cuBLASLt needs for one problem shape, built once and reused: the matmul descriptor (transposes,
- * epilogue, aux leading dimension; the bias and aux pointers are set per call), the three matrix layouts, and
- * the heuristic's algorithm, which also keeps results bitwise reproducible from step to step.
+ * epilogue, aux leading dimension; the bias and aux pointers, set before the heuristic is asked so that it
+ * sees their alignments, and again per call), the three matrix layouts, and the heuristic's algorithm, which
+ * also keeps results bitwise reproducible from step to step. gelu_apart: the GELU epilogue had no algorithm,
+ * so the descriptor's epilogue is the one without it and the GELU kernel runs after the GEMM.
  */
 struct MatmulPlan {
     LtPtr<cublasLtMatmulDesc_t> desc{nullptr, cublasLtMatmulDescDestroy};
     LtPtr<cublasLtMatrixLayout_t> la{nullptr, cublasLtMatrixLayoutDestroy}, lb{nullptr, cublasLtMatrixLayoutDestroy},
         ld{nullptr, cublasLtMatrixLayoutDestroy};
     cublasLtMatmulAlgo_t algo{};
+    bool gelu_apart = false;
     std::string what; // "m=.. n=.. k=.. ..." for error messages
 };
 
@@ -75,6 +84,7 @@ public:
 
     using Key = std::array<int, 12>;
     std::map<Key, std::unique_ptr<MatmulPlan>> plans;
+    std::set<std::string> gelu_apart_reported; // shapes whose GELU epilogue fell back, told once each
 
 private:
     CublasLt() {
@@ -100,23 +110,71 @@ template <typename T> void lt_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttr
     lt_check(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)), "cublasLtMatmulDescSetAttribute", what);
 }
 
-// Builds the plan for one problem: descriptor, layouts, and the heuristic's algorithm for these alignments.
-inline std::unique_ptr<MatmulPlan> make_matmul_plan(int m, int n, int k, bool trans_a, bool trans_b,
-                                                    cublasLtEpilogue_t epilogue, const uint32_t (&align)[3]) {
-    auto plan = std::make_unique<MatmulPlan>();
-    plan->what = strprintf("m=%d n=%d k=%d transA=%d transB=%d epilogue %s", m, n, k, (int)trans_a, (int)trans_b,
-                           epilogue_name(epilogue));
-    const std::string& what = plan->what;
+inline bool has_gelu_epilogue(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+}
+
+/*
+ * A descriptor for one epilogue with its bias and aux pointers set (null: not used): cuBLASLt's heuristic picks
+ * an algorithm for the alignments it sees on the descriptor and assumes the best for a pointer not yet set.
+ */
+inline LtPtr<cublasLtMatmulDesc_t> make_matmul_desc(bool trans_a, bool trans_b, cublasLtEpilogue_t epilogue, int m,
+                                                    const void* bias, const void* aux, const std::string& what) {
+    LtPtr<cublasLtMatmulDesc_t> out{nullptr, cublasLtMatmulDescDestroy};
     cublasLtMatmulDesc_t desc = nullptr;
     lt_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate", what);
-    plan->desc.reset(desc);
+    out.reset(desc);
     const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     lt_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, ta, what);
     lt_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, tb, what);
     lt_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, what);
-    if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-        epilogue == CUBLASLT_EPILOGUE_DGELU)
-        lt_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)m, what);
+    if (has_gelu_epilogue(epilogue)) lt_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)m, what);
+    if (bias) lt_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, what);
+    if (aux) lt_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, what);
+    return out;
+}
+
+// The heuristic's algorithm for the plan's layouts, this descriptor and the operand alignments (A, B, C = D);
+// false when it offers none.
+inline bool find_matmul_algo(MatmulPlan& plan, cublasLtMatmulDesc_t desc, const uint32_t (&align)[3]) {
+    LtPtr<cublasLtMatmulPreference_t> pref{nullptr, cublasLtMatmulPreferenceDestroy};
+    cublasLtMatmulPreference_t p = nullptr;
+    lt_check(cublasLtMatmulPreferenceCreate(&p), "cublasLtMatmulPreferenceCreate", plan.what);
+    pref.reset(p);
+    auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& v) {
+        lt_check(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof(v)), "cublasLtMatmulPreferenceSetAttribute",
+                 plan.what);
+    };
+    set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, CublasLt::WORKSPACE_BYTES);
+    // The preferences default to 256-byte operands; state the real alignments (C is D here).
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]);
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]);
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]);
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(CublasLt::get().handle, desc, plan.la.get(), plan.lb.get(),
+                                                            plan.ld.get(), plan.ld.get(), p, 1, &result, &found);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED) return false; // what the heuristic answers for a problem it cannot do
+    lt_check(s, "cublasLtMatmulAlgoGetHeuristic", plan.what);
+    if (found == 0) return false;
+    plan.algo = result.algo;
+    return true;
+}
+
+/*
+ * Builds the plan for one problem: layouts, descriptor with the epilogue's pointers, and the heuristic's
+ * algorithm for these alignments. A GELU epilogue the heuristic has no algorithm for is left to the GELU
+ * kernel (gelu_apart): the GEMM then runs with BIAS or no epilogue, the forward's writing the pre-activation
+ * into aux, and stderr gets one line, once per shape.
+ */
+inline std::unique_ptr<MatmulPlan> make_matmul_plan(int m, int n, int k, bool trans_a, bool trans_b,
+                                                    cublasLtEpilogue_t epilogue, const void* bias, const void* aux,
+                                                    const uint32_t (&align)[3]) {
+    auto plan = std::make_unique<MatmulPlan>();
+    plan->what = strprintf("m=%d n=%d k=%d transA=%d transB=%d epilogue %s", m, n, k, (int)trans_a, (int)trans_b,
+                           epilogue_name(epilogue));
+    const std::string& what = plan->what;
     auto layout = [&](LtPtr<cublasLtMatrixLayout_t>& l, uint64_t rows, uint64_t cols) {
         cublasLtMatrixLayout_t h = nullptr;
         lt_check(cublasLtMatrixLayoutCreate(&h, CUDA_R_16BF, rows, cols, (int64_t)rows), "cublasLtMatrixLayoutCreate",
@@ -127,27 +185,22 @@ inline std::unique_ptr<MatmulPlan> make_matmul_plan(int m, int n, int k, bool tr
     layout(plan->lb, trans_b ? n : k, trans_b ? k : n);
     layout(plan->ld, m, n);
 
-    LtPtr<cublasLtMatmulPreference_t> pref{nullptr, cublasLtMatmulPreferenceDestroy};
-    cublasLtMatmulPreference_t p = nullptr;
-    lt_check(cublasLtMatmulPreferenceCreate(&p), "cublasLtMatmulPreferenceCreate", what);
-    pref.reset(p);
-    auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& v) {
-        lt_check(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof(v)), "cublasLtMatmulPreferenceSetAttribute",
-                 what);
-    };
-    set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, CublasLt::WORKSPACE_BYTES);
-    // The preferences default to 256-byte operands; state the real alignments (C is D here).
-    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]);
-    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]);
-    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]);
-    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]);
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    lt_check(cublasLtMatmulAlgoGetHeuristic(CublasLt::get().handle, desc, plan->la.get(), plan->lb.get(),
-                                            plan->ld.get(), plan->ld.get(), p, 1, &result, &found),
-             "cublasLtMatmulAlgoGetHeuristic", what);
-    if (found == 0) throw Error("cuBLASLt has no algorithm for the matmul " + what);
-    plan->algo = result.algo;
+    plan->desc = make_matmul_desc(trans_a, trans_b, epilogue, m, bias, aux, what);
+    if (find_matmul_algo(*plan, plan->desc.get(), align)) return plan;
+    if (!has_gelu_epilogue(epilogue)) throw Error("cuBLASLt has no algorithm for the matmul " + what);
+    // Without the GELU: the forward's GEMM writes the pre-activation into aux, so aux is its C and D.
+    const cublasLtEpilogue_t plain =
+        epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    const bool forward = epilogue != CUBLASLT_EPILOGUE_DGELU;
+    const uint32_t align_apart[3] = {align[0], align[1], forward ? (uint32_t)pointer_alignment(aux) : align[2]};
+    plan->desc = make_matmul_desc(trans_a, trans_b, plain, m, bias, nullptr, what);
+    if (!find_matmul_algo(*plan, plan->desc.get(), align_apart))
+        throw Error("cuBLASLt has no algorithm for the matmul " + what + ", nor without its GELU");
+    plan->gelu_apart = true;
+    if (CublasLt::get().gelu_apart_reported.insert(what).second)
+        fprintf(stderr, "matmul: cuBLASLt has no algorithm for the %s epilogue of the matmul %s; using %s and the "
+                        "GELU kernel for this shape\n",
+                epilogue_name(epilogue), what.c_str(), epilogue_name(plain));
     return plan;
 }
 
@@ -165,16 +218,21 @@ inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const f
                             (int)align[2], pointer_alignment(bias), pointer_alignment(aux)};
     auto it = lt.plans.find(key);
     if (it == lt.plans.end())
-        it = lt.plans.emplace(key, make_matmul_plan(m, n, k, trans_a, trans_b, epilogue, align)).first;
+        it = lt.plans.emplace(key, make_matmul_plan(m, n, k, trans_a, trans_b, epilogue, bias, aux, align)).first;
     MatmulPlan& plan = *it->second;
     // Per-call operands of the epilogue: the descriptor is read when cublasLtMatmul is called.
     if (bias) lt_set(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, plan.what);
-    if (aux) lt_set(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, plan.what);
+    if (aux && !plan.gelu_apart) lt_set(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, plan.what);
+    const bool gelu_forward_apart = plan.gelu_apart && epilogue != CUBLASLT_EPILOGUE_DGELU;
+    floatX* out = gelu_forward_apart ? aux : d;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    lt_check(cublasLtMatmul(lt.handle, plan.desc.get(), &alpha, a, plan.la.get(), b, plan.lb.get(), &beta, d,
-                            plan.ld.get(), d, plan.ld.get(), &plan.algo, lt.workspace, CublasLt::WORKSPACE_BYTES,
+    lt_check(cublasLtMatmul(lt.handle, plan.desc.get(), &alpha, a, plan.la.get(), b, plan.lb.get(), &beta, out,
+                            plan.ld.get(), out, plan.ld.get(), &plan.algo, lt.workspace, CublasLt::WORKSPACE_BYTES,
                             stream),
              "cublasLtMatmul", plan.what);
+    launch_check("cublasLtMatmul", __FILE__, __LINE__);
+    if (gelu_forward_apart) gelu_forward(d, aux, (size_t)m * n, stream);
+    else if (plan.gelu_apart) gelu_backward_inplace(d, aux, (size_t)m * n, stream);
 }
 
 /*

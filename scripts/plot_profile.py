@@ -144,11 +144,11 @@ def plot_roofline(p, plt, out):
         x, y = num(roof.get("intensity")), num(roof.get("tflops")) * 1e12
         if x > 0 and y > 0:
             points.append((x, y, f"{r['subblock']} {r['phase']}", "subblock"))
-    # Per-kernel points: measured counters where present, else analytic per-kernel rows.
+    # Per-kernel points: hardware counters under kernel replay where present, else analytic per-kernel rows.
     for r in p["roofline"]:
         if not r.get("kernel"):
             continue
-        flops, nbytes, t = num(r.get("measured_flops")), num(r.get("measured_bytes")), num(r.get("time_us"))
+        flops, nbytes, t = num(r.get("replay_flops")), num(r.get("replay_bytes")), num(r.get("time_us"))
         if not (flops > 0 and nbytes > 0):
             flops, nbytes = num(r.get("flops")), num(r.get("bytes"))
         if flops > 0 and nbytes > 0 and t > 0:
@@ -175,7 +175,7 @@ def plot_roofline(p, plt, out):
         sel = [q for q in points if q[3] == kind]
         if sel:
             ax.scatter([q[0] for q in sel], [q[1] for q in sel], marker=marker, s=30, zorder=3,
-                       label="sub-blocks" if kind == "subblock" else "kernels")
+                       label="sub-blocks" if kind == "subblock" else "kernels (kernel replay)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)

@@ -2,10 +2,13 @@
 // CUDA toolkit only) and the join and aggregation of synthetic counter records (llmc/profiler/counter_records.h).
 #include <cmath>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "llmc/profiler/counter_records.h"
+#include "llmc/profiler/cupti_version.h"
+#include "llmc/profiler/writers.h"
 #ifdef LLMC_HAVE_CUPTI
 #include "llmc/profiler/cupti_counters.cuh"
 #endif
@@ -136,21 +139,27 @@ TEST(ProfilerCounters, JoinRefusesMismatches) {
 
 // Sums by hand: counts add, rates come from the sums, floors add as seconds.
 // The counter's unit comes from a calibration GEMM: if a counted op were worth 2 FLOPs, every kernel's tensor
-// FLOPs double before they are aggregated; a GEMM that counted nothing leaves the report as it was.
-TEST(ProfilerCounters, TensorOpsAreScaledByTheCalibrationGemm) {
+// FLOPs and tensor peak (counted in the same unit) double before they are aggregated, so the tensor floor
+// stays what the counts gave; a GEMM that counted nothing leaves the report as it was.
+TEST(ProfilerCounters, TensorOpsAndTensorPeakAreScaledByTheCalibrationGemm) {
     EXPECT_DOUBLE_EQ(tensor_flops_per_op(2.0 * 1024 * 1024 * 1024, 1024, 1024, 1024), 1.0);
     EXPECT_DOUBLE_EQ(tensor_flops_per_op(1024.0 * 1024 * 1024, 1024, 1024, 1024), 2.0);
     EXPECT_EQ(tensor_flops_per_op(0, 1024, 1024, 1024), 0.0);
     CounterReport r;
     r.kernels = counted_step();
-    std::vector<double> before;
-    for (const KernelCounters& k : r.kernels) before.push_back(k.tensor_ops);
+    std::vector<double> ops, peak, floor_s;
+    for (const KernelCounters& k : r.kernels)
+        ops.push_back(k.tensor_ops), peak.push_back(k.peak_tensor_flops), floor_s.push_back(k.compute_floor_s());
     scale_tensor_ops(r, 0.0);
     EXPECT_EQ(r.tensor_flops_per_op, 0.0);
-    for (size_t i = 0; i < r.kernels.size(); i++) EXPECT_EQ(r.kernels[i].tensor_ops, before[i]);
+    for (size_t i = 0; i < r.kernels.size(); i++) EXPECT_EQ(r.kernels[i].tensor_ops, ops[i]);
     scale_tensor_ops(r, 2.0);
     EXPECT_EQ(r.tensor_flops_per_op, 2.0);
-    for (size_t i = 0; i < r.kernels.size(); i++) EXPECT_DOUBLE_EQ(r.kernels[i].tensor_ops, 2.0 * before[i]);
+    for (size_t i = 0; i < r.kernels.size(); i++) {
+        EXPECT_DOUBLE_EQ(r.kernels[i].tensor_ops, 2.0 * ops[i]);
+        EXPECT_DOUBLE_EQ(r.kernels[i].peak_tensor_flops, 2.0 * peak[i]);
+        EXPECT_DOUBLE_EQ(r.kernels[i].compute_floor_s(), floor_s[i]);
+    }
 }
 
 TEST(ProfilerCounters, AggregatesSubBlocksFromSums) {
@@ -220,6 +229,39 @@ TEST(ProfilerCounters, MeasuredVsAnalyticTable) {
     CounterReport none;
     none.note = "no permission to read GPU performance counters";
     EXPECT_NE(measured_vs_analytic(none, costs, true).find("counters: no permission"), std::string::npos);
+}
+
+// Counted figures come from kernel replay (each kernel alone, memory saved and restored, L2 disturbed): the
+// summary's table, roofline.csv's columns and kernel rows, and profile.json say so.
+TEST(ProfilerCounters, ReplayFiguresAreLabelledAsSuch) {
+    Report rep;
+    rep.counters.collected = true;
+    rep.counters.kernels = counted_step();
+    ASSERT_EQ(join_by_launch_order(traced_step(), rep.counters.kernels), "");
+    aggregate_counters(rep.counters);
+    const std::string table = measured_vs_analytic(rep.counters, CostTable{}, false);
+    EXPECT_NE(table.find("== Measured vs analytic (hardware counters of one extra step under kernel replay;"),
+              std::string::npos)
+        << table;
+    EXPECT_NE(table.find(std::string("  ") + REPLAY_NOTE + "\n"), std::string::npos) << table;
+    const std::string roof = roofline_csv(rep);
+    EXPECT_NE(roof.substr(0, roof.find('\n')).find(",replay_flops,replay_bytes"), std::string::npos) << roof;
+    EXPECT_NE(roof.find("\nkernel_replay,qkv,fwd,"), std::string::npos) << roof;
+    const nlohmann::json j = nlohmann::json::parse(profile_json(rep));
+    EXPECT_EQ(j["counters"]["method"], REPLAY_NOTE);
+    EXPECT_EQ(j["counters"]["kernels"], rep.counters.kernels.size());
+}
+
+// The activity records are read as the structs of the CUPTI headers built against: another API version at run
+// time is refused with one line naming both, and the build line names both.
+TEST(ProfilerCounters, CuptiVersionMismatchIsRefused) {
+    EXPECT_EQ(cupti_version_mismatch(130000, 130000), "");
+    const std::string why = cupti_version_mismatch(130100, 130000);
+    EXPECT_NE(why.find("API version 130100, this program was built for 130000"), std::string::npos) << why;
+    EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+    EXPECT_NE(cupti_version_mismatch(120000, 130000), "");
+    EXPECT_EQ(cupti_version_text(130000, 130000), "CUPTI API 130000");
+    EXPECT_EQ(cupti_version_text(130100, 130000), "CUPTI API 130100 (built for 130000)");
 }
 
 // Kernels the join could not attribute land in one "(none)" row, after the attributed ones.

@@ -12,6 +12,7 @@
 #include "llmc/profiler/rapl.h"
 #include "llmc/profiler/findings.h"
 #include "llmc/profiler/writers.h"
+#include "llmc/profiler/writers.h"
 #include "test/test_util.h"
 
 using namespace llmc;
@@ -180,7 +181,7 @@ TEST_F(ProfilerPowerTest, NvmlAbsentOrFailingIsNotAvailable) {
     EXPECT_NE(s.find("J/token, tokens/J, FLOP/s per W: n/a (NVML not available (nvmlInit_v2: Driver Not Loaded))"),
               std::string::npos);
     std::string csv = steps_csv(rep);
-    EXPECT_NE(csv.find("\n0,10.000000,0.000000,0.000000,0.000000,0.000000,0.000000,100000.0,,,10.000000,1,1000,,,,\n"),
+    EXPECT_NE(csv.find("\n0,10.000000,0.000000,0.000000,0.000000,0.000000,0.000000,100000.0,,,10.000000,1,1000,,,,,0\n"),
               std::string::npos)
         << csv;
 }
@@ -238,37 +239,60 @@ TEST(ProfilerPower, RealNvmlLoadFailsGracefullyOrSamples) {
     }
 }
 
-// Constant 200 W over a 50 ms step: counter advancing gives its delta; standing still falls back to the
-// integral of the samples.
-TEST_F(ProfilerPowerTest, StepEnergyFromCounterElseIntegrated) {
+// Constant 200 W over four 20 ms steps 30 ms apart, with an energy counter that updates every 100 ms (it reads
+// 100 J until 100 ms, then 120 J): each step's energy comes from the power samples (200 W x 20 ms = 4 J), the
+// window's from the counter's average power over the whole window (20 J over the 110 ms between its first and
+// last reading) times the 80 ms of steps, and every step, no longer than the 80 ms the counter stood still, is
+// marked as one the counter cannot measure.
+TEST_F(ProfilerPowerTest, StepEnergyFromSamplesWindowEnergyFromTheCounter) {
     PowerSampler p(fake_api(), clock());
     gpu.power_mw = 200000;
-    // Step 0 [10, 60) ms: the counter advances by 9.5 J (its own measure, not the 10 J of the samples).
-    gpu.now = 10 * MS, gpu.energy_mj = 100000;
-    p.mark();
-    gpu.now = 60 * MS, gpu.energy_mj = 109500;
-    p.mark();
-    // Step 1 [70, 120) ms: the counter does not move; the samples give 200 W x 50 ms = 10 J.
-    gpu.now = 70 * MS;
-    p.mark();
-    gpu.now = 120 * MS;
-    p.mark();
+    for (int i = 0; i < 4; i++)
+        for (uint64_t t : {10 + 30 * i, 30 + 30 * i}) {
+            gpu.now = t * MS, gpu.energy_mj = t < 100 ? 100000 : 120000;
+            p.mark();
+        }
     ProfileRecords r;
     p.take_into(r);
-    r.steps = {step(0, 10 * MS, 60 * MS, 5000), step(1, 70 * MS, 120 * MS, 5000)};
+    for (int i = 0; i < 4; i++) r.steps.push_back(step(i, (10 + 30 * i) * MS, (30 + 30 * i) * MS, 5000));
     Report rep = build_report(r, ProfileContext{});
-    EXPECT_NEAR(rep.steps[0].energy_j, 9.5, 1e-9);
-    EXPECT_STREQ(energy_source_name(rep.steps[0].energy_source), "counter");
-    EXPECT_NEAR(rep.steps[1].energy_j, 10.0, 1e-9);
-    EXPECT_STREQ(energy_source_name(rep.steps[1].energy_source), "integrated");
-    EXPECT_EQ(rep.power.counter_steps, 1);
-    EXPECT_EQ(rep.power.integrated_steps, 1);
-    EXPECT_NEAR(rep.power.energy_j, 19.5, 1e-9);
-    EXPECT_NEAR(rep.power.avg_w, 19.5 / 0.1, 1e-6);
+    for (const StepRow& s : rep.steps) {
+        EXPECT_NEAR(s.energy_j, 4.0, 1e-9) << s.step;
+        EXPECT_EQ(s.energy_source, EnergySource::integrated) << s.step;
+        EXPECT_TRUE(s.below_counter_period) << s.step;
+    }
+    EXPECT_EQ(rep.power.window_source, EnergySource::counter);
+    EXPECT_NEAR(rep.power.avg_w, 20.0 / 0.110, 1e-6);
+    EXPECT_NEAR(rep.power.energy_j, 20.0 / 0.110 * 0.080, 1e-9);
+    EXPECT_NEAR(rep.power.counter_still_ms, 80.0, 1e-9);
+    EXPECT_EQ(rep.power.below_counter_period_steps, 4);
+    EXPECT_EQ(rep.power.integrated_steps, 4);
     std::string s = format_summary(rep);
-    EXPECT_NE(s.find("NVML energy counter where it advanced, else integrated power samples (1 steps counter, 1 "
-                     "integrated)"),
-              std::string::npos);
+    EXPECT_NE(s.find("energy from the NVML energy counter over the whole window; each step's from integrated power "
+                     "samples (0 steps counter, 4 integrated)"),
+              std::string::npos)
+        << s;
+    EXPECT_NE(s.find("4 of 4 steps no longer than the 80.0 ms the energy counter stood still"), std::string::npos) << s;
+    EXPECT_NE(steps_csv(rep).find(",integrated,1\n"), std::string::npos) << steps_csv(rep);
+
+    // A counter that advances between every two readings measures every step: none is marked.
+    for (size_t i = 0; i < r.energy.size(); i++) r.energy[i].joules = 100.0 + 0.5 * (double)i;
+    Report fine = build_report(r, ProfileContext{});
+    EXPECT_EQ(fine.power.counter_still_ms, 0.0);
+    EXPECT_EQ(fine.power.below_counter_period_steps, 0);
+    for (const StepRow& x : fine.steps) EXPECT_FALSE(x.below_counter_period) << x.step;
+    // A counter that never advances: the window's energy is the steps' summed.
+    for (EnergyReading& e : r.energy) e.joules = 100.0;
+    Report still = build_report(r, ProfileContext{});
+    EXPECT_EQ(still.power.window_source, EnergySource::integrated);
+    EXPECT_NEAR(still.power.energy_j, 16.0, 1e-9);
+}
+
+TEST(ProfilerPower, CounterStillIsTheLongestRunOfEqualReadings) {
+    EXPECT_TRUE(std::isnan(counter_still_ns({})));
+    EXPECT_TRUE(std::isnan(counter_still_ns({{0, 1.0}})));
+    EXPECT_EQ(counter_still_ns({{0, 1.0}, {10, 2.0}, {20, 3.0}}), 0.0);
+    EXPECT_EQ(counter_still_ns({{0, 1.0}, {10, 1.0}, {20, 2.0}, {25, 2.0}, {50, 2.0}, {60, 3.0}}), 30.0);
 }
 
 TEST(ProfilerPower, StepEnergyRampAndReadingsTooFarFromTheEdges) {
@@ -278,14 +302,17 @@ TEST(ProfilerPower, StepEnergyRampAndReadingsTooFarFromTheEdges) {
     // No readings: ∫ (100 + 1000 t) dt over [0.015, 0.055] s = 4 + 1.4 J.
     EXPECT_NEAR(step_energy({}, ramp, 15 * MS, 55 * MS, &src), 5.4, 1e-12);
     EXPECT_STREQ(energy_source_name(src), "integrated");
-    // Readings 20 ms off each edge (tolerance: 10% of 40 ms, at least 2 ms): not this step's; integrate.
-    std::vector<EnergyReading> far = {{0, 0.0}, {75 * MS, 7.0}};
-    EXPECT_NEAR(step_energy(far, ramp, 15 * MS, 55 * MS, &src), 5.4, 1e-12);
-    EXPECT_STREQ(energy_source_name(src), "integrated");
-    // Readings 1 ms off: the counter.
+    // With samples the counter does not count for a step, even with readings 1 ms off its edges.
     std::vector<EnergyReading> near = {{14 * MS, 1.0}, {56 * MS, 6.5}};
-    EXPECT_NEAR(step_energy(near, ramp, 15 * MS, 55 * MS, &src), 5.5, 1e-12);
+    EXPECT_NEAR(step_energy(near, ramp, 15 * MS, 55 * MS, &src), 5.4, 1e-12);
+    EXPECT_STREQ(energy_source_name(src), "integrated");
+    // Without samples (RAPL): readings 1 ms off are the counter's; 20 ms off each edge (tolerance: 10% of 40 ms,
+    // at least 2 ms) not this step's, which then has no energy.
+    EXPECT_NEAR(step_energy(near, {}, 15 * MS, 55 * MS, &src), 5.5, 1e-12);
     EXPECT_STREQ(energy_source_name(src), "counter");
+    std::vector<EnergyReading> far = {{0, 0.0}, {75 * MS, 7.0}};
+    EXPECT_TRUE(std::isnan(step_energy(far, {}, 15 * MS, 55 * MS, &src)));
+    EXPECT_STREQ(energy_source_name(src), "");
     EXPECT_TRUE(std::isnan(step_energy({}, {}, 0, MS, &src)));
     EXPECT_STREQ(energy_source_name(src), "");
 }
@@ -313,7 +340,7 @@ TEST(ProfilerPower, EfficiencyByHand) {
     EXPECT_NEAR(rep.power.flops_per_w, 256 * flops_per_token / 30.0, 1);
     std::string csv = steps_csv(rep);
     EXPECT_NE(csv.find(",0.117187500,8.533,"), std::string::npos) << csv;
-    EXPECT_NE(csv.find(",integrated\n"), std::string::npos) << csv;
+    EXPECT_NE(csv.find(",integrated,0\n"), std::string::npos) << csv;
     std::string s = format_summary(rep);
     EXPECT_NE(s.find("0.11719 J/token, 8.5 tokens/J, "), std::string::npos) << s;
 }
@@ -407,8 +434,11 @@ TEST(ProfilerRapl, CpuStepsGetEnergyFromTheCounter) {
     std::string s = format_summary(rep);
     EXPECT_NE(s.find("  energy 10.00 J, average 33.3 W\n"), std::string::npos) << s;
     EXPECT_NE(s.find("0.01953 J/token"), std::string::npos) << s;
-    EXPECT_NE(s.find("energy from the RAPL package energy counter (1 package) (2 steps counter"), std::string::npos)
+    EXPECT_NE(s.find("energy from the RAPL package energy counter (1 package) over the whole window; each step's from "
+                     "the counter (2 steps counter"),
+              std::string::npos)
         << s;
+    EXPECT_EQ(rep.power.below_counter_period_steps, 0) << "the counter stood still for 1 us only";
     EXPECT_EQ(s.find("SM clock"), std::string::npos) << s;
 
     // Without readings the summary gives the reason the source recorded.
@@ -443,8 +473,12 @@ TEST(ProfilerRapl, CpuSourceReadsTheCounterAtStepEdges) {
     EXPECT_NEAR(rep.steps[0].energy_j, 3.000001, 1e-9);
     EXPECT_EQ(rep.steps[0].energy_source, EnergySource::counter);
     EXPECT_TRUE(std::isnan(rep.steps[1].energy_j));
-    EXPECT_NE(format_summary(rep).find("n/a (RAPL package energy counter (1 package) did not advance in every step)"),
-              std::string::npos);
+    // The window's energy is the counter's over the whole window; the step it did not advance over is marked.
+    EXPECT_EQ(rep.power.window_source, EnergySource::counter);
+    EXPECT_GT(rep.power.energy_j, 0.0);
+    EXPECT_LE(rep.power.energy_j, 3.000001 + 1e-9);
+    EXPECT_TRUE(rep.steps[1].below_counter_period);
+    EXPECT_NE(format_summary(rep).find("steps no longer than the "), std::string::npos);
 
     // No tree: nothing is read, and the records carry the reason.
     CpuEventSource none(&timings, fs.dir / "nowhere");

@@ -609,7 +609,7 @@ TEST(ProfilerWriters, CsvHeadersStartWithTheDocumentedColumns) {
     starts("steps.csv", "step,wall_ms,gpu_busy_ms,fwd_ms,bwd_ms,opt_ms,other_ms,tok_s,energy_j,avg_power_w");
     starts("api.csv", "api,calls,total_us,avg_us,pct_of_cpu_time");
     std::string roof = first_line(dir + "/roofline.csv");
-    EXPECT_NE(roof.find("measured_flops,measured_bytes"), std::string::npos);
+    EXPECT_NE(roof.find("replay_flops,replay_bytes"), std::string::npos);
     for (const char* f : {"summary.txt", "trace.json", "profile.json"}) EXPECT_TRUE(file_exists(dir + "/" + f)) << f;
     EXPECT_FALSE(file_exists(dir + "/kernels.csv.tmp"));
 

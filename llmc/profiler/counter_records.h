@@ -101,14 +101,15 @@ struct CounterReport {
 /*
  * The tensor-op counter's unit, measured instead of assumed: a GEMM of known size (m, n, k) counted the same
  * way does 2·m·n·k FLOPs, so one counted op is worth 2·m·n·k / counted FLOPs (0 when nothing was counted).
- * scale_tensor_ops applies it to every kernel of a report before aggregation.
+ * scale_tensor_ops applies it to every kernel of a report before aggregation: to its tensor ops and to its
+ * tensor peak, which the counters give in the same unit (peak ops per cycle x cycles per second).
  */
 inline double tensor_flops_per_op(double counted_ops, double m, double n, double k) {
     return counted_ops > 0 ? 2.0 * m * n * k / counted_ops : 0.0;
 }
 inline void scale_tensor_ops(CounterReport& r, double flops_per_op) {
     if (flops_per_op <= 0) return;
-    for (KernelCounters& k : r.kernels) k.tensor_ops *= flops_per_op;
+    for (KernelCounters& k : r.kernels) k.tensor_ops *= flops_per_op, k.peak_tensor_flops *= flops_per_op;
     r.tensor_flops_per_op = flops_per_op;
 }
 
@@ -175,6 +176,11 @@ inline const CounterRow* find_counter_row(const CounterReport& r, int subblock, 
     return nullptr;
 }
 
+// What the counted figures are (the summary's table, roofline.csv's replay_ columns and kernel_replay rows,
+// profile.json's "counters"): kernels replayed one at a time, not the traced steps.
+constexpr const char* REPLAY_NOTE = "replay figures: CUPTI ran each kernel alone, its memory saved and restored "
+                                    "between passes, the L2 disturbed; times and bytes are not the traced steps'";
+
 /*
  * The summary's "Measured vs analytic" table, per step: for each sub-block the counted tensor FLOPs next to
  * the analytic GEMM FLOPs (equal for cuBLAS GEMMs: both are 2·M·N·K), the counted FP32 FLOPs next to the
@@ -183,7 +189,7 @@ inline const CounterRow* find_counter_row(const CounterReport& r, int subblock, 
 inline std::string measured_vs_analytic(const CounterReport& r, const CostTable& costs, bool has_model) {
     if (!r.collected) return r.note.empty() ? "" : "\n== Measured vs analytic ==\n  counters: " + r.note + "\n";
     auto g = [](double v) { return std::isfinite(v) ? strprintf("%.3f", v) : std::string("-"); };
-    std::string s = "\n== Measured vs analytic (hardware counters of one extra step; GFLOP, MB) ==\n";
+    std::string s = "\n== Measured vs analytic (hardware counters of one extra step under kernel replay; GFLOP, MB) ==\n";
     s += strprintf("  %-11s %-5s %5s %9s %11s %11s %10s %10s %9s %9s %9s %8s %8s %6s %s\n", "subblock", "phase",
                    "kern", "ms", "gemm_an", "tensor_hw", "elem_an", "fp32_hw", "MB_an", "MB_dram", "MB_L2",
                    "TFLOP/s", "FLOP/B", "%roof", "bound");
@@ -206,7 +212,8 @@ inline std::string measured_vs_analytic(const CounterReport& r, const CostTable&
     }
     row(r.total, "total", "", has_model ? &total_cost : nullptr);
     s += "  _an: analytic model; _hw: counters (tensor = sm__ops_path_tensor_src_bf16_dst_fp32, fp32 = fadd + fmul +\n"
-         "  2·ffma, MB_dram = read + write). Rates from summed counts; %roof = summed per-kernel floors / time.\n";
+         "  2·ffma, MB_dram = read + write). Rates from summed counts; %roof = summed per-kernel floors / time.\n"
+         "  " + std::string(REPLAY_NOTE) + "\n";
     if (!r.note.empty()) s += "  note: " + r.note + "\n";
     return s;
 }

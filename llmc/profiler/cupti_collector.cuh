@@ -44,6 +44,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/gpt2_config.h"
 #include "llmc/nvtx.h"
+#include "llmc/profiler/cupti_version.h"
 #include "llmc/profiler/records.h"
 
 namespace llmc::prof {
@@ -57,6 +58,15 @@ inline void cupti_check(CUptiResult r, const char* what, const char* file, int l
         throw Error(strprintf("CUPTI error in %s (%s:%d): %s", what, file, line, cupti_error_string(r)));
 }
 #define CUPTI_CHECK(call) ::llmc::prof::cupti_check((call), #call, __FILE__, __LINE__)
+
+// CUPTI's API version; throws when it is not the one the activity records are read as (cupti_version.h).
+inline uint32_t checked_cupti_version() {
+    uint32_t v = 0;
+    CUPTI_CHECK(cuptiGetVersion(&v));
+    const std::string why = cupti_version_mismatch(v, CUPTI_API_VERSION);
+    if (!why.empty()) throw Error(why);
+    return v;
+}
 
 // Errors meaning another tool (nsys, ncu, cuda-gdb) owns CUPTI: the profiler steps aside instead of failing.
 inline bool cupti_taken(CUptiResult r) {
@@ -107,14 +117,16 @@ public:
 
     /*
      * Enables the activity kinds and installs the Range hook. Returns false, after printing one line, when
-     * another tool holds CUPTI: collection stays off and every other method is a no-op. Any other CUPTI
-     * failure throws, with nothing left enabled.
+     * another tool holds CUPTI: collection stays off and every other method is a no-op. A CUPTI of another API
+     * version than the headers' (checked_cupti_version), or any other CUPTI failure, throws, with nothing left
+     * enabled.
      */
     bool start() {
         if (cuda_tool_injected()) { // its CUPTI session would see ours, or refuse it half-way
             printf("profiler: another CUDA tool is attached (nsys/ncu); in-process profiling off\n");
             return false;
         }
+        checked_cupti_version();
         Pool& pool = Pool::get();
         {
             std::lock_guard<std::mutex> lock(pool.records_mutex);

@@ -25,23 +25,30 @@ inline SmLimits sm_limits(const cudaDeviceProp& p) {
     return sm;
 }
 
+// The toolchain and libraries: "nvcc 13.0, CUDA runtime 13.0, driver 13.0, cuBLASLt 130000, CUPTI API 130000"
+// (the CUPTI part names the version built for too where it differs). Needs no device.
+inline std::string toolchain_versions() {
+    int runtime = 0, driver = 0;
+    uint32_t cupti = 0;
+    CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+    CUDA_CHECK(cudaDriverGetVersion(&driver)); // 0 without a driver
+    CUPTI_CHECK(cuptiGetVersion(&cupti));
+    return strprintf("nvcc %d.%d, CUDA runtime %d.%d, driver %d.%d, cuBLASLt %zu, %s", __CUDACC_VER_MAJOR__,
+                     __CUDACC_VER_MINOR__, runtime / 1000, runtime % 1000 / 10, driver / 1000, driver % 1000 / 10,
+                     cublasLtGetVersion(), cupti_version_text(cupti, CUPTI_API_VERSION).c_str());
+}
+
 // What only the GPU knows: its name and limits, the build, and the device memory in use. Everything is
 // allocated up front, so the memory in use when this is called is the run's peak.
 inline void complete_gpu_context(ProfileContext& ctx) {
-    int dev = 0, runtime = 0, driver = 0;
-    uint32_t cupti = 0;
+    int dev = 0;
     cudaDeviceProp p;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
-    CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
-    CUDA_CHECK(cudaDriverGetVersion(&driver));
-    CUPTI_CHECK(cuptiGetVersion(&cupti));
     ctx.device_kind = DeviceKind::GPU;
     ctx.device = p.name;
     ctx.sm = sm_limits(p);
-    ctx.build = strprintf("nvcc %d.%d, CUDA runtime %d.%d, driver %d.%d, cuBLASLt %zu, CUPTI API %u, sm_%d%d",
-                          __CUDACC_VER_MAJOR__, __CUDACC_VER_MINOR__, runtime / 1000, runtime % 1000 / 10,
-                          driver / 1000, driver % 1000 / 10, cublasLtGetVersion(), cupti, p.major, p.minor);
+    ctx.build = strprintf("%s, sm_%d%d", toolchain_versions().c_str(), p.major, p.minor);
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     ctx.peak_memory_bytes = total_b - free_b;

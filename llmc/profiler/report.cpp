@@ -89,26 +89,52 @@ double energy_joules(const std::vector<PowerSample>& s, uint64_t t0, uint64_t t1
     return e * 1e-9;
 }
 
+namespace {
+// The reading nearest t, if it is within `tolerance` ns of it.
+const EnergyReading* reading_near(const std::vector<EnergyReading>& readings, uint64_t t, uint64_t tolerance) {
+    auto hi = std::lower_bound(readings.begin(), readings.end(), t,
+                               [](const EnergyReading& e, uint64_t v) { return e.t_ns < v; });
+    const EnergyReading* best = nullptr;
+    auto dist = [&](const EnergyReading& e) { return e.t_ns > t ? e.t_ns - t : t - e.t_ns; };
+    if (hi != readings.end()) best = &*hi;
+    if (hi != readings.begin() && (!best || dist(*(hi - 1)) <= dist(*best))) best = &*(hi - 1);
+    return best && dist(*best) <= tolerance ? best : nullptr;
+}
+// The readings standing for the edges t0 and t1 (within 10% of the span, at least 2 ms), where the counter
+// advanced between them; null otherwise.
+std::pair<const EnergyReading*, const EnergyReading*> counter_edges(const std::vector<EnergyReading>& readings,
+                                                                    uint64_t t0, uint64_t t1) {
+    const uint64_t tolerance = std::max<uint64_t>(2000000, (t1 - t0) / 10);
+    const EnergyReading *a = reading_near(readings, t0, tolerance), *b = reading_near(readings, t1, tolerance);
+    if (a && b && b->t_ns > a->t_ns && b->joules > a->joules) return {a, b};
+    return {nullptr, nullptr};
+}
+} // namespace
+
 double step_energy(const std::vector<EnergyReading>& readings, const std::vector<PowerSample>& samples, uint64_t t0,
                    uint64_t t1, EnergySource* source) {
-    const uint64_t tolerance = std::max<uint64_t>(2000000, (t1 - t0) / 10);
-    auto nearest = [&](uint64_t t) -> const EnergyReading* {
-        auto hi = std::lower_bound(readings.begin(), readings.end(), t,
-                                   [](const EnergyReading& e, uint64_t v) { return e.t_ns < v; });
-        const EnergyReading* best = nullptr;
-        auto dist = [&](const EnergyReading& e) { return e.t_ns > t ? e.t_ns - t : t - e.t_ns; };
-        if (hi != readings.end()) best = &*hi;
-        if (hi != readings.begin() && (!best || dist(*(hi - 1)) <= dist(*best))) best = &*(hi - 1);
-        return best && dist(*best) <= tolerance ? best : nullptr;
-    };
-    const EnergyReading *a = nearest(t0), *b = nearest(t1);
-    if (a && b && b->t_ns > a->t_ns && b->joules > a->joules) {
-        *source = EnergySource::counter;
-        return b->joules - a->joules;
+    if (!samples.empty()) {
+        *source = EnergySource::integrated;
+        return energy_joules(samples, t0, t1);
     }
-    double e = energy_joules(samples, t0, t1);
-    *source = std::isfinite(e) ? EnergySource::integrated : EnergySource::none;
-    return e;
+    auto [a, b] = counter_edges(readings, t0, t1);
+    *source = a ? EnergySource::counter : EnergySource::none;
+    return a ? b->joules - a->joules : NAN;
+}
+
+double counter_power(const std::vector<EnergyReading>& readings, uint64_t t0, uint64_t t1) {
+    auto [a, b] = counter_edges(readings, t0, t1);
+    return a ? (b->joules - a->joules) / ((double)(b->t_ns - a->t_ns) * 1e-9) : NAN;
+}
+
+double counter_still_ns(const std::vector<EnergyReading>& readings) {
+    if (readings.size() < 2) return NAN;
+    double longest = 0;
+    for (size_t i = 0, j; i < readings.size(); i = j) {
+        for (j = i + 1; j < readings.size() && readings[j].joules == readings[i].joules; j++) {}
+        longest = std::max(longest, (double)(readings[j - 1].t_ns - readings[i].t_ns));
+    }
+    return longest;
 }
 
 std::vector<Interval> interval_union(std::vector<Interval> v) {
@@ -483,14 +509,25 @@ void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w) {
     p.counter = rec.energy_counter;
     // Energy needs power samples or counter readings (the CPU's RAPL counter comes without samples).
     if ((rec.power.empty() && rec.energy.empty()) || w.steps().empty()) return;
+    std::vector<EnergyReading> energy = rec.energy;
+    std::sort(energy.begin(), energy.end(),
+              [](const EnergyReading& a, const EnergyReading& b) { return a.t_ns < b.t_ns; });
+    p.counter_still_ms = counter_still_ns(energy) / 1e6;
     p.energy_j = 0;
     for (StepRow& s : r.steps) {
         p.energy_j += s.energy_j;
         (s.energy_source == EnergySource::counter ? p.counter_steps : p.integrated_steps)++;
+        s.below_counter_period = s.wall_ms <= p.counter_still_ms; // false while unknown (NaN)
+        p.below_counter_period_steps += s.below_counter_period;
         if (s.tokens > 0) s.j_per_token = s.energy_j / s.tokens;
         if (s.energy_j > 0) s.tokens_per_j = s.tokens / s.energy_j;
         if (s.energy_j > 0 && r.flops_per_token > 0) s.flops_per_w = s.tokens * r.flops_per_token / s.energy_j;
     }
+    p.window_source = std::isfinite(p.energy_j) ? EnergySource::integrated : EnergySource::none;
+    // The counter over the whole window where it advanced: its average power, over the steps' wall time (what
+    // lies between steps, such as CUPTI's buffer flushes, is in no step).
+    const double window_w = counter_power(energy, w.steps().front().start_ns, w.steps().back().end_ns);
+    if (std::isfinite(window_w)) p.energy_j = window_w * r.wall_s, p.window_source = EnergySource::counter;
     // Counter readings alone (the CPU's RAPL): a step where the counter stood still has no energy.
     if (!std::isfinite(p.energy_j) && p.status.empty()) p.status = rec.energy_counter + " did not advance in every step";
     p.avg_w = r.wall_s > 0 ? p.energy_j / r.wall_s : NAN;

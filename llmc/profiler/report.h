@@ -46,13 +46,27 @@ const char* energy_source_name(EnergySource e); // "", "counter", "integrated"
 double energy_joules(const std::vector<PowerSample>& s, uint64_t t0, uint64_t t1);
 
 /*
- * A step's energy: NVML's cumulative energy counter (`readings`, sorted by time) where it advanced between
- * the step's edges, else the power samples integrated. The counter updates coarsely (on an H100 it did not
- * advance over a 43 ms window), so a step where it stood still falls back to the samples. A reading counts
- * for an edge within 10% of the step's wall time of it (at least 2 ms).
+ * A step's energy: the power samples (sorted by time) integrated over it where there are samples (NVML's
+ * counter updates coarsely: on an H100 it did not advance over a 43 ms window, so its advance over one step
+ * says little); without samples (the CPU's RAPL counter, read at step edges) the counter's advance
+ * between the readings nearest the step's edges, NaN where it stood still. A reading counts for an edge
+ * within 10% of the step's wall time of it (at least 2 ms).
  */
 double step_energy(const std::vector<EnergyReading>& readings, const std::vector<PowerSample>& samples, uint64_t t0,
                    uint64_t t1, EnergySource* source);
+
+/*
+ * The average power (W) the energy counter gives over [t0, t1]: its advance between the readings nearest the
+ * two edges (within 10% of the span, at least 2 ms) over the time between them. NaN where it has no reading
+ * near an edge or did not advance.
+ */
+double counter_power(const std::vector<EnergyReading>& readings, uint64_t t0, uint64_t t1);
+
+/*
+ * The longest time, in ns, over which the counter's readings (sorted by time) stood still: its update period
+ * is at least that (0 when it advanced between every two readings; NaN with fewer than two readings).
+ */
+double counter_still_ns(const std::vector<EnergyReading>& readings);
 
 using Interval = std::pair<uint64_t, uint64_t>; // [start, end) in ns
 // Merges [start, end) intervals (in any order) into sorted disjoint ones.
@@ -123,6 +137,9 @@ struct StepRow {
     double tok_s = 0, energy_j = NAN, avg_power_w = NAN;
     double j_per_token = NAN, tokens_per_j = NAN, flops_per_w = NAN; // flops_per_w: model FLOP/s per W
     EnergySource energy_source = EnergySource::none;
+    // Shorter than the energy counter was seen to stand still: the counter cannot measure this step, and its
+    // energy (from the power samples) is an estimate (PowerSummary::counter_still_ms).
+    bool below_counter_period = false;
     long gaps = 0;
 };
 
@@ -149,6 +166,11 @@ struct PowerSummary {
     uint64_t throttle_reasons = 0; // OR over the samples
     double tokens_per_j = NAN, flops_per_w = NAN; // flops_per_w: model FLOP/s per W (= FLOP per J)
     int counter_steps = 0, integrated_steps = 0;  // steps whose energy came from the counter / the samples
+    // The window's energy: the counter's average power over the whole window times the steps' wall time where
+    // the counter advanced over it, else the steps' energies summed.
+    EnergySource window_source = EnergySource::none;
+    double counter_still_ms = NAN; // the longest the counter stood still between readings (counter_still_ns)
+    int below_counter_period_steps = 0;
     int max_sm_clock_limit_mhz = 0;               // the GPU's maximum SM clock, 0 = unknown
     std::string reading;                          // "instantaneous" or "1 s average" power samples
     std::string status;                           // why there is no power data ("NVML not available (...)")

@@ -339,12 +339,19 @@ std::string summary_power(const Report& r) {
         s += strprintf("  energy %.2f J, average %.1f W\n", p.energy_j, p.avg_w);
     s += strprintf("  %s J/token, %s tokens/J, %s GFLOP/s per W\n", num(p.joules_per_token, "%.5f").c_str(),
                    num(p.tokens_per_j, "%.1f").c_str(), num(p.flops_per_w / 1e9, "%.1f").c_str());
-    const std::string source = p.counter_steps && p.integrated_steps
-                                   ? p.counter + " where it advanced, else integrated power samples"
-                               : p.counter_steps ? p.counter
-                                                 : "integrated power samples (the energy counter did not advance)";
-    s += strprintf("  energy from the %s (%d steps counter, %d integrated)\n", source.c_str(), p.counter_steps,
-                   p.integrated_steps);
+    const std::string why = std::isfinite(p.counter_still_ms) ? "the " + p.counter + " did not advance over the window"
+                                                               : "no readings of the " + p.counter;
+    const std::string window = p.window_source == EnergySource::counter ? p.counter + " over the whole window"
+                                                                        : "steps' energies summed (" + why + ")";
+    const std::string steps = p.counter_steps && p.integrated_steps ? "the counter or integrated power samples"
+                              : p.counter_steps                     ? "the counter"
+                                                                    : "integrated power samples";
+    s += strprintf("  energy from the %s; each step's from %s (%d steps counter, %d integrated)\n", window.c_str(),
+                   steps.c_str(), p.counter_steps, p.integrated_steps);
+    if (p.below_counter_period_steps > 0)
+        s += strprintf("  %d of %zu steps no longer than the %.1f ms the energy counter stood still: the counter cannot "
+                       "measure them, their energy is an estimate (steps.csv below_counter_period)\n",
+                       p.below_counter_period_steps, r.steps.size(), p.counter_still_ms);
     if (p.samples > 0) {
         std::string throttled = throttle_names(p.throttle_reasons);
         s += strprintf("  SM clock %d-%d MHz (max %s), max temperature %d C, throttle reasons 0x%llx (%s)\n",
@@ -436,14 +443,15 @@ const char* busy_column(const Report& r) {
 std::string steps_csv(const Report& r) {
     std::string s = csv_line({"step", "wall_ms", busy_column(r), "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok_s",
                               "energy_j", "avg_power_w", "idle_ms", "idle_gaps", "tokens", "j_per_token",
-                              "tokens_per_j", "flops_per_w", "energy_source"});
+                              "tokens_per_j", "flops_per_w", "energy_source", "below_counter_period"});
     for (const StepRow& x : r.steps)
         s += csv_line({std::to_string(x.step), num(x.wall_ms, "%.6f", ""), num(x.gpu_busy_ms, "%.6f", ""),
                        num(x.fwd_ms, "%.6f", ""), num(x.bwd_ms, "%.6f", ""), num(x.opt_ms, "%.6f", ""),
                        num(x.other_ms, "%.6f", ""), num(x.tok_s, "%.1f", ""), num(x.energy_j, "%.6f", ""),
                        num(x.avg_power_w, "%.3f", ""), num(x.idle_ms, "%.6f", ""), std::to_string(x.gaps),
                        std::to_string(x.tokens), num(x.j_per_token, "%.9f", ""), num(x.tokens_per_j, "%.3f", ""),
-                       num(x.flops_per_w, "%.6g", ""), energy_source_name(x.energy_source)});
+                       num(x.flops_per_w, "%.6g", ""), energy_source_name(x.energy_source),
+                       x.below_counter_period ? "1" : "0"});
     return s;
 }
 
@@ -482,16 +490,16 @@ std::string api_csv(const Report& r) {
 /*
  * One row per (sub-block, phase) (scope "subblock") and the whole step (scope "total"), per step:
  * analytic FLOPs (tensor-core GEMM and CUDA-core parts) and bytes, measured time, the floors, the ceilings
- * and the achieved rates. With hardware counters (--counters) measured_flops (tensor + FP32) and measured_bytes
- * (DRAM read + write) are filled, and one row per kernel (scope "kernel", summed over its launches in the
- * sub-block) follows, with the counted time and the ceilings it ran at.
+ * and the achieved rates. With hardware counters (--counters) replay_flops (tensor + FP32) and replay_bytes
+ * (DRAM read + write) are filled, and one row per kernel (scope "kernel_replay", summed over its launches in the
+ * sub-block) follows, with the counted time and the ceilings it ran at: all figures of kernel replay (REPLAY_NOTE).
  */
 std::string roofline_csv(const Report& r) {
     const Ceilings& c = r.context.ceilings;
     std::string s = csv_line({"scope", "subblock", "phase", "kernel", "gemm_flops", "other_flops", "flops", "bytes",
                               "intensity", "time_us", "floor_us", "compute_floor_us", "memory_floor_us", "bf16_tflops",
                               "fp32_tflops", "dram_gbps", "tflops", "gbps", "pct_of_roofline", "bound",
-                              "measured_flops", "measured_bytes"});
+                              "replay_flops", "replay_bytes"});
     auto line = [&](const char* scope, const std::string& sub, const std::string& phase, const SubBlockRow& b,
                     const CounterRow* m) {
         s += csv_line({scope, sub, phase, "", num(b.cost.gemm_flops, "%.0f", ""), num(b.cost.other_flops, "%.0f", ""),
@@ -512,7 +520,7 @@ std::string roofline_csv(const Report& r) {
                  hw.collected ? find_counter_row(hw, b.subblock, b.phase) : nullptr);
     line("total", "", "", r.total, hw.collected ? &hw.total : nullptr);
     for (const CounterRow& k : hw.per_kernel)
-        s += csv_line({"kernel", subblock_label(k.subblock), phase_label(k.phase), k.kernel, "", "", "", "",
+        s += csv_line({"kernel_replay", subblock_label(k.subblock), phase_label(k.phase), k.kernel, "", "", "", "",
                        csv_rate(k.intensity()), num(k.time_ns / 1e3, "%.3f", ""),
                        num(k.floor_s() * 1e6, "%.3f", ""), num(k.compute_floor_s() * 1e6, "%.3f", ""),
                        num(k.memory_floor_s * 1e6, "%.3f", ""), csv_rate(k.tensor_ceiling_tflops()),
@@ -849,7 +857,8 @@ std::string profile_json(const Report& r) {
                       {"other_ms", x.other_ms}, {"tok_s", x.tok_s}, {"energy_j", finite_or_null(x.energy_j)},
                       {"avg_power_w", finite_or_null(x.avg_power_w)}, {"j_per_token", finite_or_null(x.j_per_token)},
                       {"tokens_per_j", finite_or_null(x.tokens_per_j)}, {"flops_per_w", finite_or_null(x.flops_per_w)},
-                      {"energy_source", energy_source_name(x.energy_source)}, {"idle_gaps", x.gaps}});
+                      {"energy_source", energy_source_name(x.energy_source)},
+                      {"below_counter_period", x.below_counter_period}, {"idle_gaps", x.gaps}});
         if (!r.phases.empty()) st.back()["prefill_ms"] = x.prefill_ms, st.back()["decode_ms"] = x.decode_ms;
     }
     json gaps = json::array();
@@ -859,6 +868,12 @@ std::string profile_json(const Report& r) {
                         {"outside_api_us", g.outside_api_us}, {"range", g.range}});
     j["gpu_idle"] = {{"idle_us", r.idle_us}, {"gaps", r.idle_gaps}, {"by_size", named_times_json(r.gap_sizes, "gaps")},
                      {"by_cpu_activity", named_times_json(r.idle_by_cpu, "gaps")}, {"largest", gaps}};
+    const CounterReport& hw = r.counters;
+    if (hw.collected || !hw.note.empty())
+        j["counters"] = {{"collected", hw.collected}, {"method", REPLAY_NOTE}, {"note", hw.note},
+                         {"tensor_flops_per_op", hw.tensor_flops_per_op}, {"kernels", hw.kernels.size()},
+                         {"replay_time_us", hw.total.time_ns / 1e3}, {"replay_flops", hw.total.flops()},
+                         {"replay_dram_bytes", hw.total.dram_bytes}};
     j["api"] = named_times_json(r.api, "calls");
     j["syncs"] = named_times_json(r.syncs, "calls");
     j["api_pct_of_cpu_time"] = r.api_pct;
@@ -870,6 +885,9 @@ std::string profile_json(const Report& r) {
                   {"max_sm_clock_mhz", p.max_sm_clock_mhz}, {"throttle_reasons", p.throttle_reasons},
                   {"tokens_per_j", finite_or_null(p.tokens_per_j)}, {"flops_per_w", finite_or_null(p.flops_per_w)},
                   {"counter_steps", p.counter_steps}, {"integrated_steps", p.integrated_steps},
+                  {"window_energy_source", energy_source_name(p.window_source)},
+                  {"counter_still_ms", finite_or_null(p.counter_still_ms)},
+                  {"below_counter_period_steps", p.below_counter_period_steps},
                   {"max_sm_clock_limit_mhz", p.max_sm_clock_limit_mhz}, {"reading", p.reading}, {"status", p.status}};
     if (!r.phases.empty()) {
         const InferenceShape& in = c.inference;

@@ -7,7 +7,10 @@
  * Every attribute is checked when set; values the project does not use are refused with NOT_SUPPORTED, so a
  * change in llmc/matmul.cuh that reaches for another feature fails here instead of being silently ignored.
  * The heuristic's algorithm remembers the operand alignments it was chosen for (the preferences, 256 bytes by
- * default) and a matmul with less aligned pointers fails, as an algorithm that assumes them would.
+ * default; for the bias and aux pointers, those set on the descriptor when it was asked, 256 for one not yet
+ * set) and a matmul with less aligned pointers fails, as an algorithm that assumes them would.
+ * emu_cublaslt_refuse_gelu_epilogues(true) makes the heuristic offer no algorithm for GELU_AUX, GELU_AUX_BIAS and
+ * DGELU (NOT_SUPPORTED), as a library version or device without them would.
  */
 #include <cmath>
 #include <cstdio>
@@ -41,6 +44,7 @@ struct cublasLtMatmulPreferenceOpaque_t {
 namespace {
 
 int g_live = 0; // descriptors, layouts and preferences alive
+bool g_refuse_gelu = false;
 
 // Every descriptor, layout and preference is made and freed through these, so g_live counts them all.
 template <typename T> cublasStatus_t created(T** out, T* obj) {
@@ -105,6 +109,7 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t* d, const cublasLt
 
 size_t cublasLtGetVersion() { return 130000; }
 int emu_cublaslt_live_objects() { return g_live; }
+void emu_cublaslt_refuse_gelu_epilogues(bool refuse) { g_refuse_gelu = refuse; }
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
     *h = new cublasLtContext;
     return CUBLAS_STATUS_SUCCESS;
@@ -190,7 +195,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     }
 }
 
-// The algorithm: data[0] tags it, data[1..4] are the alignments (A, B, C, D) it may assume, data[5] its workspace.
+// The algorithm: data[0] tags it, data[1..4] are the alignments (A, B, C, D) it may assume, data[5] its workspace,
+// data[6..7] the alignments of the bias and aux pointers (those on the descriptor now; 256 where none is set).
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t pref, int requested,
@@ -201,11 +207,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     // Operands must be at least element-aligned (2 bytes) for any algorithm.
     for (uint32_t al : pref->align)
         if (al < 2) return CUBLAS_STATUS_NOT_SUPPORTED;
+    *found = 0;
+    if (g_refuse_gelu && has_aux(d->epilogue)) return CUBLAS_STATUS_NOT_SUPPORTED;
     std::memset(&results[0], 0, sizeof results[0]);
     results[0].algo.data[0] = 0x656d75;
     for (int i = 0; i < 4; i++) results[0].algo.data[1 + i] = pref->align[i];
     results[0].workspaceSize = std::min<size_t>(pref->max_workspace, 1 << 20);
     results[0].algo.data[5] = results[0].workspaceSize;
+    results[0].algo.data[6] = has_bias(d->epilogue) ? alignment(d->bias) : 256;
+    results[0].algo.data[7] = has_aux(d->epilogue) ? alignment(d->aux) : 256;
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
     *found = 1;
@@ -237,6 +247,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         return CUBLAS_STATUS_INVALID_VALUE;
     if (has_aux(d->epilogue) && (d->aux == nullptr || d->aux_ld < (int64_t)m)) return CUBLAS_STATUS_INVALID_VALUE;
     if (has_bias(d->epilogue) && d->bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    const void* epilogue_ptrs[2] = {has_bias(d->epilogue) ? d->bias : nullptr, has_aux(d->epilogue) ? d->aux : nullptr};
+    for (int i = 0; i < 2; i++)
+        if (alignment(epilogue_ptrs[i]) < algo->data[6 + i]) {
+            fprintf(stderr, "emu cuBLASLt: the %s pointer is %u-byte aligned, the algorithm was chosen for %u\n",
+                    i ? "aux" : "bias", alignment(epilogue_ptrs[i]), (unsigned)algo->data[6 + i]);
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
     const auto desc = *d; // descriptors and the algorithm are read at the call; the caller may destroy them
     const cublasLtMatmulAlgo_t alg = *algo;
     const auto a = *la, b = *lb, c = *lc, dd = *ld;

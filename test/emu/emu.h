@@ -86,6 +86,10 @@ namespace emu {
 
 // Faults recorded since the last take_faults() (one line each), and clears them and the sticky error.
 std::vector<std::string> take_faults();
+// Test hook: the nth (0-based) launch from now of a kernel whose name contains `name` faults when it runs, as a
+// kernel that traps or reads outside its memory would on a device (the error surfaces at the next
+// synchronisation, and the context becomes unusable until take_faults()).
+void inject_fault(const char* name, int nth);
 // A schedule: the order blocks of a grid run in and threads within a block are resumed, and the WMMA
 // fragment layout. 0 = forward, 1 = reverse, 2.. = shuffled with that seed.
 void set_schedule(int schedule);

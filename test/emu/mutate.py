@@ -73,6 +73,16 @@ MUTATIONS = [
      "sampler draws a token from a row with NaN or inf logits", "EmuGpuSampleTokens.RowWithANonFiniteLogitGivesNotFinite"),
     ("llmc/gpt2_decoder.cuh", "const int id = tok[tok_at ? tok_at[r] : r];", "const int id = tok[r];",
      "decode embeds the id of the row's index, not its sequence's", "EmuGpuGPT2Decoder.GreedyCacheMatchesRecomputeAndCpu"),
+    ("llmc/matmul.cuh", "else if (plan.gelu_apart) gelu_backward_inplace(d, aux, (size_t)m * n, stream);",
+     "else if (plan.gelu_apart) {}", "GELU epilogue fallback: DGELU kernel not run",
+     "EmuKernelsMatmul.RefusedGeluEpiloguesFallBackToTheGeluKernels"),
+    ("llmc/matmul.cuh", "    if (bias) lt_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, what);\n", "",
+     "bias pointer set after the heuristic, not before", "EmuKernelsMatmul.EpiloguePointersOffTheirBestAlignmentMatchCpu"),
+    ("llmc/matmul.cuh", "(int)align[2], pointer_alignment(bias), pointer_alignment(aux)};", "(int)align[2], 256, 256};",
+     "plan cache key without the bias and aux alignments", "EmuKernelsMatmul.*"),
+    ("llmc/cuda_common.cuh", "if (e == cudaSuccess && sync_after_launch()) e = cudaDeviceSynchronize();",
+     "if (e == cudaSuccess && sync_after_launch()) e = cudaSuccess;", "LLMC_SYNC=1 does not synchronise after a launch",
+     "EmuGPT2GPU.SyncAfterLaunchNamesTheFaultingLaunchAndSubBlock"),
 ]
 
 

@@ -73,6 +73,8 @@ std::map<uintptr_t, size_t> g_device; // start -> bytes
 size_t g_device_bytes = 0;
 std::map<uintptr_t, size_t> g_pinned;
 std::map<const void*, int> g_smem_optin;
+std::string g_inject_name; // inject_fault(): kernels whose name contains it ("" = none), and which launch faults
+int g_inject_countdown = 0;
 Stream g_legacy;
 std::vector<Stream*> g_streams; // created streams, in creation order
 std::set<Event*> g_events;
@@ -455,6 +457,10 @@ std::vector<std::string> take_faults() {
     g_last = cudaSuccess;
     return f;
 }
+void inject_fault(const char* name, int nth) {
+    g_inject_name = name;
+    g_inject_countdown = nth;
+}
 void set_schedule(int s) { g_schedule = s; }
 int schedule() { return g_schedule; }
 const char* schedule_name(int s) { return s == 0 ? "forward" : s == 1 ? "reverse" : "shuffled"; }
@@ -573,6 +579,11 @@ void enqueue_launch(const char* name, const void* kernel, const LaunchConfig& cf
         return;
     }
     g_stats.launches++;
+    if (!g_inject_name.empty() && std::strstr(name, g_inject_name.c_str()) && g_inject_countdown-- == 0) {
+        g_inject_name.clear();
+        enqueue(s, [name] { throw std::runtime_error(std::string(name) + ": fault injected by the test"); });
+        return;
+    }
     const size_t smem_limit = opt == g_smem_optin.end() ? kDefaultSmem : kMaxSmemOptin;
     enqueue(s, [name, cfg, smem_limit, body = std::move(body)] {
         // Blocks in the schedule's order.

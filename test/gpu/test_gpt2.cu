@@ -120,6 +120,36 @@ GPU_TEST(GPT2GPU, RejectsOutOfRangeTokensAndShapes) {
     EXPECT_THROW(GPT2GPU(p.cfg, 1, p.cfg.max_seq_len + 1), Error);           // T beyond the model's maxT
 }
 
+#ifdef LLMC_EMU
+/*
+ * Emulator only (it can make a chosen launch fault): with LLMC_SYNC=1 a kernel that faults is reported at its
+ * launch, with the launch site and the sub-block, phase and layer it ran in. The fourth layernorm forward of a
+ * two-layer model is layer 1's ln2.
+ */
+EMU_TEST(GPT2GPU, SyncAfterLaunchNamesTheFaultingLaunchAndSubBlock) {
+    struct Sync { // LLMC_SYNC=1 for this test only
+        Sync() { sync_after_launch() = true; }
+        ~Sync() { sync_after_launch() = false; }
+    } sync;
+    std::string error;
+    {
+        Pair p(2, 16, 7);
+        std::vector<int> in(32, 1), tg(32, 2);
+        emu::inject_fault("layernorm_forward_kernel", 3);
+        try {
+            p.gpu.forward(in.data(), tg.data(), 2, 16, 1.0f, 1.0f);
+        } catch (const Error& e) {
+            error = e.what();
+        }
+        EXPECT_EQ(emu::take_faults().size(), 1u);
+    }
+    EXPECT_NE(error.find("CUDA error in the kernel launched at "), std::string::npos) << error;
+    EXPECT_NE(error.find("llmc/layernorm.cuh:"), std::string::npos) << error;
+    EXPECT_NE(error.find(" in sub-block ln2 (fwd, layer 1): "), std::string::npos) << error;
+    EXPECT_NE(error.find("fault injected by the test"), std::string::npos) << error;
+}
+#endif
+
 // Ten steps on a device, two under the emulator (a step there takes seconds).
 GPU_TEST(GPT2GPU, AdamWStepsTrackTheCPU) {
     REQUIRE_GPU();

@@ -223,62 +223,121 @@ GPU_TEST(KernelsLayernorm, BackwardMatchesCpuAndIsDeterministic) {
 
 // ------------------------------------------------------------------------------------------------- matmul
 
+namespace {
 /*
  * matmul_forward (bias; bias with the fused GELU) and matmul_backward (dinp written, dweight and dbias
- * accumulated; with the fused DGELU) against the CPU reference in double. BT = 192 fills every row slice of
- * the bias gradient (64 slices of 3 rows); BT = 1 and 7 leave most of them empty.
+ * accumulated; with the fused DGELU) against the CPU reference in double. offset: elements by which the bias and
+ * the pre-GELU buffers are moved off their allocation's 256-byte start (their alignment is then what the
+ * offset leaves).
  */
+void expect_matmul_matches_cpu(int BT, int C, int OC, int offset = 0) {
+    SCOPED_TRACE(testing::Message() << "BT=" << BT << " C=" << C << " OC=" << OC << " offset=" << offset);
+    const size_t n_in = (size_t)BT * C, n_out = (size_t)BT * OC, n_w = (size_t)OC * C;
+    auto inp = bf16_round(random_normal(n_in)), w = bf16_round(random_normal(n_w, 0.2f));
+    auto bias = bf16_round(random_normal(OC)), dout = bf16_round(random_normal(n_out));
+    std::vector<float> bias_at(offset, 0.0f);
+    bias_at.insert(bias_at.end(), bias.begin(), bias.end());
+    DeviceBuffer<floatX> d_inp(to_bf16(inp)), d_w(to_bf16(w)), d_bias_at(to_bf16(bias_at)), d_dout(to_bf16(dout));
+    DeviceBuffer<floatX> d_out(n_out), d_pre_at(n_out + offset);
+    floatX *d_bias = d_bias_at + offset, *d_pre = d_pre_at + offset;
+
+    std::vector<double> ref(n_out), ref_gelu(n_out);
+    llmc::cpu::matmul_forward(ref.data(), wide(inp).data(), wide(w).data(), wide(bias).data(), 1, BT, C, OC);
+    llmc::cpu::gelu_forward(ref_gelu.data(), ref.data(), n_out);
+    d_out.poison();
+    llmc::matmul_forward(d_out, d_inp, d_w, d_bias, BT, C, OC, nullptr, 0);
+    EXPECT_TRUE(close_rel(download_float(d_out), narrow(ref), 1e-2, "out"));
+    d_out.poison(), d_pre_at.poison();
+    llmc::matmul_forward(d_out, d_inp, d_w, d_bias, BT, C, OC, d_pre, 0);
+    std::vector<float> pre = download_float(d_pre_at);
+    pre.erase(pre.begin(), pre.begin() + offset);
+    EXPECT_TRUE(close_rel(pre, narrow(ref), 1e-2, "pre-GELU (aux)"));
+    EXPECT_TRUE(close_rel(download_float(d_out), narrow(ref_gelu), 1e-2, "GELU out"));
+
+    // Backward: dinp = dout W (written), dweight += dout^T inp, dbias += column sums of dout.
+    auto dw0 = bf16_round(random_normal(n_w)), db0 = bf16_round(random_normal(OC));
+    DeviceBuffer<floatX> d_dinp(n_in), d_dw(to_bf16(dw0)), d_db(to_bf16(db0));
+    DeviceBuffer<float> scratch(llmc::bias_backward_scratch_floats(OC));
+    d_dinp.poison(), scratch.poison();
+    llmc::matmul_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, BT, C, OC, nullptr, 0);
+    std::vector<double> dinp(n_in, 0.0), dw = wide(dw0), db = wide(db0);
+    llmc::cpu::matmul_backward(dinp.data(), dw.data(), db.data(), wide(dout).data(), wide(inp).data(), wide(w).data(),
+                               1, BT, C, OC);
+    EXPECT_TRUE(close_rel(download_float(d_dinp), narrow(dinp), 1e-2, "dinp"));
+    EXPECT_TRUE(close_rel(download_float(d_dw), narrow(dw), 1e-2, "dweight"));
+    EXPECT_TRUE(close_rel(download_float(d_db), narrow(db), 1e-2, "dbias"));
+    // The increments alone, so a lost share of the rows cannot hide in the random starting values.
+    std::vector<float> db_inc = download_float(d_db), db_inc_ref(OC);
+    for (int o = 0; o < OC; o++) db_inc[o] -= db0[o], db_inc_ref[o] = (float)(db[o] - db0[o]);
+    EXPECT_TRUE(close_rel(db_inc, db_inc_ref, 1e-2, "dbias increment"));
+
+    // With the DGELU epilogue: dinp = (dout W) * gelu'(pre), pre being the forward's bf16 aux.
+    // (the layer below's pre-activation has the shape of dinp: (BT, C))
+    auto pre_in = bf16_round(random_normal(n_in, 2.0f));
+    std::vector<float> pre_in_at(offset, 0.0f);
+    pre_in_at.insert(pre_in_at.end(), pre_in.begin(), pre_in.end());
+    DeviceBuffer<floatX> d_pre_in_at(to_bf16(pre_in_at));
+    d_dinp.poison();
+    llmc::matmul_backward(d_dinp, d_dw, nullptr, scratch, d_dout, d_inp, d_w, BT, C, OC, d_pre_in_at + offset, 0);
+    std::vector<double> dgelu(n_in, 0.0);
+    llmc::cpu::gelu_backward(dgelu.data(), wide(pre_in).data(), dinp.data(), n_in);
+    EXPECT_TRUE(close_rel(download_float(d_dinp), narrow(dgelu), 1e-2, "dinp through DGELU"));
+}
+} // namespace
+
+// BT = 192 fills every row slice of the bias gradient (64 slices of 3 rows); BT = 1 and 7 leave most of them empty.
 GPU_TEST(KernelsMatmul, ForwardAndBackwardMatchCpu) {
     REQUIRE_GPU();
     struct Shape { int BT, C, OC; };
-    for (Shape s : {Shape{1, 8, 16}, Shape{7, 64, 24}, Shape{130, 64, 256}, Shape{192, 128, 96}}) {
-        SCOPED_TRACE(testing::Message() << "BT=" << s.BT << " C=" << s.C << " OC=" << s.OC);
-        const size_t n_in = (size_t)s.BT * s.C, n_out = (size_t)s.BT * s.OC, n_w = (size_t)s.OC * s.C;
-        auto inp = bf16_round(random_normal(n_in)), w = bf16_round(random_normal(n_w, 0.2f));
-        auto bias = bf16_round(random_normal(s.OC)), dout = bf16_round(random_normal(n_out));
-        DeviceBuffer<floatX> d_inp(to_bf16(inp)), d_w(to_bf16(w)), d_bias(to_bf16(bias)), d_dout(to_bf16(dout));
-        DeviceBuffer<floatX> d_out(n_out), d_pre(n_out);
-
-        std::vector<double> ref(n_out), ref_gelu(n_out);
-        llmc::cpu::matmul_forward(ref.data(), wide(inp).data(), wide(w).data(), wide(bias).data(), 1, s.BT, s.C, s.OC);
-        llmc::cpu::gelu_forward(ref_gelu.data(), ref.data(), n_out);
-        d_out.poison();
-        llmc::matmul_forward(d_out, d_inp, d_w, d_bias, s.BT, s.C, s.OC, nullptr, 0);
-        EXPECT_TRUE(close_rel(download_float(d_out), narrow(ref), 1e-2, "out"));
-        d_out.poison(), d_pre.poison();
-        llmc::matmul_forward(d_out, d_inp, d_w, d_bias, s.BT, s.C, s.OC, d_pre, 0);
-        const std::vector<float> pre = download_float(d_pre);
-        EXPECT_TRUE(close_rel(pre, narrow(ref), 1e-2, "pre-GELU (aux)"));
-        EXPECT_TRUE(close_rel(download_float(d_out), narrow(ref_gelu), 1e-2, "GELU out"));
-
-        // Backward: dinp = dout W (written), dweight += dout^T inp, dbias += column sums of dout.
-        auto dw0 = bf16_round(random_normal(n_w)), db0 = bf16_round(random_normal(s.OC));
-        DeviceBuffer<floatX> d_dinp(n_in), d_dw(to_bf16(dw0)), d_db(to_bf16(db0));
-        DeviceBuffer<float> scratch(llmc::bias_backward_scratch_floats(s.OC));
-        d_dinp.poison(), scratch.poison();
-        llmc::matmul_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, s.BT, s.C, s.OC, nullptr, 0);
-        std::vector<double> dinp(n_in, 0.0), dw = wide(dw0), db = wide(db0);
-        llmc::cpu::matmul_backward(dinp.data(), dw.data(), db.data(), wide(dout).data(), wide(inp).data(),
-                                   wide(w).data(), 1, s.BT, s.C, s.OC);
-        EXPECT_TRUE(close_rel(download_float(d_dinp), narrow(dinp), 1e-2, "dinp"));
-        EXPECT_TRUE(close_rel(download_float(d_dw), narrow(dw), 1e-2, "dweight"));
-        EXPECT_TRUE(close_rel(download_float(d_db), narrow(db), 1e-2, "dbias"));
-        // The increments alone, so a lost share of the rows cannot hide in the random starting values.
-        std::vector<float> db_inc = download_float(d_db), db_inc_ref(s.OC);
-        for (int o = 0; o < s.OC; o++) db_inc[o] -= db0[o], db_inc_ref[o] = (float)(db[o] - db0[o]);
-        EXPECT_TRUE(close_rel(db_inc, db_inc_ref, 1e-2, "dbias increment"));
-
-        // With the DGELU epilogue: dinp = (dout W) * gelu'(pre), pre being the forward's bf16 aux.
-        // (the layer below's pre-activation has the shape of dinp: (BT, C))
-        auto pre_in = bf16_round(random_normal(n_in, 2.0f));
-        DeviceBuffer<floatX> d_pre_in(to_bf16(pre_in));
-        d_dinp.poison();
-        llmc::matmul_backward(d_dinp, d_dw, nullptr, scratch, d_dout, d_inp, d_w, s.BT, s.C, s.OC, d_pre_in, 0);
-        std::vector<double> dgelu(n_in, 0.0);
-        llmc::cpu::gelu_backward(dgelu.data(), wide(pre_in).data(), dinp.data(), n_in);
-        EXPECT_TRUE(close_rel(download_float(d_dinp), narrow(dgelu), 1e-2, "dinp through DGELU"));
-    }
+    for (Shape s : {Shape{1, 8, 16}, Shape{7, 64, 24}, Shape{130, 64, 256}, Shape{192, 128, 96}})
+        expect_matmul_matches_cpu(s.BT, s.C, s.OC);
 }
+
+// The bias 2 bytes past a 256-byte boundary and the pre-GELU buffers 16: the epilogue's pointers are on the
+// descriptor when cuBLASLt's heuristic is asked, so it picks an algorithm for these alignments.
+GPU_TEST(KernelsMatmul, EpiloguePointersOffTheirBestAlignmentMatchCpu) {
+    REQUIRE_GPU();
+    expect_matmul_matches_cpu(7, 64, 24, 1);
+    expect_matmul_matches_cpu(16, 64, 40, 8);
+}
+
+#ifdef LLMC_EMU
+// Emulator only (a device offers the epilogues): with cuBLASLt refusing every GELU epilogue, the matmuls fall
+// back to the GEMM and the GELU kernels with the same results, and stderr says so once per shape and epilogue.
+EMU_TEST(KernelsMatmul, RefusedGeluEpiloguesFallBackToTheGeluKernels) {
+    struct Plans { // fresh plans on the way in and out: none made with the epilogues refused is kept
+        Plans() { clear(); }
+        ~Plans() {
+            emu_cublaslt_refuse_gelu_epilogues(false);
+            clear();
+        }
+        static void clear() {
+            llmc::CublasLt::get().plans.clear();
+            llmc::CublasLt::get().gelu_apart_reported.clear();
+        }
+    } plans;
+    emu_cublaslt_refuse_gelu_epilogues(true);
+    testing::internal::CaptureStderr();
+    for (int round = 0; round < 2; round++) {
+        expect_matmul_matches_cpu(7, 64, 24);
+        expect_matmul_matches_cpu(16, 64, 40, 8);
+    }
+    const std::string err = testing::internal::GetCapturedStderr();
+    auto count = [&](const std::string& what) {
+        int n = 0;
+        for (size_t at = err.find(what); at != std::string::npos; at = err.find(what, at + 1)) n++;
+        return n;
+    };
+    const std::string line = "matmul: cuBLASLt has no algorithm for the ";
+    EXPECT_EQ(count(line), 4) << err; // GELU_AUX_BIAS and DGELU at each of the two shapes, once each
+    EXPECT_EQ(count(line + "GELU_AUX_BIAS epilogue of the matmul m=24 n=7 k=64 transA=1 transB=0 epilogue "
+                           "GELU_AUX_BIAS; using BIAS and the GELU kernel for this shape\n"), 1)
+        << err;
+    EXPECT_EQ(count(line + "DGELU epilogue of the matmul m=64 n=16 k=40 transA=0 transB=0 epilogue DGELU; using "
+                           "DEFAULT and the GELU kernel for this shape\n"), 1)
+        << err;
+}
+#endif
 
 // Host arithmetic, no GPU: the alignment the cuBLASLt algorithm cache keys on.
 TEST(KernelsMatmul, PointerAlignmentIsTheLargestPowerOfTwoUpTo256) {

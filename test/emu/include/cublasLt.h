@@ -114,3 +114,5 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
 
 // Emulator only: descriptors, layouts and preferences created and not yet destroyed (a leak check).
 int emu_cublaslt_live_objects();
+// Emulator only: while true the heuristic offers no algorithm for a GELU epilogue (GELU_AUX, GELU_AUX_BIAS, DGELU).
+void emu_cublaslt_refuse_gelu_epilogues(bool refuse);
