@@ -236,6 +236,7 @@ CMD[inventory]="echo \"gpu: \$($(q "$NVSMI") --query-gpu=name,driver_version,com
 $(q "$NVSMI")
 nvcc --version
 python3 scripts/gpu_report.py versions --binary ./train_gpt2cu
+./profile_gpt2cu --version
 $(tool_line ncu "$NCU")
 $(tool_line nsys "$NSYS")
 $(tool_line compute-sanitizer "$SANITIZER")"

@@ -425,7 +425,8 @@ TEST(GpuCheckLease, DryRunListsTheStagesInOrderWithinNineMinutes) {
     // Everything from the bundle, nothing built: the stages run in gpu_bundle/ and name its programs.
     for (const char* cmd :
          {"stages run in ", "/gpu_bundle; logs and profiles go to ", "--query-gpu=clocks.sm,clocks.mem",
-          "python3 ../scripts/gpu_report.py versions --binary ./train_gpt2cu", "echo \"lib libnccl: ",
+          "python3 ../scripts/gpu_report.py versions --binary ./train_gpt2cu", "\n    ./profile_gpt2cu --version\n",
+          "echo \"lib libnccl: ",
           "echo \"lib libmpi: ", "tool compute-sanitizer", "\n    ldd ./train_gpt2cu || ", "./gpu_tests --gtest_filter='GPT2GPU.*:",
           "./train_gpt2cu -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x 30 ", "sed 's/^/ref: /' ref/train_gpt2.log",
           "../scripts/benchmark_gpu.sh -C . -e d12 -t 1024 -B '16 64'",
