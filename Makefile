@@ -297,10 +297,9 @@ ifneq ($(HAVE_NVCC),)
 endif
 endif
 # Printed before anything is built: what `make test` does and how long it takes (measured: doc/testing.md).
-TEST_MINUTES := $(if $(HAVE_NVCC),25,5)
 .PHONY: test_banner
 test_banner:
-	@echo "== make test: building the programs and the test binaries$(if $(HAVE_NVCC), (nvcc and two emulator builds),) then running them; from scratch about $(TEST_MINUTES) minutes on 2 cores =="
+	@echo "== make test: building the programs and the test binaries$(if $(HAVE_NVCC), (nvcc and two emulator builds),) then running them$(if $(HAVE_NVCC),; from scratch about 10 minutes on 2 cores, 5 once built,) =="
 
 
 # ---- fuzzing: one libFuzzer target per parser, test/fuzz/fuzz_<name>.cpp, built with clang, ASan and UBSan.
