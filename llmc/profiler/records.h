@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/gemm_tuning.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/subblocks.h"
 
@@ -178,6 +179,7 @@ struct ProfileContext {
     size_t peak_memory_bytes = 0;
     InferenceShape inference; // inference runs only; B is then the sequences, T the longest prompt
     int rank = 0, world_size = 1; // data-parallel rank of the process profiled, of how many (trace.json distributedInfo)
+    std::vector<GemmTuning> gemm_algorithms; // GPU: every cuBLASLt matmul plan's algorithm and autotune times
 };
 
 struct ProfileRecords {
