@@ -149,7 +149,7 @@ std::vector<float> spread_values(size_t n, const std::vector<float>* partner = n
 
 // The exact-function reference itself: the cancellation-free form equals the textbook tanh form where the
 // latter is accurate in double (|x| <= 3).
-TEST(ElementwiseReference, GeluFormsAgree) {
+TEST(KernelsElementwiseReference, GeluFormsAgree) {
     for (double x = -3.0; x <= 3.0; x += 1.0 / 64) {
         const double t = std::tanh(kGeluScale * (x + kGeluCube * x * x * x));
         EXPECT_NEAR(gelu_exact(x), 0.5 * x * (1.0 + t), 1e-14) << x;
@@ -164,7 +164,7 @@ TEST(ElementwiseReference, GeluFormsAgree) {
     EXPECT_EQ(ulps_apart(0x0001, 0x8001), 2);
 }
 
-GPU_TEST(ElementwiseBf16, GeluForwardWithinOneUlp) {
+GPU_TEST(KernelsElementwise, GeluForwardWithinOneUlp) {
     REQUIRE_GPU();
     const std::vector<floatX> x = gelu_inputs();
     DeviceBuffer<floatX> d_x(x), d_out(x.size());
@@ -175,7 +175,7 @@ GPU_TEST(ElementwiseBf16, GeluForwardWithinOneUlp) {
     EXPECT_TRUE(within_one_ulp(d_out.download(), exact, describe(x, "x"), "gelu(x)"));
 }
 
-GPU_TEST(ElementwiseBf16, GeluBackwardWithinOneUlp) {
+GPU_TEST(KernelsElementwise, GeluBackwardWithinOneUlp) {
     REQUIRE_GPU();
     const std::vector<floatX> x = gelu_inputs();
     const std::vector<float> dout = bf16_round(random_normal(x.size()));
@@ -191,7 +191,7 @@ GPU_TEST(ElementwiseBf16, GeluBackwardWithinOneUlp) {
 }
 
 // The residual stream's add, as the fused residual + layernorm forward stores it: bf16(inp1 + inp2).
-GPU_TEST(ElementwiseBf16, ResidualAddWithinOneUlp) {
+GPU_TEST(KernelsElementwise, ResidualAddWithinOneUlp) {
     REQUIRE_GPU();
     const int N = 37, C = 768;
     const size_t n = (size_t)N * C;
@@ -211,7 +211,7 @@ GPU_TEST(ElementwiseBf16, ResidualAddWithinOneUlp) {
 }
 
 // out[b, t] = wte[token] + wpe[t], every row of a few tokens and positions, values of unrelated magnitudes.
-GPU_TEST(ElementwiseBf16, EncoderForwardWithinOneUlp) {
+GPU_TEST(KernelsElementwise, EncoderForwardWithinOneUlp) {
     REQUIRE_GPU();
     const int B = 3, T = 37, C = 64, V = 50, maxT = 40;
     const std::vector<float> wte = spread_values((size_t)V * C), wpe = spread_values((size_t)maxT * C);
@@ -333,7 +333,7 @@ void check_adamw_step(AdamCase c) {
 }
 } // namespace
 
-GPU_TEST(ElementwiseBf16, AdamWWithinFp32BoundsAndOneUlp) {
+GPU_TEST(KernelsElementwise, AdamWWithinFp32BoundsAndOneUlp) {
     REQUIRE_GPU();
     for (AdamCase c : {AdamCase{1, true}, AdamCase{1, false}, AdamCase{10, true}, AdamCase{10, false}})
         check_adamw_step(c);
