@@ -214,13 +214,24 @@ $(BUNDLE_REF): $(BUNDLE_DIR)/train_gpt2 $(BUNDLE_DATA)/tiny_shakespeare_train.bi
 	    >ref/train_gpt2.log.part && mv ref/train_gpt2.log.part ref/train_gpt2.log
 endif
 
+# ---- machine code of the attention kernels (scripts/check_sass.py, doc/attention.md): no spills, no local memory,
+# ldmatrix + cp.async + mma.sync m16n8k16 and no generic loads in the SASS. Needs nvcc and cuobjdump, no GPU.
+SASS_OBJ := $(BUILD)/sass/attention_kernels.o
+$(SASS_OBJ): test/sass/attention_kernels.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas); rm -f $@; exit 1; }
+-include $(SASS_OBJ:.o=.d)
+.PHONY: sass_check
+sass_check: $(SASS_OBJ)
+	python3 scripts/check_sass.py $(SASS_OBJ) $(SASS_OBJ:.o=.ptxas)
+
 # ---- emulated GPU tier (test/emu/, doc/testing.md): the real llmc/*.cuh and the GPU tests of test/gpu/, built by
 # the host compiler against an emulated CUDA runtime, WMMA, cuBLASLt and CUB. Sources pass through
 # test/emu/rewrite.py first (launch syntax, __shared__); the toolkit is used for its NVTX headers only.
 # build/emu/emu_tests is the quick build; build/emu-asan/emu_tests the same under AddressSanitizer and UBSan.
 EMU_SRC := $(BUILD)/emu/src
 EMU_CUDA_SRCS := $(wildcard llmc/*.cuh llmc/*/*.cuh) dev/cuda/device_utils.cuh test/gpu/gpu_test_util.cuh
-EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_attention.cu test/gpu/test_attention_decode.cu test/gpu/test_gpt2.cu \
+EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_ptx.cu test/gpu/test_attention.cu test/gpu/test_attention_decode.cu test/gpu/test_gpt2.cu \
                  test/gpu/test_gpt2_decoder.cu \
                  test/emu/test_emulator.cu
 EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS))
@@ -285,13 +296,14 @@ test: $(BUILD)/run_tests $(TEST_PROGRAMS) $(SAN_LINKS)
 else
 # The emulated GPU tier runs twice: the plain build under all three schedules (races), then the AddressSanitizer +
 # UBSan build under one (any out-of-bounds access in a kernel fails it).
-EMU_TEST_BINS := $(if $(HAVE_NVCC),$(BUILD)/emu/emu_tests $(BUILD)/emu-asan/emu_tests)
+EMU_TEST_BINS := $(if $(HAVE_NVCC),$(BUILD)/emu/emu_tests $(BUILD)/emu-asan/emu_tests $(SASS_OBJ))
 test: test_banner $(BUILD)/run_tests $(TEST_PROGRAMS) $(EMU_TEST_BINS)
 	@echo "== make test: tier 1 of $(if $(HAVE_NVCC),3,1): the CPU reference, the programs and the GPU tests (skipped without a GPU) =="
 	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/run_tests
 ifneq ($(HAVE_NVCC),)
 	@echo "== make test: tier 2 of 3: the GPU kernels on the emulated runtime, three schedules =="
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/emu/emu_tests
+	python3 scripts/check_sass.py $(SASS_OBJ) $(SASS_OBJ:.o=.ptxas)
 	@echo "== make test: tier 3 of 3: the same under AddressSanitizer and UBSan =="
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} EMU_SCHEDULES=1 ./$(BUILD)/emu-asan/emu_tests
 endif

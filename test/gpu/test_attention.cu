@@ -130,6 +130,21 @@ GPU_TEST(GpuAttention, PartialTiles) {
     check_attention(1, 200, 3);
 }
 
+GPU_TEST(GpuAttention, EveryLengthFrom1To130) {
+    REQUIRE_GPU();
+    // Every way a length can fall on the 16-row strips, the 32-column chunks, the 64-row tiles and the 128-query
+    // forward tile, up to two rows into the third 64-row tile.
+    for (int T = 1; T <= 130; T++) {
+        check_attention(1, T, 1);
+        if (testing::Test::HasFailure()) break; // one length's report, not a hundred
+    }
+}
+
+GPU_TEST(GpuAttention, FullContextT1024) {
+    REQUIRE_GPU();
+    check_attention(1, 1024, gputest::kEmulated ? 1 : 12);
+}
+
 GPU_TEST(GpuAttention, PeakySoftmax) {
     REQUIRE_GPU();
     // Scores with std ~9: the running max moves often and most probabilities underflow.
