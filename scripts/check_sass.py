@@ -2,6 +2,7 @@
 """What the CPU can check of the attention kernels' machine code (make sass_check; doc/attention.md).
 
     check_sass.py OBJECT PTXAS_REPORT
+    check_sass.py --sass SASS_TEXT PTXAS_REPORT     (cuobjdump -sass output already written to a file)
 
 OBJECT is an nvcc object holding the attention kernels (llmc/attention.cuh) for sm_80 or later; PTXAS_REPORT is
 the `-Xptxas -v` output of its compilation. Fails (exit 1, one line per problem) unless, for each of the forward,
@@ -94,22 +95,31 @@ def check(sass_funcs, report_entries):
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: check_sass.py OBJECT PTXAS_REPORT")
-    obj, report_path = sys.argv[1], sys.argv[2]
+    args = sys.argv[1:]
+    given_sass = len(args) == 3 and args[0] == "--sass"
+    if given_sass:
+        args = args[1:]
+    if len(args) != 2 or args[0].startswith("-"):
+        sys.exit("usage: check_sass.py OBJECT PTXAS_REPORT | check_sass.py --sass SASS_TEXT PTXAS_REPORT")
+    obj, report_path = args
     for path in (obj, report_path):
         if not os.path.isfile(path):
             sys.exit(f"check_sass.py: {path}: no such file")
-    tool = find_cuobjdump()
-    if not tool:
-        sys.exit("check_sass.py: cuobjdump not found (PATH, $CUDA_HOME/bin, or `pip install nvidia-cuda-cuobjdump`; "
-                 "scripts/deps.sh installs it)")
-    run = subprocess.run([tool, "-sass", obj], capture_output=True, text=True)
-    if run.returncode != 0:
-        sys.exit(f"check_sass.py: {tool} -sass {obj} failed: {run.stderr.strip()}")
+    if given_sass:
+        with open(obj, encoding="utf-8", errors="replace") as f:
+            sass = f.read()
+    else:
+        tool = find_cuobjdump()
+        if not tool:
+            sys.exit("check_sass.py: cuobjdump not found (PATH, $CUDA_HOME/bin, or `pip install "
+                     "nvidia-cuda-cuobjdump`; scripts/deps.sh installs it)")
+        run = subprocess.run([tool, "-sass", obj], capture_output=True, text=True)
+        if run.returncode != 0:
+            sys.exit(f"check_sass.py: {tool} -sass {obj} failed: {run.stderr.strip()}")
+        sass = run.stdout
     with open(report_path, encoding="utf-8") as f:
         report = f.read()
-    problems, rows = check(functions(run.stdout), ptxas_entries(report))
+    problems, rows = check(functions(sass), ptxas_entries(report))
     for what, regs, spill, counts in rows:
         print(f"sass_check: {what:8s} {regs} registers, {spill}; {counts}")
     for p in problems:
