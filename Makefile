@@ -201,9 +201,10 @@ BUNDLE_REF := $(BUNDLE_DIR)/ref/train_gpt2.log
 bundle: $(BUNDLE_PROGRAMS) $(BUNDLE_REF)
 $(BUILD)/gpu_tests: $(BUILD)/test/main.o $(GPU_TEST_OBJS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) -lgomp -lpthread
+# Host symbol tables stripped (a tenth of the size; device code, its line info and kernel names stay).
 $(BUNDLE_DIR)/%: $(BUILD)/%
 	@mkdir -p $(dir $@)
-	cp $< $@
+	cp $< $@ && strip $@
 $(BUNDLE_DATA)/tiny_shakespeare_train.bin: $(BUILD)/prepare_data
 	@[ -f "$(BUNDLE_TEXT)" ] || { echo "error: gpu_bundle: no tinyshakespeare text at '$(BUNDLE_TEXT)': set" \
 	    "TINYSHAKESPEARE=/path/to/input.txt (or LLMC_DATA=DIR, or run make tinyshakespeare)" >&2; exit 1; }
