@@ -118,11 +118,15 @@ TEST(GpuCheckParsers, KernelLadder) {
     std::string j = parse("ladder", LOGS + "kernel_ladder.log");
     EXPECT_EQ(count(j, "\"program\": "), 6u) << j;
     EXPECT_TRUE(has(j, "\"speedups\": {\"unfused/fused\": 2.72}")) << j;
-    EXPECT_TRUE(has(j, "\"speedups\": {\"naive/fused forward speedup\": 3.87}")) << j;
+    EXPECT_TRUE(has(j, "\"speedups\": {\"naive/mma forward speedup\": 7.74, \"wmma/mma backward speedup\": 2.0, "
+                       "\"wmma/mma forward speedup\": 2.0}"))
+        << j;
     EXPECT_TRUE(has(j, "\"gbps\": 3056.5, \"ms\": 1.1403, \"name\": \"adamw_update (fused)\", \"pct_bf16\": null, "
                        "\"pct_dram\": 91.2"))
         << j;
-    EXPECT_TRUE(has(j, "\"ms\": 0.5123, \"name\": \"fused forward\", \"pct_bf16\": 5.1")) << j;
+    EXPECT_TRUE(has(j, "\"ms\": 0.5123, \"name\": \"wmma forward\", \"pct_bf16\": 5.1")) << j;
+    EXPECT_TRUE(has(j, "\"ms\": 0.3, \"name\": \"torch sdpa forward\", \"pct_bf16\": null, \"pct_dram\": null, "
+                       "\"tflops\": 85.9")) << j;
     EXPECT_TRUE(has(j, "\"checks_failed\": [\"gelu_backward_inplace\"], \"checks_ok\": 1, \"device\": \"NVIDIA H100 "
                        "80GB HBM3\", \"exit\": 1, \"program\": \"gelu\""))
         << j;

@@ -7,9 +7,9 @@ DIR holds qkv.bf16 (B, T, 3, NH, HS) and dout.bf16 (B, T, NH, HS), raw little-en
 wrote them. Runs causal SDPA forward and backward on the GPU with PyTorch's default backend choice, timed like
 the benchmark's own kernels (CUDA events, median of 20 runs after 5 warm-up runs, L2 flushed before each), writes
 its forward output to DIR/out_torch.bf16 (B, T, NH, HS) for the benchmark to compare with its own, and prints
-one line per phase:
+one line per phase, in the benchmark's own format:
 
-    torch <phase> <ms> ms <TFLOP/s> TFLOP/s <backend>
+    torch sdpa <phase>   <ms> ms |   <TFLOP/s> TFLOP/s (<kernel PyTorch chose>)
 
 FLOPs are the benchmark's: causal forward 4*B*NH*T^2*HS/2, backward 2.5x the forward. Exits 3 when PyTorch or a
 CUDA device is not available (the benchmark then says so and goes on).
@@ -88,7 +88,8 @@ def main():
 
     fwd_flops = 4.0 * B * NH * T * T * HS / 2
     for phase, ms, flops in (("forward", t_fwd, fwd_flops), ("backward", t_bwd, 2.5 * fwd_flops)):
-        print(f"torch {phase} {ms:.4f} ms {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s {backend}")
+        name = f"torch sdpa {phase}"
+        print(f"{name:<36s} {ms:9.4f} ms | {flops / (ms * 1e-3) / 1e12:7.1f} TFLOP/s ({backend})", flush=True)
 
 
 if __name__ == "__main__":
