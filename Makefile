@@ -228,7 +228,7 @@ sass_check: $(SASS_OBJ)
 
 # ---- emulated GPU tier (test/emu/, doc/testing.md): the real llmc/*.cuh and the GPU tests of test/gpu/, built by
 # the host compiler against an emulated CUDA runtime, WMMA, cuBLASLt and CUB. Sources pass through
-# test/emu/rewrite.py first (launch syntax, __shared__); the toolkit is used for its NVTX headers only.
+# test/emu/rewrite.py first (launch syntax, __shared__); no CUDA toolkit is needed (test/emu/include has the headers).
 # build/emu/emu_tests is the quick build; build/emu-asan/emu_tests the same under AddressSanitizer and UBSan.
 EMU_SRC := $(BUILD)/emu/src
 EMU_CUDA_SRCS := $(wildcard llmc/*.cuh llmc/*/*.cuh) dev/cuda/device_utils.cuh test/gpu/gpu_test_util.cuh
@@ -245,7 +245,7 @@ $(EMU_SRC)/%: % test/emu/rewrite.py
 # Emulator include paths come first: the rewritten headers shadow the originals, the shims the toolkit's.
 EMU_CPPFLAGS = -I$(EMU_SRC) -Itest/emu/include -DLLMC_EMU
 # Device code's rules, not ISO C++'s: type punning through pointer casts, and unsigned built-ins compared with ints.
-EMU_CXXFLAGS = $(CXXFLAGS) -fno-strict-aliasing -Wno-unknown-pragmas -Wno-sign-compare -idirafter $(CUDA_HOME)/include
+EMU_CXXFLAGS = $(CXXFLAGS) -fno-strict-aliasing -Wno-unknown-pragmas -Wno-sign-compare
 EMU_SAN := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 define emu_variant # $(1): build directory, $(2): extra flags
 $(1)/lib/%.o: test/emu/%.cpp $(wildcard test/emu/*.h test/emu/include/*.h test/emu/include/cub/*.cuh)
@@ -297,22 +297,23 @@ test: $(BUILD)/run_tests $(TEST_PROGRAMS) $(SAN_LINKS)
 else
 # The emulated GPU tier runs twice: the plain build under all three schedules (races), then the AddressSanitizer +
 # UBSan build under one (any out-of-bounds access in a kernel fails it).
-EMU_TEST_BINS := $(if $(HAVE_NVCC),$(BUILD)/emu/emu_tests $(BUILD)/emu-asan/emu_tests $(SASS_OBJ))
-test: test_banner $(BUILD)/run_tests $(TEST_PROGRAMS) $(EMU_TEST_BINS)
-	@echo "== make test: tier 1 of $(if $(HAVE_NVCC),3,1): the CPU reference, the programs and the GPU tests (skipped without a GPU) =="
+# It needs no CUDA toolkit (the emulator brings its own CUDA, NVTX and library headers); with nvcc, tier 2 also
+# checks the attention kernels' machine code (make sass_check).
+test: test_banner $(BUILD)/run_tests $(TEST_PROGRAMS) $(BUILD)/emu/emu_tests $(BUILD)/emu-asan/emu_tests $(if $(HAVE_NVCC),$(SASS_OBJ))
+	@echo "== make test: tier 1 of 3: the CPU reference, the programs and the GPU tests (skipped without a GPU) =="
 	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/run_tests
-ifneq ($(HAVE_NVCC),)
 	@echo "== make test: tier 2 of 3: the GPU kernels on the emulated runtime, three schedules =="
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/emu/emu_tests
+ifneq ($(HAVE_NVCC),)
 	python3 scripts/check_sass.py $(SASS_OBJ) $(SASS_OBJ:.o=.ptxas)
+endif
 	@echo "== make test: tier 3 of 3: the same under AddressSanitizer and UBSan =="
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} EMU_SCHEDULES=1 ./$(BUILD)/emu-asan/emu_tests
-endif
 endif
 # Printed before anything is built: what `make test` does and how long it takes (measured: doc/testing.md).
 .PHONY: test_banner
 test_banner:
-	@echo "== make test: building the programs and the test binaries$(if $(HAVE_NVCC), (nvcc and two emulator builds),) then running them$(if $(HAVE_NVCC),; from scratch about 10 minutes on 2 cores, 5 once built,) =="
+	@echo "== make test: building the programs and the test binaries ($(if $(HAVE_NVCC),nvcc and )two emulator builds), then running them$(if $(HAVE_NVCC),; from scratch about 10 minutes on 2 cores, 5 once built,) =="
 
 
 # ---- fuzzing: one libFuzzer target per parser, test/fuzz/fuzz_<name>.cpp, built with clang, ASan and UBSan.

@@ -7,7 +7,7 @@
 #     training and its tests, doc/distributed.md).
 #   Python packages from PyPI: matplotlib (the plot scripts) and HolisticTraceAnalysis (the trace tests); where
 #     they go is said below. The Makefile puts .venv/bin first on PATH when there is one.
-#   Not installed: the CUDA toolkit. Without nvcc the GPU programs and the emulated GPU tests are not built.
+#   Not installed: the CUDA toolkit. Without nvcc the GPU programs are not built; the emulated GPU tests still are.
 #
 # Packages are installed as root, through sudo when not run as root.
 set -euo pipefail
@@ -85,6 +85,6 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
         "$py" -m pip install --quiet --root-user-action=ignore nvidia-cuda-cuobjdump
     fi
 else
-    echo "deps: no nvcc (CUDA toolkit): the GPU programs and the emulated GPU tests will not be built"
+    echo "deps: no nvcc (CUDA toolkit): the GPU programs will not be built (the emulated GPU tests still are)"
 fi
 exit 0
