@@ -62,8 +62,9 @@ MUTATIONS = [
      "swapped stride: layers' qkv slabs overlap", "EmuGPT2GPU.LossAndEveryGradientMatchTheCPU"),
     ("llmc/matmul.cuh", "pre_gelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT", "CUBLASLT_EPILOGUE_DEFAULT",
      "dropped epilogue: GELU backward not applied", "EmuKernelsMatmul.*"),
-    ("llmc/matmul.cuh", "for (int i = 0; i < BIAS_ROW_SLICES; i++) s += partial", "for (int i = 0; i < BIAS_ROW_SLICES - 1; i++) s += partial",
-     "off-by-one: last slice of the bias gradient dropped", "EmuKernelsMatmul.*"),
+    ("llmc/bias_backward.cuh", "for (int sl = g; sl < slabs; sl += BiasBackwardSmem::FINAL_GROUPS)",
+     "for (int sl = g; sl < slabs - 1; sl += BiasBackwardSmem::FINAL_GROUPS)",
+     "off-by-one: last slab of the bias gradient dropped", "EmuKernelsMatmul.*"),
     ("llmc/attention_decode.cuh", "const size_t cache_seq = (size_t)seq[b];", "const size_t cache_seq = (size_t)b;",
      "decode reads the cache of the row's index, not its sequence's", "EmuGpuAttentionDecode.RowsOfTheRunningSequencesOnly"),
     ("llmc/sample.cuh", "const int tid = threadIdx.x, r = blockIdx.x, b = seq[r];",
@@ -83,6 +84,11 @@ MUTATIONS = [
     ("llmc/cuda_common.cuh", "if (e == cudaSuccess && sync_after_launch()) e = cudaDeviceSynchronize();",
      "if (e == cudaSuccess && sync_after_launch()) e = cudaSuccess;", "LLMC_SYNC=1 does not synchronise after a launch",
      "EmuGPT2GPU.SyncAfterLaunchNamesTheFaultingLaunchAndSubBlock"),
+    ("llmc/bias_backward.cuh", "    if (t == 0) bias_backward_tile_counters[tile] = 0;", "    if (t == 0) {}",
+     "bias gradient's tile counter not reset for the next launch", "EmuKernelsMatmul.BiasBackward*"),
+    ("llmc/bias_backward.cuh", "sm.sums[ty][h][tx][k] = acc[h * f128::size + k];\n    __syncthreads();",
+     "sm.sums[ty][h][tx][k] = acc[h * f128::size + k];\n", "removed barrier before the row threads' sums are added",
+     "EmuKernelsMatmul.BiasBackward*"),
 ]
 
 
