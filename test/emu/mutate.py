@@ -18,15 +18,15 @@ import time
 
 # (file, the exact text of one line fragment, its replacement, what the mutation breaks, tests that must fail)
 MUTATIONS = [
-    ("llmc/layernorm.cuh", "        __syncwarp(); // temp[wid] reused at once\n", "",
-     "removed barrier: WarpReduce storage reused at once", "EmuKernelsLayernorm.Backward*"),
-    ("llmc/layernorm.cuh", "if (lane == 0) red[par][wid][0] = a, red[par][wid][1] = b;\n        __syncthreads();",
-     "if (lane == 0) red[par][wid][0] = a, red[par][wid][1] = b;\n", "removed block barrier before the row sums are read",
-     "EmuKernelsLayernorm.Backward*"),
+    ("llmc/layernorm.cuh", "for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);",
+     "for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);",
+     "backward row sums over 16 lanes instead of 32", "EmuKernelsLayernorm.Backward*"),
+    ("llmc/layernorm.cuh", "    __syncthreads();\n\n    // Level 1: the block's warps", "\n    // Level 1: the block's warps",
+     "removed barrier before the block adds its warps' sums", "EmuKernelsLayernorm.Backward*"),
     ("llmc/layernorm.cuh", "__shfl_sync(0xffffffffu, sum, 0) / C", "__shfl_sync(0xffffffffu, sum, 1) / C",
      "wrong reduction lane (the sum is valid in lane 0 only)", "EmuKernelsLayernorm.ForwardMatchesCpu"),
-    ("llmc/layernorm.cuh", "for (int i = 0; i < warps_x; i++) { // warp order", "for (int i = 1; i < warps_x; i++) { // warp order",
-     "off-by-one: first warp's partial sum dropped", "EmuKernelsLayernorm.Backward*"),
+    ("llmc/layernorm.cuh", "for (int w = 1; w < warps; w++) {", "for (int w = 2; w < warps; w++) {",
+     "off-by-one: second warp's dweight/dbias sums dropped", "EmuKernelsLayernorm.Backward*"),
     ("llmc/attention.cuh", "        __syncthreads(); // every warp is done with the previous K/V tile\n        load_tile<BK, HS, LDH>(Ks, base + C, C3, k0, T);\n        load_tile<BK, HS, LDH>(Vs, base + 2 * C, C3, k0, T);\n        __syncthreads();\n        // Warp-uniform skip",
      "        load_tile<BK, HS, LDH>(Ks, base + C, C3, k0, T);\n        load_tile<BK, HS, LDH>(Vs, base + 2 * C, C3, k0, T);\n        __syncthreads();\n        // Warp-uniform skip",
      "removed barrier: next K/V tile overwrites one still being read (forward)",
@@ -89,6 +89,11 @@ MUTATIONS = [
     ("llmc/bias_backward.cuh", "sm.sums[ty][h][tx][k] = acc[h * f128::size + k];\n    __syncthreads();",
      "sm.sums[ty][h][tx][k] = acc[h * f128::size + k];\n", "removed barrier before the row threads' sums are added",
      "EmuKernelsMatmul.BiasBackward*"),
+    ("llmc/layernorm.cuh", "for (int blk = first; blk < first + in_group; blk++) {",
+     "for (int blk = first; blk < first + in_group - 1; blk++) {", "off-by-one: a group's last block dropped",
+     "EmuKernelsLayernorm.Backward*"),
+    ("llmc/layernorm.cuh", "    if (t == 0) layernorm_backward_counters[LN_BWD_MAX_GROUPS] = 0;\n", "",
+     "layernorm backward's group counter not reset for the next launch", "EmuKernelsLayernorm.Backward*"),
 ]
 
 
