@@ -94,6 +94,8 @@ MUTATIONS = [
      "EmuKernelsLayernorm.Backward*"),
     ("llmc/layernorm.cuh", "    if (t == 0) layernorm_backward_counters[LN_BWD_MAX_GROUPS] = 0;\n", "",
      "layernorm backward's group counter not reset for the next launch", "EmuKernelsLayernorm.Backward*"),
+    ("llmc/classifier.cuh", "const size_t row = gridDim.x - 1 - blockIdx.x;", "const size_t row = gridDim.x - 1 - blockIdx.x / 2;",
+     "reverse row walk covers half the rows twice", "EmuKernelsClassifier.*"),
 ]
 
 
