@@ -201,9 +201,10 @@ BUNDLE_REF := $(BUNDLE_DIR)/ref/train_gpt2.log
 bundle: $(BUNDLE_PROGRAMS) $(BUNDLE_REF)
 $(BUILD)/gpu_tests: $(BUILD)/test/main.o $(GPU_TEST_OBJS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) -lgomp -lpthread
+# Host symbol tables stripped (a tenth of the size; device code, its line info and kernel names stay).
 $(BUNDLE_DIR)/%: $(BUILD)/%
 	@mkdir -p $(dir $@)
-	cp $< $@
+	cp $< $@ && strip $@
 $(BUNDLE_DATA)/tiny_shakespeare_train.bin: $(BUILD)/prepare_data
 	@[ -f "$(BUNDLE_TEXT)" ] || { echo "error: gpu_bundle: no tinyshakespeare text at '$(BUNDLE_TEXT)': set" \
 	    "TINYSHAKESPEARE=/path/to/input.txt (or LLMC_DATA=DIR, or run make tinyshakespeare)" >&2; exit 1; }
@@ -214,13 +215,24 @@ $(BUNDLE_REF): $(BUNDLE_DIR)/train_gpt2 $(BUNDLE_DATA)/tiny_shakespeare_train.bi
 	    >ref/train_gpt2.log.part && mv ref/train_gpt2.log.part ref/train_gpt2.log
 endif
 
+# ---- machine code of the attention kernels (scripts/check_sass.py, doc/attention.md): no spills, no local memory,
+# ldmatrix + cp.async + mma.sync m16n8k16 and no generic loads in the SASS. Needs nvcc and cuobjdump, no GPU.
+SASS_OBJ := $(BUILD)/sass/attention_kernels.o
+$(SASS_OBJ): test/sass/attention_kernels.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas); rm -f $@; exit 1; }
+-include $(SASS_OBJ:.o=.d)
+.PHONY: sass_check
+sass_check: $(SASS_OBJ)
+	python3 scripts/check_sass.py $(SASS_OBJ) $(SASS_OBJ:.o=.ptxas)
+
 # ---- emulated GPU tier (test/emu/, doc/testing.md): the real llmc/*.cuh and the GPU tests of test/gpu/, built by
 # the host compiler against an emulated CUDA runtime, WMMA, cuBLASLt and CUB. Sources pass through
-# test/emu/rewrite.py first (launch syntax, __shared__); the toolkit is used for its NVTX headers only.
+# test/emu/rewrite.py first (launch syntax, __shared__); no CUDA toolkit is needed (test/emu/include has the headers).
 # build/emu/emu_tests is the quick build; build/emu-asan/emu_tests the same under AddressSanitizer and UBSan.
 EMU_SRC := $(BUILD)/emu/src
 EMU_CUDA_SRCS := $(wildcard llmc/*.cuh llmc/*/*.cuh) dev/cuda/device_utils.cuh test/gpu/gpu_test_util.cuh
-EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_attention.cu test/gpu/test_attention_decode.cu test/gpu/test_gpt2.cu \
+EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_ptx.cu test/gpu/test_attention.cu test/gpu/test_attention_decode.cu test/gpu/test_gpt2.cu \
                  test/gpu/test_gpt2_decoder.cu test/gpu/test_matmul_autotune.cu test/gpu/test_elementwise.cu \
                  test/emu/test_emulator.cu
 EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS))
@@ -233,7 +245,7 @@ $(EMU_SRC)/%: % test/emu/rewrite.py
 # Emulator include paths come first: the rewritten headers shadow the originals, the shims the toolkit's.
 EMU_CPPFLAGS = -I$(EMU_SRC) -Itest/emu/include -DLLMC_EMU
 # Device code's rules, not ISO C++'s: type punning through pointer casts, and unsigned built-ins compared with ints.
-EMU_CXXFLAGS = $(CXXFLAGS) -fno-strict-aliasing -Wno-unknown-pragmas -Wno-sign-compare -idirafter $(CUDA_HOME)/include
+EMU_CXXFLAGS = $(CXXFLAGS) -fno-strict-aliasing -Wno-unknown-pragmas -Wno-sign-compare
 EMU_SAN := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 define emu_variant # $(1): build directory, $(2): extra flags
 $(1)/lib/%.o: test/emu/%.cpp $(wildcard test/emu/*.h test/emu/include/*.h test/emu/include/cub/*.cuh)
@@ -285,21 +297,23 @@ test: $(BUILD)/run_tests $(TEST_PROGRAMS) $(SAN_LINKS)
 else
 # The emulated GPU tier runs twice: the plain build under all three schedules (races), then the AddressSanitizer +
 # UBSan build under one (any out-of-bounds access in a kernel fails it).
-EMU_TEST_BINS := $(if $(HAVE_NVCC),$(BUILD)/emu/emu_tests $(BUILD)/emu-asan/emu_tests)
-test: test_banner $(BUILD)/run_tests $(TEST_PROGRAMS) $(EMU_TEST_BINS)
-	@echo "== make test: tier 1 of $(if $(HAVE_NVCC),3,1): the CPU reference, the programs and the GPU tests (skipped without a GPU) =="
+# It needs no CUDA toolkit (the emulator brings its own CUDA, NVTX and library headers); with nvcc, tier 2 also
+# checks the attention kernels' machine code (make sass_check).
+test: test_banner $(BUILD)/run_tests $(TEST_PROGRAMS) $(BUILD)/emu/emu_tests $(BUILD)/emu-asan/emu_tests $(if $(HAVE_NVCC),$(SASS_OBJ))
+	@echo "== make test: tier 1 of 3: the CPU reference, the programs and the GPU tests (skipped without a GPU) =="
 	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/run_tests
-ifneq ($(HAVE_NVCC),)
 	@echo "== make test: tier 2 of 3: the GPU kernels on the emulated runtime, three schedules =="
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/emu/emu_tests
+ifneq ($(HAVE_NVCC),)
+	python3 scripts/check_sass.py $(SASS_OBJ) $(SASS_OBJ:.o=.ptxas)
+endif
 	@echo "== make test: tier 3 of 3: the same under AddressSanitizer and UBSan =="
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} EMU_SCHEDULES=1 ./$(BUILD)/emu-asan/emu_tests
-endif
 endif
 # Printed before anything is built: what `make test` does and how long it takes (measured: doc/testing.md).
 .PHONY: test_banner
 test_banner:
-	@echo "== make test: building the programs and the test binaries$(if $(HAVE_NVCC), (nvcc and two emulator builds),) then running them$(if $(HAVE_NVCC),; from scratch about 10 minutes on 2 cores, 5 once built,) =="
+	@echo "== make test: building the programs and the test binaries ($(if $(HAVE_NVCC),nvcc and )two emulator builds), then running them$(if $(HAVE_NVCC),; from scratch about 10 minutes on 2 cores, 5 once built,) =="
 
 
 # ---- fuzzing: one libFuzzer target per parser, test/fuzz/fuzz_<name>.cpp, built with clang, ASan and UBSan.

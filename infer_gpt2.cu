@@ -6,7 +6,7 @@
  *
  * --profile DIR traces the whole run in-process with CUPTI (llmc/profiler/cupti_source.cuh), step 1 the prefill
  * and each later step one decode step, as infer_gpt2 --profile does on the CPU; the decoder's ranges put its
- * kernels in Phase::prefill and Phase::decode. It has not yet run on a GPU.
+ * kernels in Phase::prefill and Phase::decode.
  *
  *   ./infer_gpt2cu -e d12 --prompt-len 128 -n 128 -b 8 --temperature 0
  *   ./infer_gpt2cu -e d12 --prompt-len 128 -n 128 -b 8 --temperature 0 --profile prof_infer

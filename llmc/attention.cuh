@@ -1,362 +1,324 @@
 /*
- * Fused causal multi-head self-attention (flash-attention style) on tensor cores, bf16 in/out.
+ * Fused causal multi-head self-attention, FlashAttention-2 style, on mma.sync tensor cores (llmc/ptx.cuh):
+ * bf16 in and out, fp32 accumulation and statistics.
  *
- * Shapes (C = NH * HS):
+ * Shapes (C = NH * HS, HS = 64):
  *   qkv  (B, T, 3C)  per position [q | k | v], each (NH, HS)
  *   out  (B, T, C)   per position (NH, HS)
  *   lse  (B, NH, T)  fp32 natural log-sum-exp of the scaled scores of each query row
  *   dqkv (B, T, 3C)  written, not accumulated; must not alias qkv, out or dout
  *
- * Forward: one block of 4 warps per (batch*head, 64-query tile); each warp owns 16 query rows. Key/value
- * tiles of 64 rows stream through shared memory; S = Q K^T comes from WMMA bf16 16x16x16 fragments with
- * fp32 accumulators, is staged through shared memory (the accumulator layout is opaque), and an online
- * softmax in the log2 domain turns it into bf16 P plus running row max m and row sum l; O += P V stays in
- * accumulator fragments and only goes through shared memory when some row max grew (O *= 2^(m_old-m_new)).
- * Key tiles entirely above the diagonal are never visited. The T x T matrix never reaches global memory.
+ * Forward: one block of 8 warps per (batch*head, 128-query tile), each warp owning 16 query rows. Key/value tiles
+ * of 64 rows are double-buffered in shared memory by cp.async (the next tile loads while this one is used). A
+ * warp keeps its Q fragments, the scores S = Q K^T, the probabilities P and the output O in registers: S is an
+ * mma accumulator, and its fragment pairs re-packed as bf16 are the A operand of O += P V (llmc/ptx.cuh). The
+ * online softmax runs in the log2 domain; each row's max and sum are reduced over the 4 lanes that hold it (two
+ * shuffles); O is rescaled in registers and divided by the row sum once, at the end. The causal mask is applied
+ * only on the tiles that cross the diagonal (or pass T); key tiles above the diagonal are never visited.
  *
- * Backward (deterministic, no atomics): D = rowsum(dO * O) into scratch; one kernel per 64-key tile
- * accumulates dK, dV over the query tiles at or below the diagonal; one kernel per 64-query tile
- * accumulates dQ over the key tiles at or above it. Each output element is written once by one thread,
- * always summed in the same order, so two runs give bitwise equal results. P is recomputed from lse.
+ * Backward (deterministic, no atomics): D = rowsum(dO * O) into scratch; one kernel per 64-key tile accumulates
+ * dK, dV over the query tiles at or below the diagonal; one kernel per 64-query tile accumulates dQ over the
+ * key tiles at or above it. Both recompute P from lse and keep P and dS in registers (as A operands of the
+ * dV/dK and dQ products); their streamed tiles are double-buffered by cp.async. Each output element is written
+ * once by one thread, summed in a fixed order, so two runs give bitwise equal results.
  *
- * Partial tiles (T not a multiple of 64): loads past row T are replaced with zeros (never read from
- * global memory), scores of keys >= T or above the diagonal are masked, and rows >= T are never stored.
+ * Partial tiles (T not a multiple of a tile): rows past T are zero-filled by cp.async (nothing read out of
+ * bounds), scores of keys >= T or above the diagonal are masked, rows >= T are never stored.
+ *
+ * Shared-memory rows are padded to HS + 8 bf16 (row stride = 16 B mod 128 B): the 8 row addresses of one
+ * ldmatrix phase hit 8 distinct 16-byte bank groups, and every row stays 16-byte aligned for cp.async.
  */
 #pragma once
 #include <climits>
 #include <cstdint>
-#include <mma.h>
 
 #include "llmc/cuda_common.cuh"
+#include "llmc/ptx.cuh"
 
 namespace llmc {
 namespace attention_detail {
 
-namespace wmma = nvcuda::wmma;
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major>;
-using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major>;
-using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major>;
-using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kStrip = 16;               // rows owned by one warp (one WMMA tile high)
-constexpr int kRows = kWarps * kStrip;   // the block's own tile: 64 query rows (forward, dQ) or key rows (dK/dV)
-// Inner tile (the dimension each block loops over). Multiples of 32 (one softmax column per lane per 32).
-constexpr int kFwdBK = 64;   // keys per tile in the forward
-constexpr int kDkvBQ = 64;   // queries per tile in the dK/dV kernel
-constexpr int kDqBK = 64;    // keys per tile in the dQ kernel
+constexpr int kStrip = 16;                    // rows owned by one warp: one mma tile high
+constexpr int kFwdWarps = 8;                  // forward: 8 warps, a 128-query tile
+constexpr int kFwdThreads = 32 * kFwdWarps;
+constexpr int kFwdRows = kFwdWarps * kStrip;
+constexpr int kBwdWarps = 4;                  // backward: 4 warps, a 64-key (dK/dV) or 64-query (dQ) tile
+constexpr int kBwdThreads = 32 * kBwdWarps;
+constexpr int kBwdRows = kBwdWarps * kStrip;
+constexpr int kTile = 64;                     // rows of each streamed tile (keys forward and in dQ, queries in dK/dV)
+constexpr int kChunk = 32;                    // backward: streamed columns processed per step (register budget)
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-__host__ __device__ constexpr size_t align128(size_t x) { return (x + 127) / 128 * 128; }
-__host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
-
-/*
- * Shared-memory rows are padded: bf16 rows by 8 elements (row stride = 16 B mod 128 B) and fp32 rows by 4
- * (16 B mod 128 B), so the 8 rows touched by one ldmatrix-style phase hit 8 distinct 16-byte bank groups.
- * Padding keeps WMMA's requirements: ldm a multiple of 8 (bf16) / 4 (fp32) elements and every fragment
- * pointer 32-byte aligned (16 rows * ldm * 2 B = 32 * ldm B; region bases are 128-byte aligned).
- * LDF (fp32 strips) is wide enough for both a score strip (16 x inner tile) and an output strip
- * (16 x HS), so the epilogue stages its result in the warp's own strip.
- */
-template <int HS, int BK> struct FwdLayout {
-    static constexpr int LDH = HS + 8, LDP = BK + 8, LDF = imax(BK, HS) + 4;
-    static constexpr size_t q = 0;                                           // Q  kRows x LDH bf16
-    static constexpr size_t k = q + align128(size_t(kRows) * LDH * 2);       // K  BK x LDH bf16
-    static constexpr size_t v = k + align128(size_t(BK) * LDH * 2);          // V  BK x LDH bf16
-    static constexpr size_t f = v + align128(size_t(BK) * LDH * 2);          // S / O staging  kRows x LDF fp32
-    static constexpr size_t p = f + align128(size_t(kRows) * LDF * 4);       // P  kRows x LDP bf16
-    static constexpr size_t alpha = p + align128(size_t(kRows) * LDP * 2);   // per-row O rescale factors, fp32
-    static constexpr size_t bytes = alpha + align128(size_t(kRows) * 4);
-};
-template <int HS, int BQ> struct DkvLayout {
-    static constexpr int LDH = HS + 8, LDP = BQ + 8, LDF = imax(BQ, HS) + 4;
-    static constexpr size_t q = 0;                                           // Q   BQ x LDH bf16
-    static constexpr size_t dout = q + align128(size_t(BQ) * LDH * 2);       // dO  BQ x LDH bf16
-    static constexpr size_t f1 = dout + align128(size_t(BQ) * LDH * 2);      // S^T / K staging / dK  kRows x LDF fp32
-    static constexpr size_t f2 = f1 + align128(size_t(kRows) * LDF * 4);     // dP^T / V staging / dV kRows x LDF fp32
-    static constexpr size_t p = f2 + align128(size_t(kRows) * LDF * 4);      // P^T  kRows x LDP bf16
-    static constexpr size_t ds = p + align128(size_t(kRows) * LDP * 2);      // dS^T kRows x LDP bf16
-    static constexpr size_t lse2 = ds + align128(size_t(kRows) * LDP * 2);   // BQ fp32 (log2 domain)
-    static constexpr size_t d = lse2 + align128(size_t(BQ) * 4);             // BQ fp32
-    static constexpr size_t bytes = d + align128(size_t(BQ) * 4);
-    static_assert(size_t(kRows) * LDH * 2 <= size_t(kRows) * LDF * 4, "K/V staging must fit in F1/F2");
-};
-template <int HS, int BK> struct DqLayout {
-    static constexpr int LDH = HS + 8, LDP = BK + 8, LDF = imax(BK, HS) + 4;
-    static constexpr size_t k = 0;                                           // K   BK x LDH bf16
-    static constexpr size_t v = k + align128(size_t(BK) * LDH * 2);          // V   BK x LDH bf16
-    static constexpr size_t f1 = v + align128(size_t(BK) * LDH * 2);         // S / Q staging / dQ  kRows x LDF fp32
-    static constexpr size_t f2 = f1 + align128(size_t(kRows) * LDF * 4);     // dP / dO staging     kRows x LDF fp32
-    static constexpr size_t ds = f2 + align128(size_t(kRows) * LDF * 4);     // dS  kRows x LDP bf16
-    static constexpr size_t lse2 = ds + align128(size_t(kRows) * LDP * 2);   // kRows fp32 (log2 domain)
-    static constexpr size_t d = lse2 + align128(size_t(kRows) * 4);          // kRows fp32
-    static constexpr size_t bytes = d + align128(size_t(kRows) * 4);
-    static_assert(size_t(kRows) * LDH * 2 <= size_t(kRows) * LDF * 4, "Q/dO staging must fit in F1/F2");
+// A tile of ROWS rows of HS bf16 in shared memory with padded rows.
+template <int HS> struct Rows {
+    static constexpr int LD = HS + 8; // elements
+    static_assert(HS % 16 == 0, "HS must be a multiple of 16 (mma k-steps)");
+    static_assert((LD * 2) % 16 == 0 && (LD * 2) % 128 == 16, "row stride 16 B mod 128 B: conflict-free ldmatrix");
+    static constexpr size_t bytes(int rows) { return (size_t)rows * LD * 2; }
 };
 
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
+// Forward: Q (kFwdRows rows; a warp's rows become its output staging at the end), then 2 stages of K and V.
+template <int HS> struct FwdLayout {
+    using R = Rows<HS>;
+    static constexpr size_t q = 0;
+    static constexpr size_t k = q + R::bytes(kFwdRows);       // stage s at k + s * stage_bytes
+    static constexpr size_t v = k + 2 * R::bytes(kTile);
+    static constexpr size_t stage_bytes = R::bytes(kTile);
+    static constexpr size_t bytes = v + 2 * R::bytes(kTile);
+    static_assert(bytes <= 227 * 1024, "forward tiles exceed sm_90's shared memory per block");
+};
+// dK/dV: the block's K and V (read once into fragments; then the dK/dV output staging), then 2 stages of
+// Q, dO and the query rows' statistics (lse in the log2 domain, D).
+template <int HS> struct DkvLayout {
+    using R = Rows<HS>;
+    static constexpr size_t k = 0;
+    static constexpr size_t v = k + R::bytes(kBwdRows);
+    static constexpr size_t q = v + R::bytes(kBwdRows);       // stage s at q + s * stage_bytes
+    static constexpr size_t dout = q + 2 * R::bytes(kTile);
+    static constexpr size_t stage_bytes = R::bytes(kTile);
+    static constexpr size_t lse2 = dout + 2 * R::bytes(kTile); // 2 stages x kTile floats
+    static constexpr size_t d = lse2 + 2 * kTile * 4;
+    static constexpr size_t bytes = d + 2 * kTile * 4;
+    static_assert(bytes <= 227 * 1024, "dK/dV tiles exceed sm_90's shared memory per block");
+};
+// dQ: the block's Q and dO (read once into fragments; Q's rows then stage dQ), then 2 stages of K and V.
+template <int HS> struct DqLayout {
+    using R = Rows<HS>;
+    static constexpr size_t q = 0;
+    static constexpr size_t dout = q + R::bytes(kBwdRows);
+    static constexpr size_t k = dout + R::bytes(kBwdRows);    // stage s at k + s * stage_bytes
+    static constexpr size_t v = k + 2 * R::bytes(kTile);
+    static constexpr size_t stage_bytes = R::bytes(kTile);
+    static constexpr size_t bytes = v + 2 * R::bytes(kTile);
+    static_assert(bytes <= 227 * 1024, "dQ tiles exceed sm_90's shared memory per block");
+};
+
+template <typename T> __device__ __forceinline__ T* at(unsigned char* smem, size_t offset) {
+    return reinterpret_cast<T*>(smem + offset);
 }
 
 /*
- * Block-cooperative load of ROWS rows of HS bf16 into shared memory (row stride LD), 16 bytes per thread
- * per step. Source row i is src + (row0 + i) * stride; rows at or past T are zero-filled and never read,
- * so a partial last tile reads nothing out of bounds and contributes exact zeros to the products.
+ * Block-cooperative asynchronous load of ROWS rows of HS bf16 (source row i at src + (row0 + i) * stride) into
+ * padded shared rows, 16 bytes per cp.async. Rows at or past T are zero-filled without being read.
  */
-template <int ROWS, int HS, int LD>
-__device__ __forceinline__ void load_tile(floatX* dst, const floatX* __restrict__ src, size_t stride, int row0, int T) {
-    static_assert(HS % 8 == 0, "16-byte chunks");
-    constexpr int CH = HS / 8, N = ROWS * CH, ITERS = (N + kThreads - 1) / kThreads;
+template <int ROWS, int HS, int THREADS>
+__device__ __forceinline__ void load_rows_async(floatX* dst, const floatX* __restrict__ src, size_t stride, int row0,
+                                                int T) {
+    constexpr int CH = HS / 8, N = ROWS * CH, LD = Rows<HS>::LD;
+    static_assert(N % THREADS == 0, "every thread issues the same number of copies");
 #pragma unroll
-    for (int it = 0; it < ITERS; it++) {
-        const int i = it * kThreads + (int)threadIdx.x;
-        if (i < N) {
-            const int r = i / CH, c = i % CH;
-            uint4 val = make_uint4(0u, 0u, 0u, 0u);
-            if (row0 + r < T) val = __ldg(reinterpret_cast<const uint4*>(src + (size_t)(row0 + r) * stride + c * 8));
-            *reinterpret_cast<uint4*>(dst + r * LD + c * 8) = val;
+    for (int it = 0; it < N / THREADS; it++) {
+        const int i = it * THREADS + (int)threadIdx.x, r = i / CH, c = i % CH;
+        const bool in = row0 + r < T;
+        ptx::cp_async_16(dst + r * LD + c * 8, in ? src + (size_t)(row0 + r) * stride + c * 8 : src, in);
+    }
+}
+
+/*
+ * A warp's 16 x HS strip of a padded tile as NK = HS/16 A fragments (row-major, k-step s = columns 16s..16s+15):
+ * lane l gives row l % 16, column 16s + 8 (l / 16), so matrices 0..3 are (rows 0-7, 8-15) x (columns +0, +8).
+ */
+template <int HS> __device__ __forceinline__ void load_a_frags(uint32_t (&a)[HS / 16][4], const floatX* strip, int lane) {
+    constexpr int LD = Rows<HS>::LD;
+#pragma unroll
+    for (int s = 0; s < HS / 16; s++) ptx::ldmatrix_x4(a[s], strip + (lane % 16) * LD + s * 16 + 8 * (lane / 16));
+}
+
+/*
+ * acc[n] += A B for the 16 columns n0 .. n0+15 of B^T stored row-major in a padded tile (rows = B's columns, as
+ * K for S = Q K^T): acc[2j], acc[2j+1] are the n-tiles of rows tile[n0 + 16j ..]. NT n-tiles, HS/16 k-steps.
+ * Lane l gives row n0 + 16j + l % 8 + 8 (l / 16), column 16s + 8 ((l / 8) % 2): matrices (rows +0, cols +0),
+ * (rows +0, cols +8), (rows +8, cols +0), (rows +8, cols +8) = b[0], b[1] of n-tile 2j, then of 2j + 1.
+ */
+template <int HS, int NT>
+__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const uint32_t (&a)[HS / 16][4], const floatX* tile,
+                                        int lane) {
+    constexpr int LD = Rows<HS>::LD;
+    static_assert(NT % 2 == 0, "n-tiles come in pairs");
+#pragma unroll
+    for (int s = 0; s < HS / 16; s++)
+#pragma unroll
+        for (int j = 0; j < NT / 2; j++) {
+            uint32_t r[4];
+            ptx::ldmatrix_x4(r, tile + (16 * j + lane % 8 + 8 * (lane / 16)) * LD + 16 * s + 8 * ((lane / 8) % 2));
+            const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+            ptx::mma_bf16_16816(acc[2 * j], a[s], b0);
+            ptx::mma_bf16_16816(acc[2 * j + 1], a[s], b1);
+        }
+}
+
+/*
+ * acc[d] += P B over KS k-steps, P given as accumulator fragments p[2KS][4] (16 rows x 16KS columns, re-packed
+ * to bf16 A fragments) and B = KS*16 rows x HS of a padded tile stored row-major (k, n), as V in O += P V:
+ * .trans ldmatrix, lane l gives row 16s + l % 8 + 8 ((l / 8) % 2), column 16j + 8 (l / 16).
+ */
+template <int HS, int KS>
+__device__ __forceinline__ void mma_pb(float (&acc)[HS / 8][4], const float (&p)[2 * KS][4], const floatX* tile,
+                                       int lane) {
+    constexpr int LD = Rows<HS>::LD;
+#pragma unroll
+    for (int s = 0; s < KS; s++) {
+        const uint32_t a[4] = {ptx::pack_bf16x2(p[2 * s][0], p[2 * s][1]), ptx::pack_bf16x2(p[2 * s][2], p[2 * s][3]),
+                               ptx::pack_bf16x2(p[2 * s + 1][0], p[2 * s + 1][1]),
+                               ptx::pack_bf16x2(p[2 * s + 1][2], p[2 * s + 1][3])};
+#pragma unroll
+        for (int j = 0; j < HS / 16; j++) {
+            uint32_t r[4];
+            ptx::ldmatrix_x4_trans(r, tile + (16 * s + lane % 8 + 8 * ((lane / 8) % 2)) * LD + 16 * j + 8 * (lane / 16));
+            const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+            ptx::mma_bf16_16816(acc[2 * j], a, b0);
+            ptx::mma_bf16_16816(acc[2 * j + 1], a, b1);
         }
     }
 }
 
-// Warp-cooperative store of a 16 x HS fp32 strip (row stride LDF) to global bf16 rows row0.. (< T only).
-template <int HS, int LDF>
-__device__ __forceinline__ void store_strip(floatX* __restrict__ dst, size_t stride, int row0, int T, const float* src,
-                                            int lane) {
-    constexpr int CH = HS / 8;
-    static_assert(LDF % 4 == 0, "float4 reads of the strip");
+template <int N> __device__ __forceinline__ void zero(float (&acc)[N][4]) {
+#pragma unroll
+    for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
+/*
+ * A warp's 16 x HS accumulator strip (fragments acc[HS/8], times `scale` per row half: rows g and g + 8) written
+ * as bf16 into its padded shared rows `stage`, then to global rows row0 .. row0+15 (< T only), 16 B per store.
+ */
+template <int HS>
+__device__ __forceinline__ void store_strip(floatX* __restrict__ dst, size_t stride, int row0, int T,
+                                            const float (&acc)[HS / 8][4], float scale_lo, float scale_hi,
+                                            floatX* stage, int lane) {
+    constexpr int LD = Rows<HS>::LD, CH = HS / 8;
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++) {
+        *reinterpret_cast<uint32_t*>(stage + g * LD + 8 * n + 2 * t) =
+            ptx::pack_bf16x2(acc[n][0] * scale_lo, acc[n][1] * scale_lo);
+        *reinterpret_cast<uint32_t*>(stage + (g + 8) * LD + 8 * n + 2 * t) =
+            ptx::pack_bf16x2(acc[n][2] * scale_hi, acc[n][3] * scale_hi);
+    }
+    __syncwarp();
     for (int i = lane; i < kStrip * CH; i += 32) {
         const int r = i / CH, c = i % CH;
-        if (row0 + r < T) {
-            const float4 a = *reinterpret_cast<const float4*>(src + r * LDF + c * 8);
-            const float4 b = *reinterpret_cast<const float4*>(src + r * LDF + c * 8 + 4);
-            x128 o;
-            o[0] = __float2bfloat16(a.x), o[1] = __float2bfloat16(a.y), o[2] = __float2bfloat16(a.z);
-            o[3] = __float2bfloat16(a.w), o[4] = __float2bfloat16(b.x), o[5] = __float2bfloat16(b.y);
-            o[6] = __float2bfloat16(b.z), o[7] = __float2bfloat16(b.w);
-            store128(dst + (size_t)(row0 + r) * stride + c * 8, o);
-        }
+        if (row0 + r < T)
+            *reinterpret_cast<uint4*>(dst + (size_t)(row0 + r) * stride + c * 8) =
+                *reinterpret_cast<const uint4*>(stage + r * LD + c * 8);
     }
 }
 
-// The warp's 16-row strips of two bf16 tiles staged in shared memory (row stride LD) as A fragments, kept in
-// registers: a1[k], a2[k] hold columns 16k .. 16k+15.
-template <int NK, int LD>
-__device__ __forceinline__ void load_strip_frags(FragA (&a1)[NK], FragA (&a2)[NK], const floatX* s1, const floatX* s2) {
-#pragma unroll
-    for (int k = 0; k < NK; k++) {
-        wmma::load_matrix_sync(a1[k], s1 + k * 16, LD);
-        wmma::load_matrix_sync(a2[k], s2 + k * 16, LD);
-    }
+// The sum (or max) of v over the 4 lanes that hold one accumulator row (lanes 4g .. 4g+3).
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
-
-// Query-row statistics of rows q0 .. q0+ROWS-1 into shared memory: lse in the log2 domain, and D. Rows at or
-// past T get 0 (their scores are masked).
-template <int ROWS>
-__device__ __forceinline__ void load_row_stats(float* lse2s, float* Ds, const float* __restrict__ lse,
-                                               const float* __restrict__ D, size_t row_stats, int q0, int T) {
-    for (int i = threadIdx.x; i < ROWS; i += kThreads) {
-        const bool ok = q0 + i < T;
-        lse2s[i] = ok ? lse[row_stats + q0 + i] * kLog2e : 0.0f;
-        Ds[i] = ok ? D[row_stats + q0 + i] : 0.0f;
-    }
-}
-
-/*
- * Both products of a backward step for the warp's 16 rows x NB*16 columns, into fp32 strips (row stride
- * LDF): F1w = A1 B1^T and F2w = A2 B2^T, the B tiles stored row-major (column, dim) with row stride LDH and
- * read as col_major matrix_b. S and dP (dQ kernel), or S^T and dP^T (dK/dV kernel).
- */
-template <int NB, int NK, int LDH, int LDF>
-__device__ __forceinline__ void strip_products(float* F1w, float* F2w, const FragA (&a1)[NK], const floatX* b1,
-                                               const FragA (&a2)[NK], const floatX* b2) {
-#pragma unroll
-    for (int n = 0; n < NB; n++) {
-        FragAcc p1, p2;
-        wmma::fill_fragment(p1, 0.0f);
-        wmma::fill_fragment(p2, 0.0f);
-#pragma unroll
-        for (int k = 0; k < NK; k++) {
-            FragBCol f1, f2;
-            wmma::load_matrix_sync(f1, b1 + n * 16 * LDH + k * 16, LDH);
-            wmma::mma_sync(p1, a1[k], f1, p1);
-            wmma::load_matrix_sync(f2, b2 + n * 16 * LDH + k * 16, LDH);
-            wmma::mma_sync(p2, a2[k], f2, p2);
-        }
-        wmma::store_matrix_sync(F1w + n * 16, p1, LDF, wmma::mem_row_major);
-        wmma::store_matrix_sync(F2w + n * 16, p2, LDF, wmma::mem_row_major);
-    }
-}
-
-// acc *= s, elementwise (the layout is opaque, but a uniform scale does not need it).
-template <int N> __device__ __forceinline__ void scale_frags(FragAcc (&acc)[N], float s) {
-#pragma unroll
-    for (int n = 0; n < N; n++)
-#pragma unroll
-        for (int i = 0; i < acc[n].num_elements; i++) acc[n].x[i] *= s;
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
 // ------------------------------------------------------------------------------------------------------
-// Forward. Grid (B*NH, ceil(T/64)); the y index is reversed so the longest (last) query tiles start first.
+// Forward. Grid (B*NH, ceil(T/128)); the y index is reversed so the longest (last) query tiles start first.
 // ------------------------------------------------------------------------------------------------------
-template <int HS, int BK>
-__global__ void __launch_bounds__(kThreads)
+template <int HS>
+__global__ void __launch_bounds__(kFwdThreads, 2)
     attention_forward_kernel(floatX* __restrict__ out, float* __restrict__ lse, const floatX* __restrict__ qkv, int T,
                              int NH) {
-    using L = FwdLayout<HS, BK>;
-    constexpr int LDH = L::LDH, LDP = L::LDP, LDF = L::LDF;
-    constexpr int NK = HS / 16, NB = BK / 16, CPL = BK / 32;
-    static_assert(HS % 16 == 0 && BK % 32 == 0, "tile shapes");
+    using L = FwdLayout<HS>;
+    constexpr int LD = Rows<HS>::LD, NT = kTile / 8, ND = HS / 8;
     extern __shared__ __align__(128) unsigned char attn_smem[];
-    floatX* Qs = reinterpret_cast<floatX*>(attn_smem + L::q);
-    floatX* Ks = reinterpret_cast<floatX*>(attn_smem + L::k);
-    floatX* Vs = reinterpret_cast<floatX*>(attn_smem + L::v);
-    float* Fs = reinterpret_cast<float*>(attn_smem + L::f);
-    floatX* Ps = reinterpret_cast<floatX*>(attn_smem + L::p);
-    float* alpha_s = reinterpret_cast<float*>(attn_smem + L::alpha);
-
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    floatX* Qs = at<floatX>(attn_smem, L::q);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * kFwdRows;
     const int qw = q0 + warp * kStrip; // first query row of this warp
     const int C = NH * HS;
     const size_t C3 = 3 * (size_t)C;
     const floatX* base = qkv + (size_t)b * T * C3 + (size_t)h * HS; // row t of part p: base + t*C3 + p*C
-    float* Fw = Fs + warp * kStrip * LDF;                            // this warp's private strips
-    floatX* Pw = Ps + warp * kStrip * LDP;
-    float* alpha_w = alpha_s + warp * kStrip;
 
-    load_tile<kRows, HS, LDH>(Qs, base, C3, q0, T);
-    __syncthreads();
-    FragA qa[NK]; // the warp's 16 query rows stay in registers for the whole key loop
-#pragma unroll
-    for (int k = 0; k < NK; k++) wmma::load_matrix_sync(qa[k], Qs + warp * kStrip * LDH + k * 16, LDH);
-    FragAcc o[HS / 16];
-#pragma unroll
-    for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(o[n], 0.0f);
+    const int n_kt = ceil_div(min(T, q0 + kFwdRows), kTile); // key tiles at or below the diagonal
+    load_rows_async<kFwdRows, HS, kFwdThreads>(Qs, base, C3, q0, T);
+    load_rows_async<kTile, HS, kFwdThreads>(at<floatX>(attn_smem, L::k), base + C, C3, 0, T);
+    load_rows_async<kTile, HS, kFwdThreads>(at<floatX>(attn_smem, L::v), base + 2 * C, C3, 0, T);
+    ptx::cp_async_commit();
 
-    // Running statistics per row, replicated in every lane (all lanes compute them from warp-reduced values,
-    // so every lane holds bitwise the same m); l is a per-lane partial sum, reduced once at the end.
-    float m_run[kStrip], l_run[kStrip];
-#pragma unroll
-    for (int r = 0; r < kStrip; r++) m_run[r] = -INFINITY, l_run[r] = 0.0f;
-    const float sl2 = (1.0f / sqrtf((float)HS)) * kLog2e; // softmax in base 2: exp(x*scale) = 2^(x*scale*log2 e)
+    uint32_t qa[HS / 16][4];
+    float o[ND][4];
+    zero(o);
+    // Row statistics of rows g and g + 8, in the log2 domain of the scaled scores; every lane of a quad holds the
+    // same m (computed from quad-reduced values); l is the lane's partial sum over its columns.
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float sl2 = (1.0f / sqrtf((float)HS)) * kLog2e;
 
-    const int n_kt = ceil_div(min(T, q0 + kRows), BK); // key tiles at or below the diagonal
     for (int kt = 0; kt < n_kt; kt++) {
-        const int k0 = kt * BK;
-        __syncthreads(); // every warp is done with the previous K/V tile
-        load_tile<BK, HS, LDH>(Ks, base + C, C3, k0, T);
-        load_tile<BK, HS, LDH>(Vs, base + 2 * C, C3, k0, T);
-        __syncthreads();
-        // Warp-uniform skip: rows past T are never stored; a strip entirely above the diagonal (only possible
-        // when BK > 16) adds nothing. No block barrier below this point in the iteration.
-        if (qw >= T || k0 > qw + kStrip - 1) continue;
-
-        // S = Q K^T for 16 rows x BK keys. K is stored row-major (key, dim) = column-major K^T, so it is read
-        // as a col_major matrix_b: element (dim d, key n) at Ks[n*LDH + d].
-#pragma unroll
-        for (int n = 0; n < NB; n++) {
-            FragAcc s;
-            wmma::fill_fragment(s, 0.0f);
-#pragma unroll
-            for (int k = 0; k < NK; k++) {
-                FragBCol kb;
-                wmma::load_matrix_sync(kb, Ks + n * 16 * LDH + k * 16, LDH);
-                wmma::mma_sync(s, qa[k], kb, s);
-            }
-            wmma::store_matrix_sync(Fw + n * 16, s, LDF, wmma::mem_row_major);
+        const int k0 = kt * kTile, stage = kt & 1;
+        if (kt + 1 < n_kt) {
+            const size_t next = (size_t)(stage ^ 1) * L::stage_bytes;
+            load_rows_async<kTile, HS, kFwdThreads>(at<floatX>(attn_smem, L::k + next), base + C, C3, k0 + kTile, T);
+            load_rows_async<kTile, HS, kFwdThreads>(at<floatX>(attn_smem, L::v + next), base + 2 * C, C3, k0 + kTile, T);
         }
-        __syncwarp(); // S stores of all lanes visible before the row pass
+        ptx::cp_async_commit(); // possibly empty: the group count stays one per iteration
+        ptx::cp_async_wait<1>(); // this tile (and Q) landed for this thread
+        __syncthreads();         // ... and for every thread
+        if (kt == 0) load_a_frags<HS>(qa, Qs + warp * kStrip * LD, lane);
 
-        // Online softmax, one row at a time across the warp (lane owns columns lane + 32c: conflict-free).
-        bool rescale = false;
+        // Warp-uniform: rows past T are never stored; a strip entirely above the diagonal adds nothing.
+        if (qw < T && k0 <= qw + kStrip - 1) {
+            const floatX* Ks = at<floatX>(attn_smem, L::k + stage * L::stage_bytes);
+            const floatX* Vs = at<floatX>(attn_smem, L::v + stage * L::stage_bytes);
+            float s[NT][4];
+            zero(s);
+            mma_abt<HS, NT>(s, qa, Ks, lane);
+            if (k0 + kTile - 1 > qw || k0 + kTile > T) { // the tile crosses the diagonal or T: mask
 #pragma unroll
-        for (int r = 0; r < kStrip; r++) {
-            const int q = qw + r;
-            float s[CPL];
-            float mx = -INFINITY;
+                for (int n = 0; n < NT; n++)
 #pragma unroll
-            for (int c = 0; c < CPL; c++) {
-                const int key = k0 + lane + 32 * c;
-                const float x = Fw[r * LDF + lane + 32 * c] * sl2;
-                s[c] = (key <= q && key < T) ? x : -INFINITY; // causal mask, and keys past T (zero-filled) out
-                mx = fmaxf(mx, s[c]);
+                    for (int e = 0; e < 4; e++) {
+                        const int row = qw + g + 8 * (e / 2), key = k0 + 8 * n + 2 * t + (e & 1);
+                        if (key > row || key >= T) s[n][e] = -INFINITY;
+                    }
             }
-            mx = warp_max(mx);
-            const float m_old = m_run[r];
-            const float m_new = fmaxf(m_old, mx);
-            // A row with no unmasked key so far keeps m = -inf; subtracting 0 instead avoids (-inf) - (-inf)
-            // = NaN, and gives p = 2^-inf = 0 and alpha = 0 (its O and l are still 0, so nothing is lost).
-            const float m_use = (m_new == -INFINITY) ? 0.0f : m_new;
-            const float a = exp2f(m_old - m_use);
-            float sum = 0.0f;
+            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int c = 0; c < CPL; c++) {
-                const float p = exp2f(s[c] - m_use);
-                Pw[r * LDP + lane + 32 * c] = __float2bfloat16(p);
-                sum += p;
+            for (int n = 0; n < NT; n++) {
+                mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
+                mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
             }
-            l_run[r] = l_run[r] * a + sum;
-            m_run[r] = m_new;
-            if (lane == 0) alpha_w[r] = a;
-            // O needs rescaling only where a != 1 and O may be non-zero (m_old finite). Warp-uniform.
-            rescale |= (a != 1.0f) && (m_old != -INFINITY);
+            float m_use[2], alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const float m_new = fmaxf(m[i], quad_max(mx[i]) * sl2);
+                // A row with no unmasked key so far keeps m = -inf; subtracting 0 instead avoids (-inf) - (-inf)
+                // = NaN, and gives p = 0 and alpha = 0 (its O and l are still 0, nothing is lost).
+                m_use[i] = m_new == -INFINITY ? 0.0f : m_new;
+                alpha[i] = exp2f(m[i] - m_use[i]);
+                m[i] = m_new;
+            }
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[n][e] = exp2f(fmaf(s[n][e], sl2, -m_use[e / 2]));
+                    sum[e / 2] += s[n][e];
+                }
+#pragma unroll
+            for (int i = 0; i < 2; i++) l[i] = l[i] * alpha[i] + sum[i];
+#pragma unroll
+            for (int n = 0; n < ND; n++) o[n][0] *= alpha[0], o[n][1] *= alpha[0], o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+            mma_pb<HS, kTile / 16>(o, s, Vs, lane);
         }
-        __syncwarp(); // P and alpha visible to all lanes; all reads of the S strip done before it is reused
-
-        if (rescale) {
-            // The accumulator layout is opaque: round-trip O through the (now free) S strip to scale rows.
-#pragma unroll
-            for (int n = 0; n < HS / 16; n++) wmma::store_matrix_sync(Fw + n * 16, o[n], LDF, wmma::mem_row_major);
-            __syncwarp();
-#pragma unroll
-            for (int r = 0; r < kStrip; r++) {
-                const float a = alpha_w[r];
-                for (int d = lane; d < HS; d += 32) Fw[r * LDF + d] *= a;
-            }
-            __syncwarp();
-#pragma unroll
-            for (int n = 0; n < HS / 16; n++) wmma::load_matrix_sync(o[n], Fw + n * 16, LDF, wmma::mem_row_major);
-        }
-
-        // O += P V (P: 16 x BK row-major; V: BK x HS row-major).
-        FragA pa[NB];
-#pragma unroll
-        for (int k = 0; k < NB; k++) wmma::load_matrix_sync(pa[k], Pw + k * 16, LDP);
-#pragma unroll
-        for (int n = 0; n < HS / 16; n++)
-#pragma unroll
-            for (int k = 0; k < NB; k++) {
-                FragBRow vb;
-                wmma::load_matrix_sync(vb, Vs + k * 16 * LDH + n * 16, LDH);
-                wmma::mma_sync(o[n], pa[k], vb, o[n]);
-            }
+        __syncthreads(); // every warp is done with this stage before the next iteration refills it
     }
 
-    // Epilogue: O / l, lse = ln(sum 2^(x - m)) + m ln 2. Rows past T are skipped by store_strip.
-    __syncwarp(); // other lanes' last reads of the strip (S pass / O reload) precede these stores
+    // Epilogue: O / l, lse = ln(sum 2^(x - m)) + m ln 2. The warp's Q rows (read into registers) stage O.
+    float inv[2];
 #pragma unroll
-    for (int n = 0; n < HS / 16; n++) wmma::store_matrix_sync(Fw + n * 16, o[n], LDF, wmma::mem_row_major);
-    __syncwarp();
-#pragma unroll
-    for (int r = 0; r < kStrip; r++) {
-        const float l = warp_sum(l_run[r]);
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        for (int d = lane; d < HS; d += 32) Fw[r * LDF + d] *= inv;
-        if (lane == 0 && qw + r < T)
-            lse[(size_t)bh * T + qw + r] = l > 0.0f ? (m_run[r] + log2f(l)) * kLn2 : -INFINITY;
+    for (int i = 0; i < 2; i++) {
+        l[i] = quad_sum(l[i]);
+        inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        const int row = qw + g + 8 * i;
+        if (t == 0 && row < T) lse[(size_t)bh * T + row] = l[i] > 0.0f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
     }
-    __syncwarp();
-    store_strip<HS, LDF>(out + (size_t)b * T * C + (size_t)h * HS, C, qw, T, Fw, lane);
+    store_strip<HS>(out + (size_t)b * T * C + (size_t)h * HS, C, qw, T, o, inv[0], inv[1], Qs + warp * kStrip * LD,
+                    lane);
 }
 
 // ------------------------------------------------------------------------------------------------------
@@ -387,225 +349,196 @@ __global__ void attention_backward_d_kernel(float* __restrict__ D, const floatX*
 }
 
 // ------------------------------------------------------------------------------------------------------
-// Backward, step 2: dK, dV for one 64-key tile, looping over the query tiles at or below the diagonal.
-// Grid (B*NH, ceil(T/64)); tile 0 (the most query tiles) first. Per warp: 16 keys, computed transposed:
-//   S^T = K Q^T, P^T = 2^(S^T*scale*log2e - lse2), dP^T = V dO^T, dS^T = P^T (dP^T - D),
+// Backward, step 2: dK, dV for one 64-key tile, looping over the 64-query tiles at or below the diagonal.
+// Grid (B*NH, ceil(T/64)); tile 0 (the most query tiles) first. Per warp: 16 keys, computed transposed, 32
+// queries at a time: S^T = K Q^T, P^T = 2^(S^T*scale*log2e - lse2), dP^T = V dO^T, dS^T = P^T (dP^T - D),
 //   dV += P^T dO, dK += scale * dS^T Q.
 // ------------------------------------------------------------------------------------------------------
-template <int HS, int BQ>
-__global__ void __launch_bounds__(kThreads)
+template <int HS>
+__global__ void __launch_bounds__(kBwdThreads, 3)
     attention_backward_dkdv_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
                                    const float* __restrict__ lse, const float* __restrict__ D,
                                    const floatX* __restrict__ qkv, int T, int NH) {
-    using L = DkvLayout<HS, BQ>;
-    constexpr int LDH = L::LDH, LDP = L::LDP, LDF = L::LDF;
-    constexpr int NK = HS / 16, NB = BQ / 16, CPL = BQ / 32;
-    static_assert(HS % 16 == 0 && BQ % 32 == 0 && kRows % BQ == 0, "tile shapes");
+    using L = DkvLayout<HS>;
+    constexpr int LD = Rows<HS>::LD, NT = kChunk / 8, ND = HS / 8;
     extern __shared__ __align__(128) unsigned char attn_smem[];
-    floatX* Qs = reinterpret_cast<floatX*>(attn_smem + L::q);
-    floatX* dOs = reinterpret_cast<floatX*>(attn_smem + L::dout);
-    float* F1 = reinterpret_cast<float*>(attn_smem + L::f1);
-    float* F2 = reinterpret_cast<float*>(attn_smem + L::f2);
-    floatX* Pb = reinterpret_cast<floatX*>(attn_smem + L::p);
-    floatX* dSb = reinterpret_cast<floatX*>(attn_smem + L::ds);
-    float* lse2s = reinterpret_cast<float*>(attn_smem + L::lse2);
-    float* Ds = reinterpret_cast<float*>(attn_smem + L::d);
-
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    floatX* Ks = at<floatX>(attn_smem, L::k);
+    floatX* Vs = at<floatX>(attn_smem, L::v);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int k0 = blockIdx.y * kRows;
+    const int k0 = blockIdx.y * kBwdRows;
     const int kw = k0 + warp * kStrip; // first key row of this warp
     const int C = NH * HS;
     const size_t C3 = 3 * (size_t)C;
     const floatX* base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
     const floatX* dobase = dout + (size_t)b * T * C + (size_t)h * HS;
-    float* F1w = F1 + warp * kStrip * LDF;
-    float* F2w = F2 + warp * kStrip * LDF;
-    floatX* Pw = Pb + warp * kStrip * LDP;
-    floatX* dSw = dSb + warp * kStrip * LDP;
+    const size_t row_stats = (size_t)bh * T; // lse and D rows of this (b, h)
+    static_assert(kBwdRows % kTile == 0, "the first query tile starts at k0");
 
-    // K and V of this tile are only ever A operands of the warp's own rows: stage them through F1/F2 once,
-    // keep the fragments in registers.
-    {
-        floatX* Kst = reinterpret_cast<floatX*>(F1);
-        floatX* Vst = reinterpret_cast<floatX*>(F2);
-        load_tile<kRows, HS, LDH>(Kst, base + C, C3, k0, T);
-        load_tile<kRows, HS, LDH>(Vst, base + 2 * C, C3, k0, T);
-    }
-    __syncthreads();
-    FragA ka[NK], va[NK];
-    load_strip_frags<NK, LDH>(ka, va, reinterpret_cast<const floatX*>(F1) + warp * kStrip * LDH,
-                              reinterpret_cast<const floatX*>(F2) + warp * kStrip * LDH);
-    __syncthreads(); // every warp holds its fragments before any warp writes scores into F1/F2
+    // Query-row statistics of tile q0 into a stage: lse in the log2 domain and D; rows past T get 0 (masked).
+    const auto load_stats = [&](int stage, int q0) {
+        float* l2 = at<float>(attn_smem, L::lse2) + stage * kTile;
+        float* d = at<float>(attn_smem, L::d) + stage * kTile;
+        for (int i = threadIdx.x; i < kTile; i += kBwdThreads) {
+            const bool ok = q0 + i < T;
+            l2[i] = ok ? lse[row_stats + q0 + i] * kLog2e : 0.0f;
+            d[i] = ok ? D[row_stats + q0 + i] : 0.0f;
+        }
+    };
+    const auto load_queries = [&](int stage, int q0) {
+        const size_t off = (size_t)stage * L::stage_bytes;
+        load_rows_async<kTile, HS, kBwdThreads>(at<floatX>(attn_smem, L::q + off), base, C3, q0, T);
+        load_rows_async<kTile, HS, kBwdThreads>(at<floatX>(attn_smem, L::dout + off), dobase, C, q0, T);
+        load_stats(stage, q0);
+    };
 
-    FragAcc dk[HS / 16], dv[HS / 16];
-#pragma unroll
-    for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dk[n], 0.0f), wmma::fill_fragment(dv[n], 0.0f);
+    // Queries below k0 attend no key of this tile: start at the query tile holding k0.
+    const int qt_begin = k0 / kTile, qt_end = ceil_div(T, kTile);
+    load_rows_async<kBwdRows, HS, kBwdThreads>(Ks, base + C, C3, k0, T);
+    load_rows_async<kBwdRows, HS, kBwdThreads>(Vs, base + 2 * C, C3, k0, T);
+    load_queries(0, qt_begin * kTile);
+    ptx::cp_async_commit();
+
+    uint32_t ka[HS / 16][4], va[HS / 16][4];
+    float dk[ND][4], dv[ND][4];
+    zero(dk);
+    zero(dv);
     const float scale = 1.0f / sqrtf((float)HS);
     const float sl2 = scale * kLog2e;
-    const size_t row_stats = (size_t)bh * T; // lse and D rows of this (b, h)
 
-    // Queries below k0 attend no key of this tile, so start at the query tile holding k0.
-    const int qt_end = ceil_div(T, BQ);
-    for (int qt = k0 / BQ; qt < qt_end; qt++) {
-        const int q0 = qt * BQ;
-        __syncthreads(); // every warp is done with the previous Q / dO / lse / D tile
-        load_tile<BQ, HS, LDH>(Qs, base, C3, q0, T);
-        load_tile<BQ, HS, LDH>(dOs, dobase, C, q0, T);
-        load_row_stats<BQ>(lse2s, Ds, lse, D, row_stats, q0, T);
+    for (int qt = qt_begin; qt < qt_end; qt++) {
+        const int q0 = qt * kTile, stage = (qt - qt_begin) & 1;
+        if (qt + 1 < qt_end) load_queries(stage ^ 1, q0 + kTile);
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<1>();
         __syncthreads();
-        // Warp-uniform skip: keys past T are never stored; if the last query of the tile is below the
-        // warp's first key, every (key, query) pair is masked. No block barrier below this point.
-        if (kw >= T || q0 + BQ - 1 < kw) continue;
-
-        // S^T = K Q^T (16 keys x BQ queries) into F1w, dP^T = V dO^T into F2w.
-        strip_products<NB, NK, LDH, LDF>(F1w, F2w, ka, Qs, va, dOs);
-        __syncwarp();
-
-        // P^T and dS^T, elementwise; column = query. Masked pairs give p = 0, hence ds = 0.
-#pragma unroll
-        for (int r = 0; r < kStrip; r++) {
-            const int key = kw + r;
-#pragma unroll
-            for (int c = 0; c < CPL; c++) {
-                const int col = lane + 32 * c, q = q0 + col;
-                const float s = F1w[r * LDF + col], dpv = F2w[r * LDF + col];
-                const float p = (key <= q && q < T && key < T) ? exp2f(fmaf(s, sl2, -lse2s[col])) : 0.0f;
-                Pw[r * LDP + col] = __float2bfloat16(p);
-                dSw[r * LDP + col] = __float2bfloat16(p * (dpv - Ds[col]));
-            }
+        if (qt == qt_begin) {
+            load_a_frags<HS>(ka, Ks + warp * kStrip * LD, lane);
+            load_a_frags<HS>(va, Vs + warp * kStrip * LD, lane);
         }
-        __syncwarp();
-
-        // dV += P^T dO, dK += dS^T Q (B operands row-major: (query, dim)).
+        const floatX* Qs = at<floatX>(attn_smem, L::q + stage * L::stage_bytes);
+        const floatX* dOs = at<floatX>(attn_smem, L::dout + stage * L::stage_bytes);
+        const float* l2s = at<float>(attn_smem, L::lse2) + stage * kTile;
+        const float* Ds = at<float>(attn_smem, L::d) + stage * kTile;
+#pragma unroll 1
+        for (int c = 0; c < kTile; c += kChunk) {
+            const int qc = q0 + c; // first query of the chunk
+            // Warp-uniform skip: keys past T are never stored; a chunk entirely below the warp's first key (every
+            // query attends only earlier keys) or past T adds nothing.
+            if (kw >= T || qc + kChunk - 1 < kw || qc >= T) continue;
+            float sT[NT][4], dpT[NT][4];
+            zero(sT);
+            zero(dpT);
+            mma_abt<HS, NT>(sT, ka, Qs + c * LD, lane);
+            mma_abt<HS, NT>(dpT, va, dOs + c * LD, lane);
+            const bool mask = qc < kw + kStrip - 1 || qc + kChunk > T;
 #pragma unroll
-        for (int k = 0; k < NB; k++) {
-            FragA pa, sa;
-            wmma::load_matrix_sync(pa, Pw + k * 16, LDP);
-            wmma::load_matrix_sync(sa, dSw + k * 16, LDP);
+            for (int n = 0; n < NT; n++)
 #pragma unroll
-            for (int n = 0; n < HS / 16; n++) {
-                FragBRow gb, qb;
-                wmma::load_matrix_sync(gb, dOs + k * 16 * LDH + n * 16, LDH);
-                wmma::mma_sync(dv[n], pa, gb, dv[n]);
-                wmma::load_matrix_sync(qb, Qs + k * 16 * LDH + n * 16, LDH);
-                wmma::mma_sync(dk[n], sa, qb, dk[n]);
-            }
+                for (int e = 0; e < 4; e++) {
+                    const int col = c + 8 * n + 2 * t + (e & 1), key = kw + g + 8 * (e / 2), q = q0 + col;
+                    const float p =
+                        (mask && (key > q || q >= T)) ? 0.0f : exp2f(fmaf(sT[n][e], sl2, -l2s[col]));
+                    sT[n][e] = p;
+                    dpT[n][e] = p * (dpT[n][e] - Ds[col]);
+                }
+            mma_pb<HS, kChunk / 16>(dv, sT, dOs + c * LD, lane);
+            mma_pb<HS, kChunk / 16>(dk, dpT, Qs + c * LD, lane);
         }
+        __syncthreads(); // every warp is done with this stage before the next iteration refills it
     }
 
-    // Epilogue: stage dK, dV in the warp's own F1/F2 strips (16 x LDF, LDF >= HS + 4), then store bf16.
-    scale_frags(dk, scale);
-    __syncwarp(); // other lanes' last reads of F1w/F2w (elementwise pass) precede these stores
-#pragma unroll
-    for (int n = 0; n < HS / 16; n++) {
-        wmma::store_matrix_sync(F1w + n * 16, dk[n], LDF, wmma::mem_row_major);
-        wmma::store_matrix_sync(F2w + n * 16, dv[n], LDF, wmma::mem_row_major);
-    }
-    __syncwarp();
+    // Epilogue: the warp's K and V rows (read into registers) stage dK and dV.
     floatX* dbase = dqkv + (size_t)b * T * C3 + (size_t)h * HS;
-    store_strip<HS, LDF>(dbase + C, C3, kw, T, F1w, lane);
-    store_strip<HS, LDF>(dbase + 2 * C, C3, kw, T, F2w, lane);
+    store_strip<HS>(dbase + C, C3, kw, T, dk, scale, scale, Ks + warp * kStrip * LD, lane);
+    store_strip<HS>(dbase + 2 * C, C3, kw, T, dv, 1.0f, 1.0f, Vs + warp * kStrip * LD, lane);
 }
 
 // ------------------------------------------------------------------------------------------------------
-// Backward, step 3: dQ for one 64-query tile, looping over the key tiles at or above the diagonal.
-// Grid (B*NH, ceil(T/64)), y reversed (longest first). Per warp: 16 queries,
+// Backward, step 3: dQ for one 64-query tile, looping over the 64-key tiles at or below the diagonal.
+// Grid (B*NH, ceil(T/64)), y reversed (longest first). Per warp: 16 queries, 32 keys at a time:
 //   S = Q K^T, P = 2^(S*scale*log2e - lse2), dP = dO V^T, dS = P (dP - D), dQ += scale * dS K.
 // ------------------------------------------------------------------------------------------------------
-template <int HS, int BK>
-__global__ void __launch_bounds__(kThreads)
+template <int HS>
+__global__ void __launch_bounds__(kBwdThreads, 3)
     attention_backward_dq_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
                                  const float* __restrict__ lse, const float* __restrict__ D,
                                  const floatX* __restrict__ qkv, int T, int NH) {
-    using L = DqLayout<HS, BK>;
-    constexpr int LDH = L::LDH, LDP = L::LDP, LDF = L::LDF;
-    constexpr int NK = HS / 16, NB = BK / 16, CPL = BK / 32;
-    static_assert(HS % 16 == 0 && BK % 32 == 0, "tile shapes");
+    using L = DqLayout<HS>;
+    constexpr int LD = Rows<HS>::LD, NT = kChunk / 8, ND = HS / 8;
     extern __shared__ __align__(128) unsigned char attn_smem[];
-    floatX* Ks = reinterpret_cast<floatX*>(attn_smem + L::k);
-    floatX* Vs = reinterpret_cast<floatX*>(attn_smem + L::v);
-    float* F1 = reinterpret_cast<float*>(attn_smem + L::f1);
-    float* F2 = reinterpret_cast<float*>(attn_smem + L::f2);
-    floatX* dSb = reinterpret_cast<floatX*>(attn_smem + L::ds);
-    float* lse2s = reinterpret_cast<float*>(attn_smem + L::lse2);
-    float* Ds = reinterpret_cast<float*>(attn_smem + L::d);
-
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    floatX* Qs = at<floatX>(attn_smem, L::q);
+    floatX* dOs = at<floatX>(attn_smem, L::dout);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * kBwdRows;
     const int qw = q0 + warp * kStrip;
     const int C = NH * HS;
     const size_t C3 = 3 * (size_t)C;
     const floatX* base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    float* F1w = F1 + warp * kStrip * LDF;
-    float* F2w = F2 + warp * kStrip * LDF;
-    floatX* dSw = dSb + warp * kStrip * LDP;
 
-    // Q and dO of this tile are only A operands of the warp's own rows: stage through F1/F2, keep fragments.
-    load_tile<kRows, HS, LDH>(reinterpret_cast<floatX*>(F1), base, C3, q0, T);
-    load_tile<kRows, HS, LDH>(reinterpret_cast<floatX*>(F2), dout + (size_t)b * T * C + (size_t)h * HS, C, q0, T);
-    const size_t row_stats = (size_t)bh * T;
-    load_row_stats<kRows>(lse2s, Ds, lse, D, row_stats, q0, T);
-    __syncthreads();
-    FragA qa[NK], ga[NK];
-    load_strip_frags<NK, LDH>(qa, ga, reinterpret_cast<const floatX*>(F1) + warp * kStrip * LDH,
-                              reinterpret_cast<const floatX*>(F2) + warp * kStrip * LDH);
-    __syncthreads(); // every warp holds its fragments before any warp writes scores into F1/F2
+    const int n_kt = ceil_div(min(T, q0 + kBwdRows), kTile);
+    load_rows_async<kBwdRows, HS, kBwdThreads>(Qs, base, C3, q0, T);
+    load_rows_async<kBwdRows, HS, kBwdThreads>(dOs, dout + (size_t)b * T * C + (size_t)h * HS, C, q0, T);
+    load_rows_async<kTile, HS, kBwdThreads>(at<floatX>(attn_smem, L::k), base + C, C3, 0, T);
+    load_rows_async<kTile, HS, kBwdThreads>(at<floatX>(attn_smem, L::v), base + 2 * C, C3, 0, T);
+    ptx::cp_async_commit();
 
-    FragAcc dq[HS / 16];
+    // Statistics of the lane's rows g and g + 8 (rows past T: 0, and every score of theirs is masked).
+    float l2r[2], dr[2];
 #pragma unroll
-    for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dq[n], 0.0f);
+    for (int i = 0; i < 2; i++) {
+        const int row = qw + g + 8 * i;
+        l2r[i] = row < T ? lse[(size_t)bh * T + row] * kLog2e : 0.0f;
+        dr[i] = row < T ? D[(size_t)bh * T + row] : 0.0f;
+    }
+    uint32_t qa[HS / 16][4], ga[HS / 16][4];
+    float dq[ND][4];
+    zero(dq);
     const float scale = 1.0f / sqrtf((float)HS);
     const float sl2 = scale * kLog2e;
 
-    const int n_kt = ceil_div(min(T, q0 + kRows), BK);
     for (int kt = 0; kt < n_kt; kt++) {
-        const int k0 = kt * BK;
-        __syncthreads(); // every warp is done with the previous K/V tile
-        load_tile<BK, HS, LDH>(Ks, base + C, C3, k0, T);
-        load_tile<BK, HS, LDH>(Vs, base + 2 * C, C3, k0, T);
+        const int k0 = kt * kTile, stage = kt & 1;
+        if (kt + 1 < n_kt) {
+            const size_t next = (size_t)(stage ^ 1) * L::stage_bytes;
+            load_rows_async<kTile, HS, kBwdThreads>(at<floatX>(attn_smem, L::k + next), base + C, C3, k0 + kTile, T);
+            load_rows_async<kTile, HS, kBwdThreads>(at<floatX>(attn_smem, L::v + next), base + 2 * C, C3, k0 + kTile, T);
+        }
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<1>();
         __syncthreads();
-        if (qw >= T || k0 > qw + kStrip - 1) continue; // warp-uniform; no block barrier below
-
-        // S = Q K^T (16 queries x BK keys) into F1w, dP = dO V^T into F2w.
-        strip_products<NB, NK, LDH, LDF>(F1w, F2w, qa, Ks, ga, Vs);
-        __syncwarp();
-
-#pragma unroll
-        for (int r = 0; r < kStrip; r++) {
-            const int q = qw + r;
-            const float l2 = lse2s[warp * kStrip + r], dr = Ds[warp * kStrip + r];
-#pragma unroll
-            for (int c = 0; c < CPL; c++) {
-                const int col = lane + 32 * c, key = k0 + col;
-                const float s = F1w[r * LDF + col], dpv = F2w[r * LDF + col];
-                const float p = (key <= q && key < T && q < T) ? exp2f(fmaf(s, sl2, -l2)) : 0.0f;
-                dSw[r * LDP + col] = __float2bfloat16(p * (dpv - dr));
-            }
+        if (kt == 0) {
+            load_a_frags<HS>(qa, Qs + warp * kStrip * LD, lane);
+            load_a_frags<HS>(ga, dOs + warp * kStrip * LD, lane);
         }
-        __syncwarp();
-
-        // dQ += dS K (K row-major (key, dim) as row_major B).
+        const floatX* Ks = at<floatX>(attn_smem, L::k + stage * L::stage_bytes);
+        const floatX* Vs = at<floatX>(attn_smem, L::v + stage * L::stage_bytes);
+#pragma unroll 1
+        for (int c = 0; c < kTile; c += kChunk) {
+            const int kc = k0 + c; // first key of the chunk
+            if (qw >= T || kc > qw + kStrip - 1 || kc >= T) continue; // warp-uniform: nothing to add
+            float s[NT][4], dp[NT][4];
+            zero(s);
+            zero(dp);
+            mma_abt<HS, NT>(s, qa, Ks + c * LD, lane);
+            mma_abt<HS, NT>(dp, ga, Vs + c * LD, lane);
+            const bool mask = kc + kChunk - 1 > qw || kc + kChunk > T;
 #pragma unroll
-        for (int k = 0; k < NB; k++) {
-            FragA sa;
-            wmma::load_matrix_sync(sa, dSw + k * 16, LDP);
+            for (int n = 0; n < NT; n++)
 #pragma unroll
-            for (int n = 0; n < HS / 16; n++) {
-                FragBRow kb;
-                wmma::load_matrix_sync(kb, Ks + k * 16 * LDH + n * 16, LDH);
-                wmma::mma_sync(dq[n], sa, kb, dq[n]);
-            }
+                for (int e = 0; e < 4; e++) {
+                    const int row = qw + g + 8 * (e / 2), key = kc + 8 * n + 2 * t + (e & 1);
+                    const float p =
+                        (mask && (key > row || key >= T)) ? 0.0f : exp2f(fmaf(s[n][e], sl2, -l2r[e / 2]));
+                    s[n][e] = p * (dp[n][e] - dr[e / 2]); // dS
+                }
+            mma_pb<HS, kChunk / 16>(dq, s, Ks + c * LD, lane);
         }
+        __syncthreads(); // every warp is done with this stage before the next iteration refills it
     }
-
-    scale_frags(dq, scale);
-    __syncwarp(); // other lanes' last reads of F1w (elementwise pass) precede these stores
-#pragma unroll
-    for (int n = 0; n < HS / 16; n++) wmma::store_matrix_sync(F1w + n * 16, dq[n], LDF, wmma::mem_row_major);
-    __syncwarp();
-    store_strip<HS, LDF>(dqkv + (size_t)b * T * C3 + (size_t)h * HS, C3, qw, T, F1w, lane);
+    store_strip<HS>(dqkv + (size_t)b * T * C3 + (size_t)h * HS, C3, qw, T, dq, scale, scale, Qs + warp * kStrip * LD,
+                    lane);
 }
 
 // ------------------------------------------------------------------------------------------------------
@@ -613,7 +546,7 @@ __global__ void __launch_bounds__(kThreads)
 // ------------------------------------------------------------------------------------------------------
 inline bool check_shape(const char* what, const void* const* ptrs, int nptrs, int B, int T, int NH) {
     if (B < 0 || T < 0 || NH < 0) throw Error(strprintf("%s: negative shape B=%d T=%d NH=%d", what, B, T, NH));
-    if ((long long)B * NH > INT_MAX || ceil_div(T, kRows) > 65535)
+    if ((long long)B * NH > INT_MAX || ceil_div(T, kBwdRows) > 65535)
         throw Error(strprintf("%s: shape too large for the launch grid (B*NH=%lld, T=%d)", what, (long long)B * NH, T));
     for (int i = 0; i < nptrs; i++)
         if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16 != 0) throw Error(strprintf("%s: tensor not 16-byte aligned", what));
@@ -623,10 +556,10 @@ inline bool check_shape(const char* what, const void* const* ptrs, int nptrs, in
 template <int HS> void forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, cudaStream_t stream) {
     const void* ptrs[] = {out, qkv};
     if (!check_shape("attention_forward", ptrs, 2, B, T, NH)) return;
-    constexpr size_t smem = FwdLayout<HS, kFwdBK>::bytes;
-    auto kernel = attention_forward_kernel<HS, kFwdBK>;
+    constexpr size_t smem = FwdLayout<HS>::bytes;
+    auto kernel = attention_forward_kernel<HS>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    kernel<<<dim3(B * NH, ceil_div(T, kRows)), kThreads, smem, stream>>>(out, lse, qkv, T, NH);
+    kernel<<<dim3(B * NH, ceil_div(T, kFwdRows)), kFwdThreads, smem, stream>>>(out, lse, qkv, T, NH);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -642,19 +575,19 @@ void backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* ou
         attention_backward_d_kernel<HS><<<(unsigned)ceil_div(threads, (size_t)block), block, 0, stream>>>(D, dout, out, B, T, NH);
         CUDA_LAUNCH_CHECK();
     }
-    const dim3 grid(B * NH, ceil_div(T, kRows));
+    const dim3 grid(B * NH, ceil_div(T, kBwdRows));
     {
-        constexpr size_t smem = DkvLayout<HS, kDkvBQ>::bytes;
-        auto kernel = attention_backward_dkdv_kernel<HS, kDkvBQ>;
+        constexpr size_t smem = DkvLayout<HS>::bytes;
+        auto kernel = attention_backward_dkdv_kernel<HS>;
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        kernel<<<grid, kThreads, smem, stream>>>(dqkv, dout, lse, D, qkv, T, NH);
+        kernel<<<grid, kBwdThreads, smem, stream>>>(dqkv, dout, lse, D, qkv, T, NH);
         CUDA_LAUNCH_CHECK();
     }
     {
-        constexpr size_t smem = DqLayout<HS, kDqBK>::bytes;
-        auto kernel = attention_backward_dq_kernel<HS, kDqBK>;
+        constexpr size_t smem = DqLayout<HS>::bytes;
+        auto kernel = attention_backward_dq_kernel<HS>;
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        kernel<<<grid, kThreads, smem, stream>>>(dqkv, dout, lse, D, qkv, T, NH);
+        kernel<<<grid, kBwdThreads, smem, stream>>>(dqkv, dout, lse, D, qkv, T, NH);
         CUDA_LAUNCH_CHECK();
     }
 }

@@ -9,9 +9,12 @@
  * dloss being d(objective)/d(loss at one position) (1 / (B*T) for the mean loss). Probabilities are never
  * stored: this replaces a softmax kernel writing (BT, Vp) probabilities, a loss kernel and a dlogits kernel.
  *
- * One block per row. Pass 1 reads the row once and keeps an online (running max, sum of exp(x - max)) pair
- * per thread; the pairs are combined with cub::BlockReduce (a fixed tree: deterministic). Pass 2, only with
- * write_dlogits, reads the row again (mostly from L2: pass 1 just touched it) and writes the gradient.
+ * One block per row, walked in reverse: block b takes row BT - 1 - b, so the first blocks read the rows the
+ * lm_head matmul wrote last, which are still in L2. Pass 1 reads the row once and keeps an online (running max,
+ * sum of exp(x - max)) pair per thread; the pairs are combined with cub::BlockReduce (a fixed tree:
+ * deterministic). Pass 2, only with write_dlogits, reads the row again (mostly from L2: pass 1 just touched it)
+ * with streaming loads and writes the gradient with streaming stores: dlogits (BT x Vp bf16, 1.6 GB for
+ * GPT-2 at B=16) could never stay in L2, and ordinary stores would push out the logits rows still to be read.
  */
 #pragma once
 #include <cub/cub.cuh>
@@ -47,7 +50,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     __shared__ typename BlockReduce::TempStorage temp;
     __shared__ SoftmaxStats row_stats;
 
-    const size_t row = blockIdx.x;
+    const size_t row = gridDim.x - 1 - blockIdx.x; // reverse: the last rows written are still in L2
     floatX* x = logits + row * Vp;
     const int target = targets[row];
     // Read the target's logit before pass 2 can overwrite it (pass 2 starts after the barrier below).
@@ -98,7 +101,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_THREADS)
         } else {
             d = x128::zeros(); // padded columns: exactly zero gradient
         }
-        store128(x + c0, d); // the matmul backward reads dlogits next: keep them cacheable
+        store128cs(x + c0, d);
     }
 }
 

@@ -104,6 +104,16 @@ template <typename T> __device__ Packed128<T> load128cs(const T* p) {
     *reinterpret_cast<int4*>(&r) = __ldcs(reinterpret_cast<const int4*>(p));
     return r;
 }
+// Load that bypasses L1 (cached in L2 only): for data another block of the same kernel wrote.
+template <typename T> __device__ Packed128<T> load128cg(const T* p) {
+    Packed128<T> r;
+    *reinterpret_cast<int4*>(&r) = __ldcg(reinterpret_cast<const int4*>(p));
+    return r;
+}
 template <typename T> __device__ void store128(T* p, const Packed128<T>& v) { *reinterpret_cast<Packed128<T>*>(p) = v; }
+// Streaming store: data not read again soon, so it should not push other lines out of L2.
+template <typename T> __device__ void store128cs(T* p, const Packed128<T>& v) {
+    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));
+}
 
 } // namespace llmc

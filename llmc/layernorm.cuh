@@ -8,13 +8,15 @@
  * while loading: residual = bf16(inp1 + inp2) is stored, and the row it normalises is that stored bf16 row,
  * exactly what an unfused residual kernel followed by layernorm_forward would see.
  *
- * Backward: dinp, dweight and dbias all accumulate (+=). dinp is the residual stream's gradient, which the
- * other branch also adds into. dweight/dbias are sums over all N rows; to keep them deterministic without
- * atomics, each block sums a fixed slice of rows into fp32 partials (scratch), and a final kernel adds the
- * slices in block order and adds the result to the bf16 gradients once. The slicing depends only on (N, C),
- * so the result is bitwise reproducible.
+ * Backward, one kernel: dinp, dweight and dbias all accumulate (+=). dinp is the residual stream's gradient,
+ * which the other branch also adds into. One warp per row; dweight/dbias are sums over all N rows, kept
+ * deterministic without float atomics: each block writes fp32 partial column sums (scratch), the last block of
+ * each group of blocks to finish adds its group's partials in block order, and the last group to finish adds
+ * the group sums in group order into the bf16 gradients once (integer atomic tickets decide who adds, never
+ * the order). The slicing depends only on (N, C), so the result is bitwise reproducible.
  *
- * All C must be multiples of 8 (16-byte x128 rows); launchers throw otherwise.
+ * All C must be multiples of 8 (16-byte x128 rows), at most LN_FWD_MAX_C (forward) and LN_BWD_MAX_C
+ * (backward); launchers throw otherwise. Rows need not fill a block: the last block's slice is shorter.
  */
 #pragma once
 #include <algorithm>
@@ -144,162 +146,187 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* normed, f
 
 /*
  * Launch shape of the backward, a function of (N, C) only (the partial sums must not depend on the device):
- *   block (tx, ty): tx = C/8 rounded up to a warp, one 8-channel chunk per thread (threads past C/8 idle);
- *                   ty row groups side by side, ty = 512 / tx (at least 1);
- *   each block owns rows_per_block = steps * ty consecutive rows, group y taking rows y, y + ty, ...;
- *   blocks = ceil(N / rows_per_block), at most about LN_BWD_MAX_BLOCKS.
+ *   warps per block: as many (up to LN_BWD_MAX_WARPS) as fit their dweight/dbias accumulators (2C fp32 each)
+ *                    in LN_BWD_ACC_BUDGET bytes of shared memory;
+ *   each block owns rows_per_block consecutive rows, warp w taking rows w, w + warps, ...;
+ *   blocks = ceil(N / rows_per_block), at most LN_BWD_MAX_BLOCKS; groups of LN_BWD_GROUP consecutive blocks.
  */
-constexpr int LN_BWD_THREADS = 512;
-constexpr int LN_BWD_MAX_BLOCKS = 1024;
-constexpr int LN_BWD_MAX_C = 4096; // tx <= 512: a block never exceeds LN_BWD_THREADS
+constexpr int LN_BWD_MAX_WARPS = 8;
+constexpr int LN_BWD_ACC_BUDGET = 64 * 1024;
+constexpr int LN_BWD_MAX_BLOCKS = 256;
+constexpr int LN_BWD_GROUP = 16;
+constexpr int LN_BWD_MAX_GROUPS = (LN_BWD_MAX_BLOCKS + LN_BWD_GROUP - 1) / LN_BWD_GROUP;
+constexpr int LN_BWD_MAX_C = LN_BWD_ACC_BUDGET / (2 * (int)sizeof(float)); // one warp's accumulators fit: 8192
 
 struct LayernormBackwardPlan {
-    int tx, ty, steps, rows_per_block, blocks;
+    int warps, rows_per_block, blocks, groups;
 };
 inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
     LayernormBackwardPlan p;
-    p.tx = ceil_div(C / x128::size, 32) * 32;
-    p.ty = std::max(1, LN_BWD_THREADS / p.tx);
-    p.steps = std::max(1, ceil_div(N, p.ty * LN_BWD_MAX_BLOCKS));
-    p.rows_per_block = p.steps * p.ty;
-    p.blocks = ceil_div(N, p.rows_per_block);
+    p.warps = std::max(1, std::min(LN_BWD_MAX_WARPS, LN_BWD_ACC_BUDGET / (2 * C * (int)sizeof(float))));
+    const int most = std::min(LN_BWD_MAX_BLOCKS, ceil_div(N, p.warps)); // at least a row per warp
+    p.rows_per_block = ceil_div(N, most);
+    p.blocks = ceil_div(N, p.rows_per_block); // no block left empty
+    p.groups = ceil_div(p.blocks, LN_BWD_GROUP);
     return p;
 }
 
 /*
- * Floats of scratch layernorm_backward needs for any row count up to N: per block, C dweight partials then
- * C dbias partials. The block count is not monotone in the row count (at C=768, 5120 rows take 1024
- * blocks and 8192 rows 820), so the bound is one that holds for every n <= N: a block has at least ty
- * rows, and there are never more than LN_BWD_MAX_BLOCKS.
+ * Floats of scratch layernorm_backward needs for any row count up to N: a (blocks, 2C) partial per block, then
+ * a (groups, 2C) partial per group. The block count is not monotone in the row count, so the bound is one that
+ * is: a block has at least `warps` rows, and there are never more than LN_BWD_MAX_BLOCKS.
  */
 inline size_t layernorm_backward_scratch_floats(int N, int C) {
     if (N <= 0 || C <= 0) return 0;
-    return (size_t)std::min(ceil_div(N, layernorm_backward_plan(N, C).ty), LN_BWD_MAX_BLOCKS) * 2 * C;
+    const int blocks = std::min(LN_BWD_MAX_BLOCKS, ceil_div(N, layernorm_backward_plan(N, C).warps));
+    return (size_t)(blocks + ceil_div(blocks, LN_BWD_GROUP)) * 2 * C;
 }
 
 /*
- * Pass 1. dinp (N, C) += the LayerNorm input gradient, row by row:
- *   dinp = rstd * (w*g - mean_c(w*g) - norm * mean_c(w*g*norm)),  norm = (x - mean) * rstd,  g = dout.
- * and partial (blocks, 2, C) = this block's sums over its rows of norm*g (dweight) and g (dbias).
- * A thread keeps its chunk's weight and its dweight/dbias sums in registers across rows. The two row sums
- * are reduced per warp (cub::WarpReduce) and then over the warps of the row group in warp order, through
- * shared memory double-buffered by step parity, so one barrier per step suffices: a buffer is rewritten two
- * steps later, after every thread has passed the barrier of the step in between, hence finished reading it.
- * Dynamic shared memory: 2*C floats when ty > 1, to add the row groups' partials in group order.
+ * Dynamic shared memory of a block: a flag word (padded to 16 bytes), then per warp its fp32 accumulators as
+ * 4 arrays of C/8 f128 (dweight of channels 8i..8i+3, dweight of 8i+4..8i+7, dbias the same): lane l touches
+ * only chunks l, l + 32, ..., so a warp needs no barrier to update them, and a quarter-warp's 16-byte
+ * accesses fall on consecutive addresses (no bank conflicts). The block's partials and the scratch use the
+ * same (4, C/8) f128 order.
  */
-static __global__ void __launch_bounds__(LN_BWD_THREADS, 2)
-    layernorm_backward_kernel(floatX* dinp, float* partial, const floatX* dout, const floatX* inp,
-                              const floatX* weight, const float* mean, const float* rstd, int N, int C,
-                              int rows_per_block) {
-    using WarpReduce = cub::WarpReduce<float>;
-    __shared__ typename WarpReduce::TempStorage temp[LN_BWD_THREADS / 32];
-    __shared__ float red[2][LN_BWD_THREADS / 32][2]; // [step parity][warp in block][dnorm sum, dnorm*norm sum]
-    extern __shared__ float group_acc[]; // (2, C) when ty > 1
+struct LayernormBackwardSmem {
+    static constexpr size_t flag = 0;  // unsigned int: this block adds the next level's partials
+    static constexpr size_t acc = 16;  // f128 [warps][4][C/8]
+    static size_t bytes(int warps, int C) { return acc + (size_t)warps * 2 * C * sizeof(float); }
+};
+static_assert(LayernormBackwardSmem::acc % sizeof(f128) == 0 && LayernormBackwardSmem::acc >= sizeof(unsigned int),
+              "accumulators 16-byte aligned after the flag");
 
-    const int tx = blockDim.x, ty = blockDim.y;
-    const int warps_x = tx / 32; // tx is a multiple of 32
-    const int wx = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int wid = threadIdx.y * warps_x + wx;
-    const int c = threadIdx.x * x128::size;
-    const bool active = c < C;
+// Group counters, then the count of finished groups. Zero at load and left zero by every launch: two
+// launches of the kernel must not run at the same time (the training step runs them on one stream).
+static __device__ unsigned int layernorm_backward_counters[LN_BWD_MAX_GROUPS + 1];
 
-    // The weight stays packed (bf16) to save registers; dweight/dbias sums are fp32.
-    const x128 w = active ? load128(weight + c) : x128::zeros();
-    float dw[x128::size], db[x128::size];
+// Sum over the warp, the same value in every lane (each butterfly step adds the same two values in both lanes).
+__device__ inline float ln_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/*
+ * dinp (N, C) += the LayerNorm input gradient, row by row, one warp per row:
+ *   dinp = rstd * (w*g - mean_c(w*g) - norm * mean_c(w*g*norm)),  norm = (x - mean) * rstd,  g = dout;
+ * dweight (C) += sum over rows of norm*g, dbias (C) += of g, deterministically in three levels:
+ *   1. each warp adds its rows into its shared accumulators (its rows in order), the block adds its warps in
+ *      warp order and writes its partial (2C floats) to scratch[block];
+ *   2. the last block of each group of LN_BWD_GROUP blocks to finish (an integer atomic ticket after a
+ *      __threadfence) adds the group's partials in block order into scratch[blocks + group];
+ *   3. the last group to finish adds the group partials in group order into the bf16 gradients, once.
+ * Which block finishes last changes who adds, never the order of the additions: bitwise reproducible.
+ * A row's values are read twice (the row sums first, then the gradient); the second read mostly hits L1 or L2.
+ */
+static __global__ void __launch_bounds__(LN_BWD_MAX_WARPS * 32)
+    layernorm_backward_kernel(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
+                              const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
+                              int C, int rows_per_block) {
+    extern __shared__ f128 ln_bwd_smem[];
+    unsigned int* is_last = reinterpret_cast<unsigned int*>(ln_bwd_smem) + LayernormBackwardSmem::flag / 4;
+    f128* accs = ln_bwd_smem + LayernormBackwardSmem::acc / sizeof(f128);
+
+    const int t = threadIdx.x, warps = blockDim.x / 32, warp = t / 32, lane = t % 32;
+    const int chunks = C / x128::size, width = 4 * chunks; // f128 per warp accumulator set (2C floats)
+    f128* dw_lo = accs + (size_t)warp * width;
+    f128 *dw_hi = dw_lo + chunks, *db_lo = dw_lo + 2 * chunks, *db_hi = dw_lo + 3 * chunks;
+    for (int i = lane; i < chunks; i += 32) {
+        dw_lo[i] = f128::zeros(), dw_hi[i] = f128::zeros();
+        db_lo[i] = f128::zeros(), db_hi[i] = f128::zeros();
+    }
+
+    const int row0 = (int)blockIdx.x * rows_per_block, row_end = min(N, row0 + rows_per_block);
+    for (int row = row0 + warp; row < row_end; row += warps) {
+        const size_t off = (size_t)row * C;
+        const float mu = mean[row], r = rstd[row];
+        float a = 0.0f, b = 0.0f; // sums of w*g and w*g*norm over the row
+        for (int i = lane; i < chunks; i += 32) {
+            const x128 x = load128(inp + off + i * x128::size), g = load128(dout + off + i * x128::size);
+            const x128 w = load128(weight + i * x128::size);
 #pragma unroll
-    for (int k = 0; k < x128::size; k++) dw[k] = 0.0f, db[k] = 0.0f;
-
-    const int row0 = blockIdx.x * rows_per_block;
-    const int row_end = min(N, row0 + rows_per_block);
-    const int steps = rows_per_block / ty; // identical for every thread: the barrier below is uniform
-    for (int step = 0; step < steps; step++) {
-        const int row = row0 + step * ty + threadIdx.y;
-        const bool valid = row < row_end;
-        const int par = step & 1;
-        // x, g and the old dinp stay packed across the reduction; norm and w*g are recomputed after it
-        // (cheaper than holding 16 more floats in registers).
-        x128 x = x128::zeros(), g = x128::zeros(), d_old = x128::zeros();
-        float mu = 0.0f, r = 0.0f, a = 0.0f, b = 0.0f;
-        if (valid && active) {
-            const size_t off = (size_t)row * C + c;
-            x = load128cs(inp + off);
-            g = load128cs(dout + off);
-            d_old = load128(dinp + off); // issued early: its latency overlaps the reduction
-            mu = mean[row];
-            r = rstd[row];
+            for (int k = 0; k < x128::size; k++) {
+                const float dn = __bfloat162float(w[k]) * __bfloat162float(g[k]);
+                a += dn;
+                b += dn * ((__bfloat162float(x[k]) - mu) * r);
+            }
+        }
+        const float dn_mean = ln_warp_sum(a) / C, dn_norm_mean = ln_warp_sum(b) / C;
+        for (int i = lane; i < chunks; i += 32) {
+            const size_t at = off + i * x128::size;
+            const x128 x = load128cs(inp + at), g = load128cs(dout + at), d_old = load128(dinp + at);
+            const x128 w = load128(weight + i * x128::size);
+            f128 acc[4] = {dw_lo[i], dw_hi[i], db_lo[i], db_hi[i]};
+            x128 d;
 #pragma unroll
             for (int k = 0; k < x128::size; k++) {
                 const float gk = __bfloat162float(g[k]);
                 const float norm = (__bfloat162float(x[k]) - mu) * r;
                 const float dn = __bfloat162float(w[k]) * gk;
-                a += dn;
-                b += dn * norm;
-                dw[k] += norm * gk;
-                db[k] += gk;
-            }
-        }
-        a = WarpReduce(temp[wid]).Sum(a);
-        __syncwarp(); // temp[wid] reused at once
-        b = WarpReduce(temp[wid]).Sum(b);
-        if (lane == 0) red[par][wid][0] = a, red[par][wid][1] = b;
-        __syncthreads();
-        if (valid && active) {
-            float sa = 0.0f, sb = 0.0f;
-            for (int i = 0; i < warps_x; i++) { // warp order: fixed
-                sa += red[par][threadIdx.y * warps_x + i][0];
-                sb += red[par][threadIdx.y * warps_x + i][1];
-            }
-            const float dn_mean = sa / C, dn_norm_mean = sb / C;
-            x128 d;
-#pragma unroll
-            for (int k = 0; k < x128::size; k++) {
-                const float norm = (__bfloat162float(x[k]) - mu) * r;
-                const float dn = __bfloat162float(w[k]) * __bfloat162float(g[k]);
+                acc[k / f128::size][k % f128::size] += norm * gk;
+                acc[2 + k / f128::size][k % f128::size] += gk;
                 d[k] = __float2bfloat16(__bfloat162float(d_old[k]) + r * (dn - dn_mean - norm * dn_norm_mean));
             }
-            store128(dinp + (size_t)row * C + c, d);
+            store128(dinp + at, d);
+            dw_lo[i] = acc[0], dw_hi[i] = acc[1], db_lo[i] = acc[2], db_hi[i] = acc[3];
         }
     }
-
-    // Row groups' parameter-gradient sums, added in group order; the last group writes the block's partial.
-    float* out = partial + (size_t)blockIdx.x * 2 * C;
-    for (int y = 0; y < ty; y++) {
-        if (threadIdx.y == y && active) {
-            float* dst = (y == ty - 1) ? out : group_acc;
-#pragma unroll
-            for (int k = 0; k < x128::size; k++) {
-                const float pw = (y == 0) ? 0.0f : group_acc[c + k];
-                const float pb = (y == 0) ? 0.0f : group_acc[C + c + k];
-                dst[c + k] = pw + dw[k];
-                dst[C + c + k] = pb + db[k];
-            }
-        }
-        if (ty > 1) __syncthreads(); // ty is uniform across the block
-    }
-}
-
-constexpr int LN_BWD_FINAL_ROWS = 8;
-
-/*
- * Pass 2. dweight (C) += sum over blocks of partial[:, 0, :], dbias (C) += of partial[:, 1, :], in block order.
- * Block (32, 8) covers 32 of the 2C columns: thread (x, y) sums blocks y, y+8, ... of column x, then row y=0
- * adds the 8 sums in order. Reads of 32 consecutive floats per warp are coalesced.
- */
-static __global__ void layernorm_backward_final_kernel(floatX* dweight, floatX* dbias, const float* partial,
-                                                       int blocks, int C) {
-    __shared__ float part[LN_BWD_FINAL_ROWS][33];
-    const int col = blockIdx.x * 32 + threadIdx.x;
-    const bool in = col < 2 * C;
-    float s = 0.0f;
-    if (in)
-        for (int b = threadIdx.y; b < blocks; b += LN_BWD_FINAL_ROWS) s += partial[(size_t)b * 2 * C + col];
-    part[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
-    if (threadIdx.y == 0 && in) {
-        float total = 0.0f;
-        for (int y = 0; y < LN_BWD_FINAL_ROWS; y++) total += part[y][threadIdx.x];
-        floatX* g = col < C ? dweight + col : dbias + (col - C);
-        *g = __float2bfloat16(__bfloat162float(*g) + total);
+
+    // Level 1: the block's warps in warp order.
+    float* partial = scratch + (size_t)blockIdx.x * 2 * C;
+    for (int j = t; j < width; j += blockDim.x) {
+        f128 s = accs[j];
+        for (int w = 1; w < warps; w++) {
+            const f128 v = accs[(size_t)w * width + j];
+#pragma unroll
+            for (int k = 0; k < f128::size; k++) s[k] += v[k];
+        }
+        store128(partial + j * f128::size, s);
+    }
+
+    // Level 2: the group's last block to finish adds the group's blocks in order. The fence makes this
+    // block's partial visible to every block before its ticket is counted.
+    const int group = blockIdx.x / LN_BWD_GROUP, groups = ceil_div((int)gridDim.x, LN_BWD_GROUP);
+    const int first = group * LN_BWD_GROUP, in_group = min(LN_BWD_GROUP, (int)gridDim.x - first);
+    __threadfence();
+    __syncthreads();
+    if (t == 0) *is_last = atomicAdd(&layernorm_backward_counters[group], 1u) == (unsigned)in_group - 1;
+    __syncthreads();
+    if (!*is_last) return;
+    if (t == 0) layernorm_backward_counters[group] = 0; // every block of the group has counted: reset
+    float* group_partial = scratch + ((size_t)gridDim.x + group) * 2 * C;
+    for (int j = t; j < width; j += blockDim.x) {
+        f128 s = f128::zeros();
+        for (int blk = first; blk < first + in_group; blk++) {
+            const f128 v = load128cg(scratch + (size_t)blk * 2 * C + j * f128::size);
+#pragma unroll
+            for (int k = 0; k < f128::size; k++) s[k] += v[k];
+        }
+        store128(group_partial + j * f128::size, s);
+    }
+
+    // Level 3: the last group to finish adds the groups in order into the gradients.
+    __threadfence();
+    __syncthreads();
+    if (t == 0)
+        *is_last = atomicAdd(&layernorm_backward_counters[LN_BWD_MAX_GROUPS], 1u) == (unsigned)groups - 1;
+    __syncthreads();
+    if (!*is_last) return;
+    if (t == 0) layernorm_backward_counters[LN_BWD_MAX_GROUPS] = 0;
+    const float* group_partials = scratch + (size_t)gridDim.x * 2 * C;
+    for (int j = t; j < width; j += blockDim.x) {
+        f128 s = f128::zeros();
+        for (int grp = 0; grp < groups; grp++) {
+            const f128 v = load128cg(group_partials + (size_t)grp * 2 * C + j * f128::size);
+#pragma unroll
+            for (int k = 0; k < f128::size; k++) s[k] += v[k];
+        }
+        // f128 j is array j / chunks (dweight low, dweight high, dbias low, dbias high) of chunk j % chunks.
+        const int arr = j / chunks, c0 = (j % chunks) * x128::size + (arr % 2) * f128::size;
+        floatX* grad = (arr < 2 ? dweight : dbias) + c0;
+#pragma unroll
+        for (int k = 0; k < f128::size; k++) grad[k] = __float2bfloat16(__bfloat162float(grad[k]) + s[k]);
     }
 }
 
@@ -313,12 +340,12 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, flo
     layernorm_check_channels(C, LN_BWD_MAX_C, "layernorm_backward");
     if (N <= 0) return;
     const LayernormBackwardPlan p = layernorm_backward_plan(N, C);
-    const size_t smem = p.ty > 1 ? 2 * (size_t)C * sizeof(float) : 0; // ty > 1 only when C <= 2048: <= 16 KiB
-    layernorm_backward_kernel<<<p.blocks, dim3(p.tx, p.ty), smem, stream>>>(dinp, scratch, dout, inp, weight, mean,
-                                                                           rstd, N, C, p.rows_per_block);
-    CUDA_LAUNCH_CHECK();
-    layernorm_backward_final_kernel<<<ceil_div(2 * C, 32), dim3(32, LN_BWD_FINAL_ROWS), 0, stream>>>(
-        dweight, dbias, scratch, p.blocks, C);
+    const size_t smem = LayernormBackwardSmem::bytes(p.warps, C);
+    if (smem > 48 * 1024) // past the default limit the kernel has to opt in
+        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+    layernorm_backward_kernel<<<p.blocks, p.warps * 32, smem, stream>>>(dinp, dweight, dbias, scratch, dout, inp,
+                                                                        weight, mean, rstd, N, C, p.rows_per_block);
     CUDA_LAUNCH_CHECK();
 }
 

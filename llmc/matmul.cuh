@@ -5,8 +5,8 @@
  * inp (BT, C) @ weight^T with weight (OC, C) is, in cuBLAS's column-major terms, out^T = weight^T' * inp^T:
  * m = OC, n = BT, k = C, A = weight transposed, B = inp as is.
  *
- * Bias gradients use our own two-pass kernel rather than the BGRADB epilogue: the epilogue overwrites, and
- * gradient accumulation needs +=, deterministically.
+ * Bias gradients use our own kernel (llmc/bias_backward.cuh) rather than the BGRADB epilogue: the epilogue
+ * overwrites, and gradient accumulation needs +=, deterministically.
  *
  * Where cuBLASLt offers no algorithm for a GELU epilogue (GELU_AUX, GELU_AUX_BIAS, DGELU) at some shape, that
  * shape's plan falls back to the GEMM without the GELU (BIAS or DEFAULT) followed by the llmc/gelu.cuh kernel,
@@ -39,6 +39,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "llmc/bias_backward.cuh"
 #include "llmc/cuda_common.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/gemm_tuning.h"
@@ -423,27 +424,6 @@ inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
     matmul_cublaslt(out, weight, inp, bias, OC, BT, C, true, false, false, epi, pre_gelu, stream);
 }
 
-// Pass 1 of the bias gradient: column sums of dout over a fixed slice of rows per block row, fp32 partials.
-constexpr int BIAS_ROW_SLICES = 64;
-static __global__ void bias_backward_partial_kernel(float* partial, const floatX* dout, int BT, int OC) {
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= OC) return;
-    int rows_per_slice = ceil_div(BT, BIAS_ROW_SLICES);
-    int r0 = blockIdx.y * rows_per_slice, r1 = min(BT, r0 + rows_per_slice);
-    float s = 0.0f;
-    for (int r = r0; r < r1; r++) s += __bfloat162float(dout[(size_t)r * OC + col]);
-    partial[(size_t)blockIdx.y * OC + col] = s;
-}
-// Pass 2: slices added in order, then once into the bf16 gradient.
-static __global__ void bias_backward_final_kernel(floatX* dbias, const float* partial, int OC) {
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= OC) return;
-    float s = 0.0f;
-    for (int i = 0; i < BIAS_ROW_SLICES; i++) s += partial[(size_t)i * OC + col];
-    dbias[col] = __float2bfloat16(__bfloat162float(dbias[col]) + s);
-}
-inline size_t bias_backward_scratch_floats(int OC) { return (size_t)BIAS_ROW_SLICES * OC; }
-
 /*
  * Backward of matmul_forward. dinp (BT, C) is written; dweight (OC, C) and dbias (OC) accumulate (+=).
  * With pre_gelu (the forward's pre-activation of `inp`, (BT, C)), dinp is also multiplied by gelu'(pre_gelu):
@@ -458,13 +438,7 @@ inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float*
     // dweight^T (C, OC) += inp^T (C, BT) * dout (BT, OC)
     matmul_cublaslt(dweight, inp, dout, nullptr, C, OC, BT, false, true, true, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
                     stream);
-    if (dbias) {
-        dim3 grid(ceil_div(OC, 256), BIAS_ROW_SLICES);
-        bias_backward_partial_kernel<<<grid, 256, 0, stream>>>(scratch, dout, BT, OC);
-        CUDA_LAUNCH_CHECK();
-        bias_backward_final_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, scratch, OC);
-        CUDA_LAUNCH_CHECK();
-    }
+    if (dbias) bias_backward(dbias, scratch, dout, BT, OC, stream);
 }
 
 } // namespace llmc

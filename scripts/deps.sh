@@ -7,7 +7,7 @@
 #     training and its tests, doc/distributed.md).
 #   Python packages from PyPI: matplotlib (the plot scripts) and HolisticTraceAnalysis (the trace tests); where
 #     they go is said below. The Makefile puts .venv/bin first on PATH when there is one.
-#   Not installed: the CUDA toolkit. Without nvcc the GPU programs and the emulated GPU tests are not built.
+#   Not installed: the CUDA toolkit. Without nvcc the GPU programs are not built; the emulated GPU tests still are.
 #
 # Packages are installed as root, through sudo when not run as root.
 set -euo pipefail
@@ -74,6 +74,17 @@ if [ -n "$py_need" ]; then
     fi
 fi
 
-command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] ||
-    echo "deps: no nvcc (CUDA toolkit): the GPU programs and the emulated GPU tests will not be built"
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+    # cuobjdump reads the attention kernels' SASS (make sass_check, part of make test); some toolkit installs
+    # lack it, and NVIDIA publishes it alone on PyPI.
+    if [ -x .venv/bin/python3 ]; then py=.venv/bin/python3; else py=python3; fi
+    cuda_bin="${CUDA_HOME:-/usr/local/cuda}/bin"
+    if ! command -v cuobjdump >/dev/null 2>&1 && [ ! -x "$cuda_bin/cuobjdump" ] &&
+        ! "$py" -c 'import glob, nvidia, sys; sys.exit(not any(glob.glob(p + "/*/bin/cuobjdump") for p in nvidia.__path__))' 2>/dev/null; then
+        echo "deps: pip installing nvidia-cuda-cuobjdump (cuobjdump, for make sass_check)"
+        "$py" -m pip install --quiet --root-user-action=ignore nvidia-cuda-cuobjdump
+    fi
+else
+    echo "deps: no nvcc (CUDA toolkit): the GPU programs will not be built (the emulated GPU tests still are)"
+fi
 exit 0

@@ -196,14 +196,14 @@ fi
 O=$(q "$work")
 
 # ---- what the GPU tests are: every suite in test/gpu/*.cu; the sanitizers take the kernel and model suites
-# at small shapes (GpuAttention.Gpt2Shape is GPT-2's full T=1024 shape) ----
+# at small shapes (GpuAttention.Gpt2Shape and FullContextT1024 are T=1024, EveryLengthFrom1To130 130 runs) ----
 # (GPU_TEST is a TEST on the device; the emulated tier's copies are suites Emu*, not GPU stages.)
 mapfile -t gpu_suites < <(sed -n 's/^\(GPU_\)\{0,1\}TEST\(_F\|_P\)\{0,1\}(\([A-Za-z_][A-Za-z0-9_]*\),.*/\3/p' test/gpu/*.cu 2>/dev/null | sort -u)
 gpu_filter=$(printf '%s.*:' "${gpu_suites[@]}")
 gpu_filter=${gpu_filter%:}
-san_filter='Kernels*:GpuAttention.*:GPT2GPU.*-GpuAttention.Gpt2Shape'
+san_filter='Kernels*:GpuPtx.*:GpuAttention.*:GPT2GPU.*-GpuAttention.Gpt2Shape:GpuAttention.FullContextT1024:GpuAttention.EveryLengthFrom1To130'
 # --lease: the kernel suites alone, so that both tools finish within 90 s.
-[ "$lease" = 1 ] && san_filter='Kernels*:GpuAttention.*-GpuAttention.Gpt2Shape'
+[ "$lease" = 1 ] && san_filter='Kernels*:GpuPtx.*:GpuAttention.*-GpuAttention.Gpt2Shape:GpuAttention.FullContextT1024:GpuAttention.EveryLengthFrom1To130'
 
 # ---- the binaries each stage needs (the build stage makes the union for the selected stages) ----
 declare -A NEEDS=([gpu_tests]="build/run_tests train_gpt2 prepare_data train_gpt2cu profile_gpt2cu"

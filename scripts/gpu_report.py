@@ -9,7 +9,7 @@
 KIND: inventory, build, gtest, sanitizer, ladder, data, train, benchmark, torch, profile, ncu, nsys.
 DIR is a gpu_check.sh output directory: stages.tsv (stage, rc or "skip", seconds, limit, note) and
 logs/STAGE.log. Standard library only; the formats parsed are those of the programs in this repository
-(llmc/train_loop.h, llmc/profile_writers.h, dev/cuda/bench_common.cuh, scripts/benchmark_gpu.sh,
+(llmc/train/loop.cpp, llmc/profiler/writers.cpp, dev/cuda/bench_common.cuh, scripts/benchmark_gpu.sh,
 dev/torch_gpt2_baseline.py), of GoogleTest, compute-sanitizer, ncu --csv and nsys.
 """
 import argparse
@@ -370,7 +370,7 @@ def parse_measured_table(lines):
     return rows
 
 
-# One value each from profile_gpt2cu's output and its summary (llmc/profile_writers.h): (pattern, conversion).
+# One value each from profile_gpt2cu's output and its summary (llmc/profiler/writers.cpp): (pattern, conversion).
 PROFILE_FIELDS = {
     "config": (r"^profile_gpt2cu: (.*)$", str),
     "tok_s": (r"^\s+(\S+) tokens/s over \d+ steps", fnum),
@@ -601,178 +601,237 @@ PARSERS = {"inventory": parse_inventory, "build": parse_build, "gtest": parse_gt
 
 # ---------------------------------------------------------------- stage verdicts
 
+class JudgeContext:
+    """What a stage's verdict may look at besides its log: the report directory (other stages' logs and files),
+    whether to write files there, whether the stage was killed (its log ends early)."""
+
+    def __init__(self, kind, report_dir=None, write_files=False, killed=False):
+        self.kind, self.report_dir, self.write_files, self.killed = kind, report_dir, write_files, killed
+
+
+def judge_ncu(stage, rc, text, ctx):
+    """Ncu launches joined with the profiler's kernels.csv; writes ncu_vs_profiler.csv (write_files)."""
+    kcsv = None
+    if ctx.report_dir:
+        path = os.path.join(ctx.report_dir, NCU_PROFILE_DIR, "kernels.csv")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                kcsv = f.read()
+    p = parse_ncu(text, kcsv)
+    if ctx.write_files and ctx.report_dir and p["kernels"]:
+        with open(os.path.join(ctx.report_dir, "ncu_vs_profiler.csv"), "w", encoding="utf-8") as f:
+            f.write(ncu_table_csv(p))
+    if p["error"]:
+        return "fail", p["error"]
+    if kcsv is None:
+        return "fail", f"no {NCU_PROFILE_DIR}/kernels.csv from the profiler run; {p['launches']} ncu launches"
+    key = (f"{p['launches']} launches, {p['joined']} kernels joined; ncu/profiler per-launch time: median "
+           f"{fmt(p['ratio_median'], '.3f')}, range {fmt(p['ratio_min'], '.2f')}-{fmt(p['ratio_max'], '.2f')}, "
+           f"step total {fmt(p['ratio_total'], '.3f')} (ncu_vs_profiler.csv)")
+    if p["profiler_only"]:
+        key += f"; {len(p['profiler_only'])} profiled kernels not seen by ncu"
+    if p["ncu_only"]:
+        key += f"; {len(p['ncu_only'])} only under ncu (outside the profiled steps)"
+    return ("pass" if rc == 0 and p["joined"] > 0 else "fail"), key
+
+
+def judge_inventory(stage, rc, text, ctx):
+    """The GPU, driver and libraries found."""
+    p = PARSERS[ctx.kind](text)
+    tools = ", ".join(f"{t} {'yes' if v else 'no'}" for t, v in {**p["tools"], **p["libs"]}.items())
+    key = (f"{p['gpu'] or '?'} (sm {p['compute_cap'] or '?'}, {p['memory'] or '?'}), driver {p['driver'] or '?'} "
+           f"(CUDA {p['driver_cuda'] or '?'}), nvcc {p['nvcc'] or '?'}, cuBLASLt {p['cublaslt'] or '?'}, "
+           f"CUPTI {p['cupti'] or '?'}; {tools}")
+    if p["clocks"]:
+        key += f"; clocks (SM, memory, max SM, max memory) {p['clocks']}"
+    return ("pass" if rc == 0 and p["gpu"] else "fail"), key
+
+
+def judge_build(stage, rc, text, ctx):
+    """What make compiled."""
+    p = PARSERS[ctx.kind](text)
+    if ctx.killed:
+        return "fail", f"{p['compiled']} compiler runs before it was stopped"
+    if rc != 0:
+        return "fail", p["error"] or f"make exited {rc}"
+    return "pass", "up to date" if p["up_to_date"] else f"{p['compiled']} compiler runs"
+
+
+def judge_gtest(stage, rc, text, ctx):
+    """The GoogleTest summary."""
+    p = PARSERS[ctx.kind](text)
+    return ("pass" if rc == 0 and gtest_ok(p) else "fail"), gtest_key(p)
+
+
+def judge_sanitizer(stage, rc, text, ctx):
+    """Compute-sanitizer's summary and the tests it ran."""
+    p = PARSERS[ctx.kind](text)
+    g = p["gtest"]
+    if p["errors"] is None:
+        key = "no sanitizer summary"
+    elif p["hazards"] is not None:
+        key = f"{p['hazards']} hazards ({p['errors']} errors, {p['warnings']} warnings)"
+    else:
+        key = f"{p['errors']} errors"
+    if p["first_error"] and p["errors"]:
+        key += f" (first: {p['first_error'][:100]})"
+    key += "; tests: " + gtest_key(g)
+    ok = rc == 0 and p["errors"] == 0 and gtest_ok(g)
+    return ("pass" if ok else "fail"), key
+
+
+def judge_ladder(stage, rc, text, ctx):
+    """Every kernel benchmark ran and validated."""
+    p = PARSERS[ctx.kind](text)
+    progs = p["programs"]
+    ok = rc == 0 and progs and all(x["exit"] == 0 and not x["checks_failed"] and not x.get("missing")
+                                   for x in progs)
+    return ("pass" if ok else "fail"), ladder_key(p)
+
+
+def judge_data(stage, rc, text, ctx):
+    """The shards written (or already there)."""
+    p = PARSERS[ctx.kind](text)
+    if rc != 0:
+        return "fail", p["error"] or f"exited {rc}"
+    if p["already_prepared"]:
+        return "pass", "already prepared"
+    if p["train_tokens"] is None or ctx.killed:
+        return "fail", "no shards written"
+    return "pass", f"{p['train_tokens']} train, {p['val_tokens']} val tokens"
+
+
+def judge_train(stage, rc, text, ctx):
+    """Steps, losses against the CPU reference, val, sample."""
+    p = PARSERS[ctx.kind](text)
+    v = p["val_losses"]
+    key = (f"{p['steps']} steps, loss {fmt(p['first_loss'], '.3f')} -> {fmt(p['last_loss'], '.3f')}, val "
+           + (" -> ".join(f"{x:.3f}" for x in v) if v else "none")
+           + f"; {fmt(p['tok_s'], '.0f')} tok/s, {fmt(p['ms'], '.1f')} ms/step, MFU {fmt(p['mfu'], '.1f')}%, "
+           f"{fmt(p['mem_gib'], '.1f')} GiB; sample {'yes' if p['sample'] else 'no'}")
+    problems = []
+    if p["max_steps"] is None or p["steps"] < p["max_steps"]:
+        problems.append(f"only {p['steps']} steps" + (f" of {p['max_steps']}" if p["max_steps"] else ""))
+    if p["reference"]:
+        ref = p["reference"]
+        key += ("; vs CPU reference (tolerance " + f"{REF_LOSS_TOL:.0%}): "
+                + ", ".join(f"step {x['step']} {fmt(x['gpu'], '.4f')}/{x['cpu']:.4f}"
+                            + ("" if x["rel"] is None else f" ({x['rel']:+.2%})") for x in ref))
+        off = [x for x in ref if x["rel"] is None or abs(x["rel"]) > REF_LOSS_TOL or not x["same_lr"]]
+        if off:
+            problems.append("losses off the CPU reference at step " + ", ".join(str(x["step"]) for x in off))
+    if p["train_falls"] is False:
+        problems.append("train loss did not fall")
+    if p["val_falls"] is not True:
+        problems.append("val loss did not fall" if p["val_falls"] is False else "fewer than 2 val losses")
+    if not p["sample"]:
+        problems.append("no sample")
+    if p["errors"]:
+        problems.append(p["errors"][0])
+    if rc != 0 or problems:
+        return "fail", "; ".join(problems or [f"exited {rc}"]) + "; " + key
+    return "pass", key
+
+
+def judge_benchmark(stage, rc, text, ctx):
+    """One row per batch size, and the profiling overhead."""
+    p = PARSERS[ctx.kind](text)
+    rows = p["rows"]
+    parts = []
+    for x in rows:
+        if x.get("ms") is None:
+            parts.append(f"B={x['B']} failed: {x['error']}")
+            continue
+        s = f"B={x['B']} {x['tok_s']} tok/s {x['ms']:.1f} ms MFU {x['mfu']:.1f}% {x['mem_gib']:.1f} GiB"
+        if x["overhead_pct"] is not None:
+            s += f", profiling overhead {x['overhead_pct']:.2f}%"
+        if x["error"]:
+            s += f" ({x['error']})"
+        parts.append(s)
+    over = [x["overhead_pct"] for x in rows if x.get("overhead_pct") is not None]
+    if over:
+        parts.append(f"overhead target <= 2%: {'met' if max(over) <= 2 else 'missed'}")
+    ok = rc == 0 and rows and all(x.get("ms") is not None and not x["error"] for x in rows)
+    return ("pass" if ok else "fail"), "; ".join(parts) or "no result rows"
+
+
+def judge_torch(stage, rc, text, ctx):
+    """Compiled PyTorch's tok/s against ours."""
+    p = PARSERS[ctx.kind](text)
+    bench = {"rows": []}
+    log = os.path.join(ctx.report_dir or "", "logs", "benchmark.log")
+    if ctx.report_dir and os.path.exists(log):
+        bench = parse_benchmark(read_log(log))
+    ratios = {x["B"]: x for x in torch_ratios(bench, p)}
+    parts = []
+    for x in p["rows"]:
+        if x.get("tok_s") is None:
+            parts.append(f"B={x['B']} failed: {x['error']}")
+            continue
+        s = f"B={x['B']} {x['tok_s']} tok/s {x['ms']:.1f} ms {x['mem_gib']:.1f} GiB"
+        rt = ratios.get(x["B"])
+        s += f", ours/torch {rt['ratio']:.3f} ({rt['ours']} tok/s)" if rt else ", no benchmark row to compare"
+        parts.append(s)
+    key = "; ".join(parts) or (p["error"] or "no result rows")
+    if p["setup"]:
+        key += f" ({p['setup']})"
+    ok = rc == 0 and p["rows"] and all(x.get("tok_s") is not None for x in p["rows"])
+    return ("pass" if ok else "fail"), key
+
+
+def judge_profile(stage, rc, text, ctx):
+    """Throughput, records, findings; counters for profile_counters."""
+    p = PARSERS[ctx.kind](text)
+    key = (f"{fmt(p['tok_s'], '.0f')} tok/s, {fmt(p['ms_per_step'], '.2f')} ms/step (GPU "
+           f"{fmt(p['gpu_ms_per_step'], '.2f')}), MFU {fmt(p['mfu'], '.1f')}%, {fmt(p['kernels'], 'd')} kernels, "
+           f"{fmt(p['dropped'], 'd')} dropped, top {p['top_kernel'] or '?'}; findings: "
+           f"{', '.join(p['findings']) or 'none'}")
+    problems = []
+    if not p["written_to"]:
+        problems.append("no profile written")
+    if p["dropped"]:
+        problems.append(f"{p['dropped']} CUPTI records dropped")
+    if p["errors"]:
+        problems.append(p["errors"][0])
+    if stage == "profile_counters":
+        if p["counters"] is None:
+            problems.append("counters not collected: " + (p["counters_note"] or "no counters line"))
+        else:
+            key += f"; counters: {p['counters']} kernels"
+            if p["gemm_hw_over_analytic"] is not None:
+                key += f", tensor/analytic GEMM FLOPs {p['gemm_hw_over_analytic']:.4f}"
+            if p["worst_gemm_row"]:
+                key += f" (furthest: {p['worst_gemm_row']['row']} {p['worst_gemm_row']['ratio']:.4f})"
+            if p["counters_note"]:
+                key += f"; {p['counters_note']}"
+    if rc != 0 or problems:
+        return "fail", "; ".join(problems or [f"exited {rc}"]) + "; " + key
+    return "pass", key
+
+
+def judge_nsys(stage, rc, text, ctx):
+    """The report file and the NVTX domain."""
+    p = PARSERS[ctx.kind](text)
+    key = (f"report {p['report'] or 'missing'}"
+           + (f" ({p['report_bytes'] / 1e6:.1f} MB)" if p["report_bytes"] else "")
+           + f", {p['steps']} steps at {fmt(p['tok_s'], '.0f')} tok/s under nsys, NVTX domain llmc "
+           f"{'seen' if p['nvtx_llmc'] else 'not seen'}")
+    return ("pass" if rc == 0 and p["report"] else "fail"), key
+
+# The verdict of each kind of stage: (stage, rc, log text, JudgeContext) -> (pass or fail, key numbers).
+JUDGES = {"inventory": judge_inventory, "build": judge_build, "gtest": judge_gtest, "sanitizer": judge_sanitizer,
+          "ladder": judge_ladder, "data": judge_data, "train": judge_train, "benchmark": judge_benchmark,
+          "torch": judge_torch, "profile": judge_profile, "ncu": judge_ncu, "nsys": judge_nsys}
+
+
 def judge(stage, rc, text, report_dir=None, limit=None, write_files=False, killed=False):
     """(status, key numbers) of one stage: status is pass or fail. write_files: the ncu stage writes
     report_dir/ncu_vs_profiler.csv, its per-kernel table."""
-    kind = KIND[stage]
     if rc in (124, 137):
         return "fail", f"timed out after {limit or '?'} s; " + judge(stage, 0, text, report_dir, limit, write_files,
                                                                        killed=True)[1]
-    if kind == "ncu":
-        kcsv = None
-        if report_dir:
-            path = os.path.join(report_dir, NCU_PROFILE_DIR, "kernels.csv")
-            if os.path.exists(path):
-                with open(path, encoding="utf-8") as f:
-                    kcsv = f.read()
-        p = parse_ncu(text, kcsv)
-        if write_files and report_dir and p["kernels"]:
-            with open(os.path.join(report_dir, "ncu_vs_profiler.csv"), "w", encoding="utf-8") as f:
-                f.write(ncu_table_csv(p))
-        if p["error"]:
-            return "fail", p["error"]
-        if kcsv is None:
-            return "fail", f"no {NCU_PROFILE_DIR}/kernels.csv from the profiler run; {p['launches']} ncu launches"
-        key = (f"{p['launches']} launches, {p['joined']} kernels joined; ncu/profiler per-launch time: median "
-               f"{fmt(p['ratio_median'], '.3f')}, range {fmt(p['ratio_min'], '.2f')}-{fmt(p['ratio_max'], '.2f')}, "
-               f"step total {fmt(p['ratio_total'], '.3f')} (ncu_vs_profiler.csv)")
-        if p["profiler_only"]:
-            key += f"; {len(p['profiler_only'])} profiled kernels not seen by ncu"
-        if p["ncu_only"]:
-            key += f"; {len(p['ncu_only'])} only under ncu (outside the profiled steps)"
-        return ("pass" if rc == 0 and p["joined"] > 0 else "fail"), key
-    p = PARSERS[kind](text)
-    if kind == "inventory":
-        tools = ", ".join(f"{t} {'yes' if v else 'no'}" for t, v in {**p["tools"], **p["libs"]}.items())
-        key = (f"{p['gpu'] or '?'} (sm {p['compute_cap'] or '?'}, {p['memory'] or '?'}), driver {p['driver'] or '?'} "
-               f"(CUDA {p['driver_cuda'] or '?'}), nvcc {p['nvcc'] or '?'}, cuBLASLt {p['cublaslt'] or '?'}, "
-               f"CUPTI {p['cupti'] or '?'}; {tools}")
-        if p["clocks"]:
-            key += f"; clocks (SM, memory, max SM, max memory) {p['clocks']}"
-        return ("pass" if rc == 0 and p["gpu"] else "fail"), key
-    if kind == "build":
-        if killed:
-            return "fail", f"{p['compiled']} compiler runs before it was stopped"
-        if rc != 0:
-            return "fail", p["error"] or f"make exited {rc}"
-        return "pass", "up to date" if p["up_to_date"] else f"{p['compiled']} compiler runs"
-    if kind == "gtest":
-        return ("pass" if rc == 0 and gtest_ok(p) else "fail"), gtest_key(p)
-    if kind == "sanitizer":
-        g = p["gtest"]
-        if p["errors"] is None:
-            key = "no sanitizer summary"
-        elif p["hazards"] is not None:
-            key = f"{p['hazards']} hazards ({p['errors']} errors, {p['warnings']} warnings)"
-        else:
-            key = f"{p['errors']} errors"
-        if p["first_error"] and p["errors"]:
-            key += f" (first: {p['first_error'][:100]})"
-        key += "; tests: " + gtest_key(g)
-        ok = rc == 0 and p["errors"] == 0 and gtest_ok(g)
-        return ("pass" if ok else "fail"), key
-    if kind == "ladder":
-        progs = p["programs"]
-        ok = rc == 0 and progs and all(x["exit"] == 0 and not x["checks_failed"] and not x.get("missing")
-                                       for x in progs)
-        return ("pass" if ok else "fail"), ladder_key(p)
-    if kind == "data":
-        if rc != 0:
-            return "fail", p["error"] or f"exited {rc}"
-        if p["already_prepared"]:
-            return "pass", "already prepared"
-        if p["train_tokens"] is None or killed:
-            return "fail", "no shards written"
-        return "pass", f"{p['train_tokens']} train, {p['val_tokens']} val tokens"
-    if kind == "train":
-        v = p["val_losses"]
-        key = (f"{p['steps']} steps, loss {fmt(p['first_loss'], '.3f')} -> {fmt(p['last_loss'], '.3f')}, val "
-               + (" -> ".join(f"{x:.3f}" for x in v) if v else "none")
-               + f"; {fmt(p['tok_s'], '.0f')} tok/s, {fmt(p['ms'], '.1f')} ms/step, MFU {fmt(p['mfu'], '.1f')}%, "
-               f"{fmt(p['mem_gib'], '.1f')} GiB; sample {'yes' if p['sample'] else 'no'}")
-        problems = []
-        if p["max_steps"] is None or p["steps"] < p["max_steps"]:
-            problems.append(f"only {p['steps']} steps" + (f" of {p['max_steps']}" if p["max_steps"] else ""))
-        if p["reference"]:
-            ref = p["reference"]
-            key += ("; vs CPU reference (tolerance " + f"{REF_LOSS_TOL:.0%}): "
-                    + ", ".join(f"step {x['step']} {fmt(x['gpu'], '.4f')}/{x['cpu']:.4f}"
-                                + ("" if x["rel"] is None else f" ({x['rel']:+.2%})") for x in ref))
-            off = [x for x in ref if x["rel"] is None or abs(x["rel"]) > REF_LOSS_TOL or not x["same_lr"]]
-            if off:
-                problems.append("losses off the CPU reference at step " + ", ".join(str(x["step"]) for x in off))
-        if p["train_falls"] is False:
-            problems.append("train loss did not fall")
-        if p["val_falls"] is not True:
-            problems.append("val loss did not fall" if p["val_falls"] is False else "fewer than 2 val losses")
-        if not p["sample"]:
-            problems.append("no sample")
-        if p["errors"]:
-            problems.append(p["errors"][0])
-        if rc != 0 or problems:
-            return "fail", "; ".join(problems or [f"exited {rc}"]) + "; " + key
-        return "pass", key
-    if kind == "benchmark":
-        rows = p["rows"]
-        parts = []
-        for x in rows:
-            if x.get("ms") is None:
-                parts.append(f"B={x['B']} failed: {x['error']}")
-                continue
-            s = f"B={x['B']} {x['tok_s']} tok/s {x['ms']:.1f} ms MFU {x['mfu']:.1f}% {x['mem_gib']:.1f} GiB"
-            if x["overhead_pct"] is not None:
-                s += f", profiling overhead {x['overhead_pct']:.2f}%"
-            if x["error"]:
-                s += f" ({x['error']})"
-            parts.append(s)
-        over = [x["overhead_pct"] for x in rows if x.get("overhead_pct") is not None]
-        if over:
-            parts.append(f"overhead target <= 2%: {'met' if max(over) <= 2 else 'missed'}")
-        ok = rc == 0 and rows and all(x.get("ms") is not None and not x["error"] for x in rows)
-        return ("pass" if ok else "fail"), "; ".join(parts) or "no result rows"
-    if kind == "torch":
-        bench = {"rows": []}
-        log = os.path.join(report_dir or "", "logs", "benchmark.log")
-        if report_dir and os.path.exists(log):
-            bench = parse_benchmark(read_log(log))
-        ratios = {x["B"]: x for x in torch_ratios(bench, p)}
-        parts = []
-        for x in p["rows"]:
-            if x.get("tok_s") is None:
-                parts.append(f"B={x['B']} failed: {x['error']}")
-                continue
-            s = f"B={x['B']} {x['tok_s']} tok/s {x['ms']:.1f} ms {x['mem_gib']:.1f} GiB"
-            rt = ratios.get(x["B"])
-            s += f", ours/torch {rt['ratio']:.3f} ({rt['ours']} tok/s)" if rt else ", no benchmark row to compare"
-            parts.append(s)
-        key = "; ".join(parts) or (p["error"] or "no result rows")
-        if p["setup"]:
-            key += f" ({p['setup']})"
-        ok = rc == 0 and p["rows"] and all(x.get("tok_s") is not None for x in p["rows"])
-        return ("pass" if ok else "fail"), key
-    if kind == "profile":
-        key = (f"{fmt(p['tok_s'], '.0f')} tok/s, {fmt(p['ms_per_step'], '.2f')} ms/step (GPU "
-               f"{fmt(p['gpu_ms_per_step'], '.2f')}), MFU {fmt(p['mfu'], '.1f')}%, {fmt(p['kernels'], 'd')} kernels, "
-               f"{fmt(p['dropped'], 'd')} dropped, top {p['top_kernel'] or '?'}; findings: "
-               f"{', '.join(p['findings']) or 'none'}")
-        problems = []
-        if not p["written_to"]:
-            problems.append("no profile written")
-        if p["dropped"]:
-            problems.append(f"{p['dropped']} CUPTI records dropped")
-        if p["errors"]:
-            problems.append(p["errors"][0])
-        if stage == "profile_counters":
-            if p["counters"] is None:
-                problems.append("counters not collected: " + (p["counters_note"] or "no counters line"))
-            else:
-                key += f"; counters: {p['counters']} kernels"
-                if p["gemm_hw_over_analytic"] is not None:
-                    key += f", tensor/analytic GEMM FLOPs {p['gemm_hw_over_analytic']:.4f}"
-                if p["worst_gemm_row"]:
-                    key += f" (furthest: {p['worst_gemm_row']['row']} {p['worst_gemm_row']['ratio']:.4f})"
-                if p["counters_note"]:
-                    key += f"; {p['counters_note']}"
-        if rc != 0 or problems:
-            return "fail", "; ".join(problems or [f"exited {rc}"]) + "; " + key
-        return "pass", key
-    if kind == "nsys":
-        key = (f"report {p['report'] or 'missing'}"
-               + (f" ({p['report_bytes'] / 1e6:.1f} MB)" if p["report_bytes"] else "")
-               + f", {p['steps']} steps at {fmt(p['tok_s'], '.0f')} tok/s under nsys, NVTX domain llmc "
-               f"{'seen' if p['nvtx_llmc'] else 'not seen'}")
-        return ("pass" if rc == 0 and p["report"] else "fail"), key
-    raise ValueError(stage)
+    kind = KIND[stage]
+    return JUDGES[kind](stage, rc, text, JudgeContext(kind, report_dir, write_files, killed))
 
 
 # ---------------------------------------------------------------- the report

@@ -74,10 +74,36 @@ TEST(EmuRewrite, StopsOnWhatTheEmulatorCannotHonour) {
                    Case{"__global__ void k() { __shared__ float a[]; }\n", "unsized"},
                    Case{"void f() { k<<<1, 2, 3, 4, 5>>>(); }\n", "5 parts"},
                    Case{"void f() { k<<<1, 2>>>; }\n", "argument list"},
-                   Case{"__managed__ float x;\n", "managed memory"}}) {
+                   Case{"__managed__ float x;\n", "managed memory"},
+                   // inline PTX in the branch the emulated build compiles is still refused
+                   Case{"__device__ void f() { asm(\"ret;\"); }\n#ifdef LLMC_EMU\n#else\n#endif\n", "inline PTX"}}) {
         Rewritten r = rewrite(c.source);
         EXPECT_NE(r.exit_code, 0) << c.source;
         EXPECT_TRUE(has(r.output, c.message)) << c.source << " -> " << r.output;
         EXPECT_TRUE(has(r.output, "in.cu:line 1")) << "the error names the file and line: " << r.output;
     }
+}
+
+// The branches an emulated build never compiles (#else of #ifdef LLMC_EMU, #ifndef LLMC_EMU) keep their inline PTX
+// and are not rewritten; everything else is, including code after them (line numbers kept).
+TEST(EmuRewrite, LeavesTheDeviceOnlyBranchesAlone) {
+    const std::string src = "__device__ void f(float* x) {\n"
+                            "#ifdef LLMC_EMU\n"
+                            "    emu_f(x);\n"
+                            "#else\n"
+                            "    asm volatile(\"st.global.f32 [%0], 1.0;\" :: \"l\"(x));\n"
+                            "#endif\n"
+                            "#if !defined(LLMC_EMU)\n"
+                            "    asm(\"ret;\");\n"
+                            "#endif\n"
+                            "}\n"
+                            "void g() { k<<<1, 32>>>(); }\n";
+    Rewritten r = rewrite(src);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(has(r.text, "asm volatile(\"st.global.f32 [%0], 1.0;\" :: \"l\"(x));")) << r.text;
+    EXPECT_TRUE(has(r.text, "::emu::launch(\"k\", k, (1), (32))();")) << r.text;
+    // inline PTX in the branch the emulated build does compile is refused, with its line
+    Rewritten refused = rewrite("__device__ void f() {\n#ifdef LLMC_EMU\n    asm(\"ret;\");\n#endif\n}\n");
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_TRUE(has(refused.output, "in.cu:line 3: inline PTX")) << refused.output;
 }

@@ -118,11 +118,15 @@ TEST(GpuCheckParsers, KernelLadder) {
     std::string j = parse("ladder", LOGS + "kernel_ladder.log");
     EXPECT_EQ(count(j, "\"program\": "), 6u) << j;
     EXPECT_TRUE(has(j, "\"speedups\": {\"unfused/fused\": 2.72}")) << j;
-    EXPECT_TRUE(has(j, "\"speedups\": {\"naive/fused forward speedup\": 3.87}")) << j;
+    EXPECT_TRUE(has(j, "\"speedups\": {\"naive/mma forward speedup\": 7.74, \"wmma/mma backward speedup\": 2.0, "
+                       "\"wmma/mma forward speedup\": 2.0}"))
+        << j;
     EXPECT_TRUE(has(j, "\"gbps\": 3056.5, \"ms\": 1.1403, \"name\": \"adamw_update (fused)\", \"pct_bf16\": null, "
                        "\"pct_dram\": 91.2"))
         << j;
-    EXPECT_TRUE(has(j, "\"ms\": 0.5123, \"name\": \"fused forward\", \"pct_bf16\": 5.1")) << j;
+    EXPECT_TRUE(has(j, "\"ms\": 0.5123, \"name\": \"wmma forward\", \"pct_bf16\": 5.1")) << j;
+    EXPECT_TRUE(has(j, "\"ms\": 0.3, \"name\": \"torch sdpa forward\", \"pct_bf16\": null, \"pct_dram\": null, "
+                       "\"tflops\": 85.9")) << j;
     EXPECT_TRUE(has(j, "\"checks_failed\": [\"gelu_backward_inplace\"], \"checks_ok\": 1, \"device\": \"NVIDIA H100 "
                        "80GB HBM3\", \"exit\": 1, \"program\": \"gelu\""))
         << j;
@@ -312,8 +316,8 @@ TEST(GpuCheckScript, DryRunListsEveryStageAndItsCommand) {
     for (const char* cmd :
          {"nvidia-smi --query-gpu=name,driver_version", "python3 scripts/gpu_report.py versions", "make -j",
           "./build/run_tests --gtest_filter='GPT2GPU.*:",
-          "--tool memcheck --error-exitcode 1 ./build/run_tests --gtest_filter='Kernels*:GpuAttention.*:GPT2GPU.*"
-          "-GpuAttention.Gpt2Shape'",
+          "--tool memcheck --error-exitcode 1 ./build/run_tests --gtest_filter='Kernels*:GpuPtx.*:GpuAttention.*:GPT2GPU.*"
+          "-GpuAttention.Gpt2Shape:GpuAttention.FullContextT1024:GpuAttention.EveryLengthFrom1To130'",
           "--tool racecheck", "--tool synccheck", "--tool initcheck", "build/dev/cuda/$(basename \"$src\" .cu)",
           "dev/data/tinyshakespeare.sh", "./train_gpt2cu -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x 60 -v 20 -s 60",
           "scripts/benchmark_gpu.sh -e d12 -t 1024 -B '16 32 64' -p", "./profile_gpt2cu -o ",
@@ -432,7 +436,8 @@ TEST(GpuCheckLease, DryRunListsTheStagesInOrderWithinNineMinutes) {
           "../scripts/benchmark_gpu.sh -C . -e d12 -t 1024 -B '16 64'",
           "python3 ../dev/torch_gpt2_baseline.py -e d12 -t 1024 -B '16 64' -x 40 -w 10 -i data/tinyshakespeare/",
           "./profile_gpt2cu -o ", "--metrics gpu__time_duration.sum",
-          "--tool memcheck --error-exitcode 1 ./gpu_tests --gtest_filter='Kernels*:GpuAttention.*-GpuAttention.Gpt2Shape'",
+          "--tool memcheck --error-exitcode 1 ./gpu_tests --gtest_filter='Kernels*:GpuPtx.*:GpuAttention.*-GpuAttention.Gpt2Shape:"
+          "GpuAttention.FullContextT1024:GpuAttention.EveryLengthFrom1To130'",
           "--tool racecheck --error-exitcode 1 ./gpu_tests", "b=dev/cuda/$(basename \"$src\" .cu)"})
         EXPECT_TRUE(has(r.output, cmd)) << cmd << "\n" << r.output;
     EXPECT_FALSE(has(r.output, "make -j")) << r.output;
@@ -720,4 +725,72 @@ TEST(GpuBundle, Sm90CodeAndPtxDataAndTheCpuReference) {
         EXPECT_GT(kinds[std::make_pair(1, 90)], 0) << prog << ": no compute_90 PTX";
         EXPECT_EQ(kinds.size(), 2u) << prog << ": code for another architecture too";
     }
+}
+
+// scripts/check_sass.py (make sass_check) on SASS and ptxas reports written here: it passes kernels built on
+// ldmatrix, cp.async and mma.sync without spills, and names each thing it refuses.
+namespace {
+struct SassCase {
+    std::string sass, ptxas;
+};
+std::string sass_function(const std::string& name, const std::string& body) {
+    return "\t\tFunction : _ZN4llmc16attention_detail" + name + "ILi64EEEvv\n" + body;
+}
+std::string ptxas_entry(const std::string& name, int spill_stores) {
+    return "ptxas info    : Compiling entry function '_ZN4llmc16attention_detail" + name + "ILi64EEEvv' for 'sm_90'\n"
+           "ptxas info    : Function properties for _ZN4llmc16attention_detail" + name + "ILi64EEEvv\n"
+           "    0 bytes stack frame, " + std::to_string(spill_stores) + " bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Used 128 registers, used 1 barriers\n";
+}
+const char* kGoodBody = "        /*0100*/                   LDGSTS.E.BYPASS.128 [R5], desc[UR8][R2.64] ;\n"
+                        "        /*0110*/                   LDSM.16.M88.4 R12, [R7] ;\n"
+                        "        /*0120*/                   HMMA.16816.F32.BF16 R16, R12, R8, R16 ;\n"
+                        "        /*0130*/                   LDG.E.CONSTANT R3, desc[UR8][R2.64] ;\n";
+RunResult check_sass(const SassCase& c) {
+    TempDir dir;
+    std::ofstream(dir / "k.sass") << c.sass;
+    std::ofstream(dir / "k.ptxas") << c.ptxas;
+    return run("python3 scripts/check_sass.py --sass " + (dir / "k.sass") + " " + (dir / "k.ptxas"));
+}
+SassCase kernels(const std::string& forward_body, int forward_spills) {
+    SassCase c;
+    const std::pair<const char*, std::string> ks[] = {{"24attention_forward_kernel", forward_body},
+                                                      {"30attention_backward_dkdv_kernel", kGoodBody},
+                                                      {"28attention_backward_dq_kernel", kGoodBody}};
+    for (const auto& k : ks) {
+        c.sass += sass_function(k.first, k.second);
+        c.ptxas += ptxas_entry(k.first, k.first == ks[0].first ? forward_spills : 0);
+    }
+    return c;
+}
+} // namespace
+
+TEST(SassCheck, PassesMmaKernelsAndNamesEachProblem) {
+    REQUIRE_PYTHON3();
+    RunResult ok = check_sass(kernels(kGoodBody, 0));
+    EXPECT_EQ(ok.exit_code, 0) << ok.output;
+    EXPECT_TRUE(has(ok.output, "forward  128 registers")) << ok.output;
+
+    const std::string generic = std::string(kGoodBody) + "        /*0140*/                   LD.E.64 R4, [R2.64] ;\n";
+    RunResult bad = check_sass(kernels(generic, 0));
+    EXPECT_EQ(bad.exit_code, 1) << bad.output;
+    EXPECT_TRUE(has(bad.output, "1 x generic load LD.E in its SASS")) << bad.output;
+
+    const std::string no_cp_async = "        /*0110*/                   LDSM.16.M88.4 R12, [R7] ;\n"
+                                    "        /*0120*/                   HMMA.16816.F32.BF16 R16, R12, R8, R16 ;\n";
+    bad = check_sass(kernels(no_cp_async, 0));
+    EXPECT_EQ(bad.exit_code, 1) << bad.output;
+    EXPECT_TRUE(has(bad.output, "no LDGSTS in its SASS")) << bad.output;
+
+    const std::string local = std::string(kGoodBody) + "        /*0140*/                   STL.64 [R1+0x8], R4 ;\n";
+    bad = check_sass(kernels(local, 8));
+    EXPECT_EQ(bad.exit_code, 1) << bad.output;
+    EXPECT_TRUE(has(bad.output, "local store STL")) << bad.output;
+    EXPECT_TRUE(has(bad.output, "8 bytes spill stores")) << bad.output;
+
+    SassCase missing = kernels(kGoodBody, 0);
+    missing.sass = sass_function("24attention_forward_kernel", kGoodBody);
+    bad = check_sass(missing);
+    EXPECT_EQ(bad.exit_code, 1) << bad.output;
+    EXPECT_TRUE(has(bad.output, "dK/dV: no kernel named attention_backward_dkdv_kernel in the SASS")) << bad.output;
 }

@@ -1,10 +1,15 @@
 /*
- * Causal self-attention benchmark: the naive path (permute qkv -> q, k, v (B, NH, T, HS); scores = q k^T
- * with cuBLAS into fp32 (B, NH, T, T); causal softmax kernel -> bf16 probabilities; y = att v with cuBLAS;
- * unpermute) next to the fused flash-style llmc::attention_forward / attention_backward.
+ * Causal self-attention benchmark, the ladder's rungs on the same inputs in one run:
+ *   naive   permute qkv -> q, k, v (B, NH, T, HS); scores = q k^T with cuBLAS into fp32 (B, NH, T, T); causal
+ *           softmax kernel -> bf16 probabilities; y = att v with cuBLAS; unpermute (forward only);
+ *   wmma    the previous fused kernels (dev/cuda/attention_wmma.cuh: WMMA, S/P staged in shared memory);
+ *   mma     llmc::attention_forward / attention_backward (mma.sync, ldmatrix, cp.async; doc/attention.md);
+ *   torch   PyTorch's scaled_dot_product_attention (is_causal=True) where python3 imports torch with CUDA
+ *           (dev/cuda/attention_torch.py, run on the inputs written to a temporary directory).
  *
  * Every path is first validated against the CPU reference (llmc/cpu/attention.h, double) on a smaller
- * shape with partial tiles, then timed on GPT-2 124M's shape (B=16, T=1024, NH=12, HS=64).
+ * shape with partial tiles, then timed on GPT-2 124M's shape (B=16, T=1024, NH=12, HS=64); at that shape the
+ * fused outputs are also checked against the naive one and PyTorch's.
  *
  *   build/dev/cuda/attention [-b B] [-t T]
  *
@@ -12,9 +17,14 @@
  * the naive path computes the full T x T but is credited the same), backward 2.5x the forward.
  */
 #include <cstdio>
+#include <cstdlib>
 #include <cublas_v2.h>
+#include <fstream>
+#include <string>
+#include <unistd.h>
 #include <vector>
 
+#include "dev/cuda/attention_wmma.cuh"
 #include "dev/cuda/bench_common.cuh"
 #include "llmc/attention.cuh"
 #include "llmc/cpu/attention.h"
@@ -109,11 +119,21 @@ struct Naive {
 // ---- inputs and outputs of both paths ----
 
 struct Buffers {
-    DeviceBuffer<floatX> qkv, dqkv, out, out_naive, dout; // qkv, dqkv (B, T, 3C); out, out_naive, dout (B, T, C)
-    DeviceBuffer<float> lse, scratch;                     // lse (B, NH, T)
+    // qkv, dqkv, dqkv_wmma (B, T, 3C); out, out_wmma, out_naive, dout (B, T, C)
+    DeviceBuffer<floatX> qkv, dqkv, dqkv_wmma, out, out_wmma, out_naive, dout;
+    DeviceBuffer<float> lse, lse_wmma, scratch; // lse (B, NH, T)
     Buffers(int B, int T, int NH, int HS)
-        : qkv((size_t)B * T * 3 * NH * HS), dqkv(qkv.n), out((size_t)B * T * NH * HS), out_naive(out.n), dout(out.n),
-          lse((size_t)B * NH * T), scratch(llmc::attention_backward_scratch_floats(B, T, NH)) {}
+        : qkv((size_t)B * T * 3 * NH * HS), dqkv(qkv.n), dqkv_wmma(qkv.n), out((size_t)B * T * NH * HS),
+          out_wmma(out.n), out_naive(out.n), dout(out.n), lse((size_t)B * NH * T), lse_wmma(lse.n),
+          scratch(llmc::attention_backward_scratch_floats(B, T, NH)) {}
+    void run_mma(int B, int T, int NH, int HS) {
+        llmc::attention_forward(out, lse, qkv, B, T, NH, HS, 0);
+        llmc::attention_backward(dqkv, scratch, dout, out, lse, qkv, B, T, NH, HS, 0);
+    }
+    void run_wmma(int B, int T, int NH) {
+        wmma_attention::forward(out_wmma, lse_wmma, qkv, B, T, NH, 0);
+        wmma_attention::backward(dqkv_wmma, scratch, dout, out_wmma, lse_wmma, qkv, B, T, NH, 0);
+    }
     // Returns the bf16-rounded host copies of what was uploaded.
     void fill(std::vector<float>& h_qkv, std::vector<float>& h_dout, uint64_t seed) {
         h_qkv = bf16_round(random_normal(qkv.n, 1.0f, seed));
@@ -132,8 +152,8 @@ bool validate_small(int B, int T, int NH, int HS) {
     buf.fill(qkv, dout, 1234);
     Naive naive(B, T, NH, HS);
     naive.forward(buf.out_naive, buf.qkv);
-    llmc::attention_forward(buf.out, buf.lse, buf.qkv, B, T, NH, HS, 0);
-    llmc::attention_backward(buf.dqkv, buf.scratch, buf.dout, buf.out, buf.lse, buf.qkv, B, T, NH, HS, 0);
+    buf.run_wmma(B, T, NH);
+    buf.run_mma(B, T, NH, HS);
     CUDA_CHECK(cudaDeviceSynchronize());
 
     std::vector<double> inp(qkv.begin(), qkv.end()), g(dout.begin(), dout.end());
@@ -157,9 +177,57 @@ bool validate_small(int B, int T, int NH, int HS) {
     bool ok = true;
     const std::vector<float> out_ref(out.begin(), out.end()), dqkv_ref(dinp.begin(), dinp.end());
     ok &= bench::validate("naive forward out", to_float(buf.out_naive.download()), out_ref, 1e-2);
-    ok &= bench::validate("fused forward out", to_float(buf.out.download()), out_ref, 1e-2);
-    ok &= bench::validate("fused forward lse", buf.lse.download(), lse_ref, 1e-3);
-    ok &= bench::validate("fused backward dqkv", to_float(buf.dqkv.download()), dqkv_ref, 2e-2);
+    ok &= bench::validate("wmma forward out", to_float(buf.out_wmma.download()), out_ref, 1e-2);
+    ok &= bench::validate("wmma forward lse", buf.lse_wmma.download(), lse_ref, 1e-3);
+    ok &= bench::validate("wmma backward dqkv", to_float(buf.dqkv_wmma.download()), dqkv_ref, 2e-2);
+    ok &= bench::validate("mma forward out", to_float(buf.out.download()), out_ref, 1e-2);
+    ok &= bench::validate("mma forward lse", buf.lse.download(), lse_ref, 1e-3);
+    ok &= bench::validate("mma backward dqkv", to_float(buf.dqkv.download()), dqkv_ref, 2e-2);
+    return ok;
+}
+
+// dev/cuda/attention_torch.py beside this program's source: the program is build/dev/cuda/attention or
+// gpu_bundle/dev/cuda/attention, three levels below the repository.
+std::string torch_script(const char* argv0) {
+    std::string dir = argv0;
+    const size_t slash = dir.rfind('/');
+    dir = slash == std::string::npos ? "." : dir.substr(0, slash);
+    return dir + "/../../../dev/cuda/attention_torch.py";
+}
+
+template <typename T> void write_raw(const std::string& path, const std::vector<T>& v) {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(v.data()), (std::streamsize)(v.size() * sizeof(T)));
+    if (!f) throw llmc::Error("cannot write " + path);
+}
+
+// PyTorch's SDPA on the same inputs: prints its timing lines and checks its output against ours. Returns false
+// only when PyTorch ran and disagrees; an absent PyTorch is reported and skipped.
+bool run_torch(const char* argv0, Buffers& buf, int B, int T, int NH, int HS) {
+    const std::string script = torch_script(argv0);
+    if (access(script.c_str(), R_OK) != 0) {
+        printf("torch: skipped (%s not found)\n", script.c_str());
+        return true;
+    }
+    char tmpl[] = "/tmp/attention_bench_XXXXXX";
+    if (!mkdtemp(tmpl)) throw llmc::Error("attention: cannot make a temporary directory");
+    const std::string dir = tmpl;
+    write_raw(dir + "/qkv.bf16", buf.qkv.download());
+    write_raw(dir + "/dout.bf16", buf.dout.download());
+    const std::string cmd = "python3 '" + script + "' '" + dir + "' " + std::to_string(B) + " " + std::to_string(T) +
+                            " " + std::to_string(NH) + " " + std::to_string(HS);
+    fflush(stdout);
+    const int rc = system(cmd.c_str());
+    bool ok = true;
+    if (WIFEXITED(rc) && WEXITSTATUS(rc) == 0) {
+        std::vector<floatX> theirs(buf.out.n);
+        std::ifstream f(dir + "/out_torch.bf16", std::ios::binary);
+        f.read(reinterpret_cast<char*>(theirs.data()), (std::streamsize)(theirs.size() * sizeof(floatX)));
+        ok = f && bench::validate("mma vs torch out", to_float(buf.out.download()), to_float(theirs), 1e-2);
+    } else {
+        printf("torch: skipped (%s exited with %d)\n", script.c_str(), WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+    }
+    system(("rm -rf '" + dir + "'").c_str());
     return ok;
 }
 
@@ -180,22 +248,34 @@ int run(int argc, char** argv) {
     Naive naive(B, T, NH, HS);
     const double fwd_flops = 4.0 * B * NH * (double)T * T * HS / 2, bwd_flops = 2.5 * fwd_flops;
 
-    // Cross-check the fused forward against the naive one at this shape too (no CPU reference needed).
+    // Cross-check the fused forwards against the naive one at this shape too (no CPU reference needed).
     naive.forward(buf.out_naive, buf.qkv);
-    llmc::attention_forward(buf.out, buf.lse, buf.qkv, B, T, NH, HS, 0);
-    if (!bench::validate("fused vs naive out", to_float(buf.out.download()), to_float(buf.out_naive.download()), 1e-2))
+    buf.run_wmma(B, T, NH);
+    buf.run_mma(B, T, NH, HS);
+    const std::vector<float> naive_out = to_float(buf.out_naive.download());
+    if (!bench::validate("wmma vs naive out", to_float(buf.out_wmma.download()), naive_out, 1e-2) ||
+        !bench::validate("mma vs naive out", to_float(buf.out.download()), naive_out, 1e-2))
         return bench::validation_failed();
 
     const double t_naive = bench::measure("naive forward (cuBLAS + softmax)", fwd_flops, 0, ceilings,
                                           [&] { naive.forward(buf.out_naive, buf.qkv); });
-    const double t_fwd = bench::measure("fused forward", fwd_flops, 0, ceilings,
+    const double t_wfwd = bench::measure("wmma forward", fwd_flops, 0, ceilings,
+                                         [&] { wmma_attention::forward(buf.out_wmma, buf.lse_wmma, buf.qkv, B, T, NH, 0); });
+    const double t_wbwd = bench::measure("wmma backward", bwd_flops, 0, ceilings, [&] {
+        wmma_attention::backward(buf.dqkv_wmma, buf.scratch, buf.dout, buf.out_wmma, buf.lse_wmma, buf.qkv, B, T, NH, 0);
+    });
+    const double t_fwd = bench::measure("mma forward", fwd_flops, 0, ceilings,
                                         [&] { llmc::attention_forward(buf.out, buf.lse, buf.qkv, B, T, NH, HS, 0); });
-    const double t_bwd = bench::measure("fused backward", bwd_flops, 0, ceilings, [&] {
+    const double t_bwd = bench::measure("mma backward", bwd_flops, 0, ceilings, [&] {
         llmc::attention_backward(buf.dqkv, buf.scratch, buf.dout, buf.out, buf.lse, buf.qkv, B, T, NH, HS, 0);
     });
-    bench::report("fused forward + backward", t_fwd + t_bwd, fwd_flops + bwd_flops, 0, ceilings);
+    bench::report("wmma forward + backward", t_wfwd + t_wbwd, fwd_flops + bwd_flops, 0, ceilings);
+    bench::report("mma forward + backward", t_fwd + t_bwd, fwd_flops + bwd_flops, 0, ceilings);
     CUDA_CHECK(cudaDeviceSynchronize());
-    printf("naive/fused forward speedup: %.2fx\n", t_naive / t_fwd);
+    printf("wmma/mma forward speedup: %.2fx\n", t_wfwd / t_fwd);
+    printf("wmma/mma backward speedup: %.2fx\n", t_wbwd / t_bwd);
+    printf("naive/mma forward speedup: %.2fx\n", t_naive / t_fwd);
+    if (!run_torch(argv[0], buf, B, T, NH, HS)) return bench::validation_failed();
     return 0;
 }
 

@@ -3,7 +3,8 @@
  *   - unfused: a residual-add kernel (residual = inp1 + inp2) followed by llmc::layernorm_forward, which
  *     reads the residual back;
  *   - fused: llmc::fused_residual_layernorm_forward, one pass;
- *   - llmc::layernorm_forward alone, and llmc::layernorm_backward (both kernels: rows + parameter partials).
+ *   - llmc::layernorm_forward alone, and llmc::layernorm_backward (one kernel: rows, then the parameter
+ *     gradients' partial sums added by the last blocks to finish).
  *
  * Every version is validated against the CPU reference (llmc/cpu/layernorm.h, residual.h) on a small shape
  * (N not a multiple of the rows per block), then timed on GPT-2 124M's shape (B=16, T=1024, C=768).
@@ -94,7 +95,8 @@ int run(int argc, char** argv) {
     const int C = 768;
     const bench::Ceilings ceilings = bench::require_device(argv[0]);
 
-    if (!validate_small(4 * 64 + 3, C) || !validate_small(37, 1600)) return bench::validation_failed();
+    if (!validate_small(4 * 64 + 3, C) || !validate_small(37, 1600) || !validate_small(6003, C))
+        return bench::validation_failed();
 
     const int N = shape.B * shape.T;
     const size_t NC = (size_t)N * C;

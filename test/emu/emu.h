@@ -257,6 +257,22 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
 inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == mask; }
 inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 
+// ------------------------------------------------------------------------------------------- PTX (llmc/ptx.cuh)
+// The instructions llmc/ptx.cuh wraps, with the layouts it documents (test/emu/ptx.cpp, runtime.cpp):
+//  - mma m16n8k16 bf16 -> fp32 and ldmatrix x4 are warp collectives (all 32 lanes); ldmatrix row addresses
+//    must be 16-byte aligned rows inside the block's shared memory;
+//  - cp.async 16 B: destination in shared memory, source in device memory (unless src_bytes = 0, a zero fill),
+//    both 16-byte aligned; the destination reads as poison until the issuing thread's wait_group covers it.
+namespace emu {
+void ptx_mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b);
+void ptx_ldmatrix_x4(uint32_t* r, const void* row, bool trans);
+void ptx_cp_async_16(void* dst, const void* src, int src_bytes);
+void ptx_cp_async_commit();
+void ptx_cp_async_wait(int n);
+// Whether [p, p + bytes) lies inside the running block's shared memory (static or dynamic).
+bool is_shared_range(const void* p, size_t bytes);
+} // namespace emu
+
 // ------------------------------------------------------------------------------------------- loads, atomics
 template <typename T> T __ldg(const T* p) { return *p; }
 template <typename T> T __ldcs(const T* p) { return *p; }

@@ -10,7 +10,8 @@ where it was so that compiler messages and __LINE__ point at the original:
   __shared__ T name[dims];                         ->  T (&name)[dims] = ::emu::shared_var<T[dims]>(ID);
   extern __shared__ [__align__(n)] T name[];       ->  T* name = static_cast<T*>(::emu::dynamic_shared_storage());
 
-and a kernel declared with __launch_bounds__(N, ...) gets ::emu::launch_bounds_check(N, "name") as the first
+Code in a branch the emulated build never compiles (the #else of #ifdef LLMC_EMU, the body of #ifndef LLMC_EMU:
+the inline PTX of llmc/ptx.cuh) is left as it is and not examined. A kernel declared with __launch_bounds__(N, ...) gets ::emu::launch_bounds_check(N, "name") as the first
 statement of its body. Anything else the emulator cannot honour stops the build with an error naming the file
 and line: a __shared__ declaration it does not understand (several declarators, an initialiser), a launch whose
 kernel or configuration it cannot parse, inline PTX, __managed__ memory, cooperative groups, texture objects.
@@ -66,6 +67,39 @@ def mask_code(src):
         else:
             i += 1
     return "".join(out)
+
+
+EMU_CONDITIONAL = re.compile(r"#\s*if(?P<neg>n)?def\s+LLMC_EMU\b|#\s*if\s+(?P<not>!\s*)?defined\s*\(?\s*LLMC_EMU\s*\)?\s*$")
+
+
+def mask_device_only(code):
+    """code with the lines the emulated build (LLMC_EMU defined) never compiles blanked, newlines kept."""
+    lines = code.split("\n")
+    stack = []  # per open conditional: None (unrelated) or [compiled_when_emu (bool)]
+    for i, line in enumerate(lines):
+        d = line.strip()
+        directive = re.match(r"#\s*(\w+)", d)
+        word = directive.group(1) if directive else ""
+        skipped_before = any(f is not None and not f[0] for f in stack)
+        if word in ("if", "ifdef", "ifndef"):
+            m = EMU_CONDITIONAL.match(d)
+            stack.append([not (m.group("neg") or m.group("not"))] if m else None)
+        elif word == "elif":
+            if stack and stack[-1] is not None:
+                raise RewriteError(f"line {i + 1}: #elif in an LLMC_EMU conditional")
+        elif word == "else":
+            if not stack:
+                raise RewriteError(f"line {i + 1}: #else without #if")
+            if stack[-1] is not None:
+                stack[-1][0] = not stack[-1][0]
+        elif word == "endif":
+            if not stack:
+                raise RewriteError(f"line {i + 1}: #endif without #if")
+            stack.pop()
+        skipped = any(f is not None and not f[0] for f in stack)
+        if (skipped or skipped_before) and not word:
+            lines[i] = " " * len(line)
+    return "\n".join(lines)
 
 
 def line_of(src, pos):
@@ -213,7 +247,7 @@ def rewrite_launch_bounds(src, code):
 
 
 def rewrite(src, counter):
-    code = mask_code(src)
+    code = mask_device_only(mask_code(src))
     for pattern, why in UNSUPPORTED.items():
         m = re.search(pattern, code)
         if m:
@@ -230,7 +264,7 @@ def rewrite(src, counter):
         pos = end
     out.append(src[pos:])
     result = "".join(out)
-    leftover = re.search(r"<<<|\b__shared__\b", mask_code(result))
+    leftover = re.search(r"<<<|\b__shared__\b", mask_device_only(mask_code(result)))
     if leftover:
         raise RewriteError(f"line {line_of(result, leftover.start())}: a construct the rewriter does not recognise")
     assert result.count("\n") == src.count("\n"), "line numbers moved"

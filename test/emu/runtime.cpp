@@ -130,6 +130,14 @@ struct Thread {
     const char* what = "";
     const char* file = "";
     int line = 0;
+    // cp.async (llmc/ptx.cuh): copies issued and not yet landed; group -1 = not committed yet.
+    struct PendingCopy {
+        void* dst;
+        unsigned char data[16];
+        long group;
+    };
+    std::vector<PendingCopy> copies;
+    long groups_committed = 0;
     char* stack = nullptr;
     ctx::fiber fib;  // the thread, while suspended
     ctx::fiber back; // the scheduler, while the thread runs
@@ -145,6 +153,7 @@ struct Block {
         int id;
         const char* type; // typeid name: one declaration can be instantiated with several types
         void* storage;
+        size_t bytes;
     };
     std::vector<Shared> shared; // a block has a handful: a linear search allocates nothing
     size_t static_bytes = 0, smem_limit = kDefaultSmem;
@@ -507,6 +516,50 @@ void syncwarp(unsigned mask, const char* file, int line) {
 
 [[noreturn]] void collective_fault(const std::string& what) { throw FaultError(unit_fault(what)); }
 
+bool is_shared_range(const void* p, size_t bytes) {
+    if (!g_block) return false;
+    const auto inside = [&](const void* base, size_t n) {
+        const char *b = static_cast<const char*>(base), *q = static_cast<const char*>(p);
+        return base && q >= b && q + bytes <= b + n;
+    };
+    if (inside(g_block->dynamic, g_block->dynamic_bytes)) return true;
+    for (const Block::Shared& v : g_block->shared)
+        if (inside(v.storage, v.bytes)) return true;
+    return false;
+}
+
+// cp.async: the source is read at issue (a DMA may read it any time before the wait) and the destination holds
+// poison (0xFF bytes: NaN as bf16 or fp32) until a wait_group that covers the copy's group, in this thread.
+void ptx_cp_async_16(void* dst, const void* src, int src_bytes) {
+    Thread& t = current();
+    if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
+        device_fault("cp.async: address not 16-byte aligned");
+    if (!is_shared_range(dst, 16)) device_fault("cp.async: destination not in the block's shared memory");
+    if (src_bytes != 0 && src_bytes != 16) device_fault("cp.async: src-size must be 0 or 16 here");
+    if (src_bytes && !is_device_range(src, 16)) device_fault("cp.async: source not in device memory");
+    Thread::PendingCopy c{dst, {}, -1};
+    if (src_bytes) std::memcpy(c.data, src, 16);
+    std::memset(dst, 0xFF, 16);
+    t.copies.push_back(c);
+}
+void ptx_cp_async_commit() {
+    Thread& t = current();
+    for (Thread::PendingCopy& c : t.copies)
+        if (c.group < 0) c.group = t.groups_committed;
+    t.groups_committed++;
+}
+void ptx_cp_async_wait(int n) {
+    Thread& t = current();
+    const long done_below = t.groups_committed - n; // groups [0, done_below) are complete
+    size_t keep = 0;
+    for (size_t i = 0; i < t.copies.size(); i++) {
+        Thread::PendingCopy& c = t.copies[i];
+        if (c.group >= 0 && c.group < done_below) std::memcpy(c.dst, c.data, 16);
+        else t.copies[keep++] = c;
+    }
+    t.copies.resize(keep);
+}
+
 void shuffle_collective(void* const* args, unsigned mask) {
     for (int l = 0; l < 32; l++) {
         if (!args[l]) continue;
@@ -536,7 +589,7 @@ void* shared_storage(int id, size_t bytes, size_t align, const char* type) {
     if (align > 16 && reinterpret_cast<uintptr_t>(p) % align) device_fault("shared variable alignment above 16");
     std::memset(p, 0xFF, bytes);
     blk.static_bytes += bytes;
-    blk.shared.push_back({id, type, p});
+    blk.shared.push_back({id, type, p, bytes});
     return p;
 }
 void* dynamic_shared_storage() {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "llmc/matmul.cuh"
+#include "llmc/ptx.cuh"
 
 namespace {
 
@@ -55,6 +56,37 @@ __global__ void dynamic_smem_kernel(float* out, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = (float)i;
     __syncthreads();
     if (threadIdx.x == 0) out[0] = buf[n - 1];
+}
+
+// ldmatrix from `where` (0: shared, 16-byte aligned; 1: shared, 8 bytes off; 2: device memory).
+__global__ void ldmatrix_operand_kernel(float* out, int where) {
+    __shared__ __align__(16) __nv_bfloat16 s[32 * 8];
+    for (int i = 0; i < 8; i++) s[threadIdx.x * 8 + i] = __float2bfloat16((float)i);
+    __syncwarp();
+    const void* row = where == 2 ? static_cast<const void*>(out + threadIdx.x * 8)
+                                 : static_cast<const void*>(s + threadIdx.x * 8 + (where == 1 ? 4 : 0));
+    uint32_t r[4];
+    llmc::ptx::ldmatrix_x4(r, row);
+    out[threadIdx.x] = (float)r[0];
+}
+// cp.async with the destination in device memory (defect) or shared memory (correct), then a 16-byte copy out.
+__global__ void cp_async_operand_kernel(float* out, const float* in, int dst_global) {
+    __shared__ __align__(16) float s[4 * 32];
+    float* dst = dst_global ? out + 4 * threadIdx.x : s + 4 * threadIdx.x;
+    llmc::ptx::cp_async_16(dst, in + 4 * threadIdx.x, true);
+    llmc::ptx::cp_async_commit();
+    llmc::ptx::cp_async_wait<0>();
+    if (!dst_global) out[threadIdx.x] = s[4 * threadIdx.x];
+}
+// Each thread copies its own chunk with cp.async, waits for it, then reads its neighbour's chunk: correct with a
+// barrier after the wait, a race without one (the neighbour's wait may not have run yet).
+__global__ void cp_async_neighbour_kernel(float* out, const float* in, bool barrier) {
+    __shared__ __align__(16) float s[4 * 64];
+    llmc::ptx::cp_async_16(s + 4 * threadIdx.x, in + 4 * threadIdx.x, true);
+    llmc::ptx::cp_async_commit();
+    llmc::ptx::cp_async_wait<0>();
+    if (barrier) __syncthreads();
+    out[threadIdx.x] = s[4 * ((threadIdx.x + 1) % 64)];
 }
 
 // Each thread reads its neighbour's shared slot: correct with the barrier, a race without it.
@@ -178,6 +210,47 @@ TEST(EmuRuntime, AMissingBarrierShowsAsADifferenceBetweenSchedules) {
     EXPECT_TRUE(emu::take_faults().empty());
     EXPECT_EQ(with[0], with[1]);
     EXPECT_EQ(with[0][63], 0.0f);
+    EXPECT_NE(std::memcmp(without[0].data(), without[1].data(), 64 * sizeof(float)), 0)
+        << "the racy kernel gave the same bits under both schedules";
+}
+
+TEST(EmuRuntime, PtxOperandsAreChecked) {
+    Buffer out(4 * 64), in(4 * 64);
+    std::vector<float> h(in.n);
+    for (size_t i = 0; i < h.size(); i++) h[i] = (float)i;
+    cudaMemcpy(in.p, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+    auto f = faults_of([&] { ldmatrix_operand_kernel<<<1, 32>>>(out.p, 0); });
+    EXPECT_TRUE(f.empty()) << joined(f);
+    f = faults_of([&] { ldmatrix_operand_kernel<<<1, 32>>>(out.p, 1); });
+    EXPECT_TRUE(mentions(f, "not 16-byte aligned")) << joined(f);
+    f = faults_of([&] { ldmatrix_operand_kernel<<<1, 32>>>(out.p, 2); });
+    EXPECT_TRUE(mentions(f, "not inside the block's shared memory")) << joined(f);
+    f = faults_of([&] { ldmatrix_operand_kernel<<<1, 16>>>(out.p, 0); });
+    EXPECT_FALSE(f.empty()) << "half a warp in ldmatrix";
+    f = faults_of([&] { cp_async_operand_kernel<<<1, 32>>>(out.p, in.p, 0); });
+    EXPECT_TRUE(f.empty()) << joined(f);
+    EXPECT_EQ(out.get()[5], 20.0f);
+    f = faults_of([&] { cp_async_operand_kernel<<<1, 32>>>(out.p, in.p, 1); });
+    EXPECT_TRUE(mentions(f, "destination not in the block's shared memory")) << joined(f);
+}
+
+TEST(EmuRuntime, ACpAsyncStageReadBeforeItsBarrierShowsAsADifferenceBetweenSchedules) {
+    Buffer out(64), in(4 * 64);
+    std::vector<float> h(in.n);
+    for (size_t i = 0; i < h.size(); i++) h[i] = (float)i;
+    cudaMemcpy(in.p, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+    std::vector<float> with[2], without[2];
+    for (int s = 0; s < 2; s++) {
+        emu::set_schedule(s);
+        cp_async_neighbour_kernel<<<1, 64>>>(out.p, in.p, true);
+        with[s] = out.get();
+        cp_async_neighbour_kernel<<<1, 64>>>(out.p, in.p, false);
+        without[s] = out.get();
+    }
+    emu::set_schedule(0);
+    EXPECT_TRUE(emu::take_faults().empty());
+    EXPECT_EQ(with[0], with[1]);
+    EXPECT_EQ(with[0][0], 4.0f);
     EXPECT_NE(std::memcmp(without[0].data(), without[1].data(), 64 * sizeof(float)), 0)
         << "the racy kernel gave the same bits under both schedules";
 }

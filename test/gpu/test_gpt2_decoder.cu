@@ -372,7 +372,15 @@ GPU_TEST(GpuSampleTokens, TemperatureFollowsDistribution) {
 GPU_TEST(GpuSampleTokens, LowestTemperatureDrawsTheMode) {
     REQUIRE_GPU();
     const int V = 1000, Vp = 1024;
-    const std::vector<float> row = random_row(V, Vp, 1.0f);
+    std::vector<float> row = random_row(V, Vp, 1.0f);
+    // A mode at least 0.05 above the runner-up: at T = 1e-3 every other token weighs below e^-50 of it. (Random
+    // logits alone put the top two within 0.01 of each other a few times in a hundred rows, and then the
+    // runner-up's e^-10 share of the mass is a correct draw for coin 0.9999.)
+    const int mode = argmax(row.data(), V);
+    float runner_up = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (i != mode) runner_up = std::max(runner_up, row[i]);
+    row[mode] = std::max(row[mode], runner_up + 0.05f);
     // Not coin 0: there the CPU's double weights of the others (e^-500, not 0 as in fp32) put the lowest id first.
     const std::vector<float> coins = {1e-3f, 0.25f, 0.5f, 0.9999f};
     const std::vector<int> ids = sample_rows(row, V, (int)coins.size(), 1e-3f, 0, coins);

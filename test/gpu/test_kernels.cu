@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "llmc/adamw.cuh"
+#include "llmc/bias_backward.cuh"
 #include "llmc/classifier.cuh"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/classifier.h"
@@ -37,6 +38,22 @@ template <typename T> bool same_bits(const std::vector<T>& a, const std::vector<
 }
 
 std::vector<float> download_float(const DeviceBuffer<floatX>& b) { return to_float(b.download()); }
+
+// Each bf16 output within one bf16 ulp (8 significant bits) of the double reference: what an fp32 sum rounded
+// once into bf16 gives, and what a lost or doubled share of a sum does not.
+testing::AssertionResult within_one_bf16_ulp(const std::vector<float>& got, const std::vector<double>& ref,
+                                             const std::string& what) {
+    if (got.size() != ref.size()) return testing::AssertionFailure() << what << ": size " << got.size();
+    for (size_t i = 0; i < got.size(); i++) {
+        int e = 0;
+        std::frexp(ref[i], &e); // |ref| in [2^(e-1), 2^e): a bf16 ulp there is 2^(e-8)
+        const double ulp = ref[i] == 0.0 ? 0.0 : std::ldexp(1.0, e - 8);
+        if (!(std::fabs((double)got[i] - ref[i]) <= ulp))
+            return testing::AssertionFailure() << what << "[" << i << "] = " << got[i] << ", reference " << ref[i]
+                                               << " (one bf16 ulp " << ulp << ")";
+    }
+    return testing::AssertionSuccess();
+}
 
 } // namespace
 
@@ -114,7 +131,11 @@ GPU_TEST(KernelsEncoder, RejectsBadShapes) {
 
 namespace {
 struct LnShape { int N, C; };
-const LnShape ln_shapes[] = {{1, 8}, {37, 768}, {129, 64}, {33, 1600}, {6003, 768}, {20001, 64}};
+// Rows not a multiple of a block's slice or of the warps, C/8 below a warp (8, 200) and not a multiple of it
+// (1600: 6.25 chunks per lane), blocks in a partial last group (6003 rows at C=768: 251 blocks, 16 groups),
+// a single warp per block (C=8192).
+const LnShape ln_shapes[] = {{1, 8}, {37, 768}, {129, 64}, {33, 1600}, {6003, 768}, {20001, 64}, {301, 200},
+                             {7, 8192}};
 } // namespace
 
 GPU_TEST(KernelsLayernorm, ForwardMatchesCpu) {
@@ -210,6 +231,9 @@ GPU_TEST(KernelsLayernorm, BackwardMatchesCpuAndIsDeterministic) {
         EXPECT_TRUE(close_rel(to_float(got_dinp), narrow(dinp), 1e-2, "ln dinp"));
         EXPECT_TRUE(close_rel(to_float(got_dw), narrow(dw), 1e-2, "ln dweight"));
         EXPECT_TRUE(close_rel(to_float(got_db), narrow(db), 1e-2, "ln dbias"));
+        // Column sums in fp32 round once into bf16: each within one bf16 ulp of the double reference.
+        EXPECT_TRUE(within_one_bf16_ulp(to_float(got_dw), dw, "ln dweight"));
+        EXPECT_TRUE(within_one_bf16_ulp(to_float(got_db), db, "ln dbias"));
 
         d_dinp.upload(to_bf16(dinp0)), d_dw.upload(to_bf16(dw0)), d_db.upload(to_bf16(db0));
         llmc::layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, d_mean, d_rstd, s.N, s.C, 0);
@@ -285,7 +309,7 @@ void expect_matmul_matches_cpu(int BT, int C, int OC, int offset = 0) {
 }
 } // namespace
 
-// BT = 192 fills every row slice of the bias gradient (64 slices of 3 rows); BT = 1 and 7 leave most of them empty.
+// BT = 1 and 7 leave most of the bias gradient's row threads idle; OC = 24 and 96 leave part of a 64-column tile.
 GPU_TEST(KernelsMatmul, ForwardAndBackwardMatchCpu) {
     REQUIRE_GPU();
     struct Shape { int BT, C, OC; };
@@ -348,18 +372,81 @@ TEST(KernelsMatmul, PointerAlignmentIsTheLargestPowerOfTwoUpTo256) {
     EXPECT_EQ(llmc::pointer_alignment(reinterpret_cast<void*>(0x10002)), 2);
 }
 
+/*
+ * bias_backward alone: dbias += column sums of dout, against the CPU matmul backward's dbias in double, each
+ * element within one bf16 ulp; run twice from the same state (bitwise equal: a fixed summation order, and the
+ * tile counters reset by the first launch). Shapes: OC not a multiple of the 64-column tile (8, 24, 200, 2312),
+ * rows not a multiple of the 32 row threads or of the slab, one slab (BT <= 32) and many (4099 rows at OC=768:
+ * 86 slabs of 48 rows, the last one 19), GPT-2's OCs (768, 2304, 3072).
+ */
+GPU_TEST(KernelsMatmul, BiasBackwardMatchesCpuAndIsDeterministic) {
+    REQUIRE_GPU();
+    struct Shape { int BT, OC; };
+    const std::vector<Shape> shapes =
+        kEmulated ? std::vector<Shape>{{1, 8}, {7, 24}, {33, 200}, {4099, 768}, {333, 2312}, {130, 3072}}
+                  : std::vector<Shape>{{1, 8}, {7, 24}, {33, 200}, {4099, 768}, {333, 2312}, {16384, 2304}, {16384, 3072}};
+    for (Shape s : shapes) {
+        SCOPED_TRACE(testing::Message() << "BT=" << s.BT << " OC=" << s.OC);
+        const int C = 8; // the reference's matmul backward also forms dinp and dweight: keep them small
+        auto dout = bf16_round(random_normal((size_t)s.BT * s.OC)), db0 = bf16_round(random_normal(s.OC));
+        std::vector<double> dinp((size_t)s.BT * C, 0.0), dw((size_t)s.OC * C, 0.0), db = wide(db0);
+        const std::vector<double> inp((size_t)s.BT * C, 0.0), w((size_t)s.OC * C, 0.0);
+        llmc::cpu::matmul_backward(dinp.data(), dw.data(), db.data(), wide(dout).data(), inp.data(), w.data(), 1, s.BT,
+                                   C, s.OC);
+
+        DeviceBuffer<floatX> d_dout(to_bf16(dout)), d_db(to_bf16(db0));
+        DeviceBuffer<float> scratch(llmc::bias_backward_scratch_floats(s.OC));
+        scratch.poison(); // every partial the last block reads must have been written
+        llmc::bias_backward(d_db, scratch, d_dout, s.BT, s.OC, 0);
+        const auto got = d_db.download();
+        EXPECT_TRUE(within_one_bf16_ulp(to_float(got), db, "dbias"));
+
+        d_db.upload(to_bf16(db0));
+        llmc::bias_backward(d_db, scratch, d_dout, s.BT, s.OC, 0);
+        EXPECT_TRUE(same_bits(got, d_db.download())) << "dbias differs between two runs";
+    }
+}
+
+GPU_TEST(KernelsMatmul, BiasBackwardRejectsBadShapes) {
+    REQUIRE_GPU();
+    DeviceBuffer<floatX> buf(64);
+    DeviceBuffer<float> scratch(llmc::bias_backward_scratch_floats(16));
+    EXPECT_THROW(llmc::bias_backward(buf, scratch, buf, 2, 12, 0), llmc::Error);    // OC not a multiple of 8
+    EXPECT_THROW(llmc::bias_backward(buf, scratch, buf, 2, 0, 0), llmc::Error);     // no columns
+    EXPECT_THROW(llmc::bias_backward(buf, scratch, buf, -1, 8, 0), llmc::Error);    // negative rows
+    EXPECT_THROW(llmc::bias_backward(buf, scratch, buf + 1, 2, 8, 0), llmc::Error); // dout not 16-byte aligned
+    EXPECT_THROW(llmc::bias_backward(buf, scratch, buf, 1, llmc::BIAS_BWD_MAX_OC + 8, 0), llmc::Error);
+}
+
+// Host arithmetic, no GPU: the bias gradient's scratch sized for OC holds the partials of any (BT, oc <= OC).
+TEST(KernelsMatmul, BiasBackwardScratchCoversEveryShapeBelowItsSize) {
+    for (int OC = 8; OC <= 4 * 1600; OC += 8) {
+        const size_t have = llmc::bias_backward_scratch_floats(OC);
+        for (int BT : {1, 31, 33, 1000, 4097, 16384, 65536, 1 << 20}) {
+            const llmc::BiasBackwardPlan p = llmc::bias_backward_plan(BT, OC);
+            ASSERT_LE((size_t)p.slabs * p.tiles * llmc::BIAS_BWD_TILE, have) << "BT=" << BT << " OC=" << OC;
+            ASSERT_GE((size_t)p.slabs * p.rows_per_slab, (size_t)BT);
+            ASSERT_LT((size_t)(p.slabs - 1) * p.rows_per_slab, (size_t)BT) << "an empty slab";
+        }
+        ASSERT_LE(have, llmc::bias_backward_scratch_floats(OC + 8)) << "not monotone at OC=" << OC;
+    }
+}
+
 // Host arithmetic, no GPU: the scratch sized for N rows holds the partials of a backward on any n <= N rows
 // (the model runs backward on fewer rows than it allocated for; the block count is not monotone in n).
 TEST(KernelsLayernorm, BackwardScratchCoversEveryRowCountBelowItsSize) {
-    for (int C : {32, 128, 768, 1600, 3072}) {
+    for (int C : {32, 128, 768, 1600, 3072, 8192}) {
         size_t needed = 0; // the most any n <= N needs
         for (int N = 1; N <= 20000; N++) {
-            needed = std::max(needed, (size_t)llmc::layernorm_backward_plan(N, C).blocks * 2 * C);
+            const llmc::LayernormBackwardPlan p = llmc::layernorm_backward_plan(N, C);
+            needed = std::max(needed, (size_t)(p.blocks + p.groups) * 2 * C);
+            ASSERT_LE(p.blocks, llmc::LN_BWD_MAX_BLOCKS);
+            ASSERT_LT((p.blocks - 1) * p.rows_per_block, N) << "an empty block";
             ASSERT_LE(needed, llmc::layernorm_backward_scratch_floats(N, C)) << "C=" << C << " N=" << N;
         }
     }
-    // The case that overflowed the old per-N sizing: 5120 rows need more blocks than 8192.
-    EXPECT_GT(llmc::layernorm_backward_plan(5120, 768).blocks, llmc::layernorm_backward_plan(8192, 768).blocks);
+    // The block count is not monotone: 4096 rows take 256 blocks of 16, 4097 rows 241 of 17.
+    EXPECT_GT(llmc::layernorm_backward_plan(4096, 768).blocks, llmc::layernorm_backward_plan(4097, 768).blocks);
 }
 
 GPU_TEST(KernelsGelu, ForwardAndBackwardMatchCpu) {

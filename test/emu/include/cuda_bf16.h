@@ -32,3 +32,9 @@ using nv_bfloat16 = __nv_bfloat16;
 inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
 inline float __bfloat162float(__nv_bfloat16 b) { return emu_bf16_bits_to_float(b.__x); }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.__x; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) {
+    __nv_bfloat16 b;
+    b.__x = u;
+    return b;
+}
