@@ -23,6 +23,7 @@ struct GemmTuning {
     bool gelu_kernel = false; // no algorithm had the GELU epilogue: the GEMM runs without it, the GELU kernel after
     int align[5] = {};        // alignments in bytes the plan is for: A, B, D, bias, aux
     bool autotuned = false;   // the candidates were timed (LLMC_GEMM_AUTOTUNE not 0, more than one candidate)
+    bool restored = false;    // the algorithm a checkpoint recorded (set_gemm_choices), not timed again
     int chosen = 0;           // index into candidates: the algorithm every call of this plan uses
     std::vector<GemmCandidate> candidates;
 };

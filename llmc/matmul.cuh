@@ -105,6 +105,8 @@ public:
     using Key = std::array<int, 12>;
     std::map<Key, std::unique_ptr<MatmulPlan>> plans;
     std::set<std::string> gelu_apart_reported; // shapes whose GELU epilogue fell back, told once each
+    // Algorithms to take instead of timing (set_gemm_choices: those a checkpoint recorded), per problem.
+    std::map<Key, cublasLtMatmulAlgo_t> preset;
 
 private:
     CublasLt() {
@@ -329,17 +331,31 @@ inline std::string gemm_candidate_text(const GemmCandidate& c) {
     return strprintf("id %d, tile %d, split-k %d, stages %d", c.algo_id, c.tile_id, c.splitk, c.stages_id);
 }
 
+// The candidate that is `algo` byte for byte, or -1.
+inline int find_candidate(const MatmulPlan& plan, const cublasLtMatmulAlgo_t& algo) {
+    for (size_t i = 0; i < plan.candidates.size(); i++)
+        if (!memcmp(&plan.candidates[i], &algo, sizeof algo)) return (int)i;
+    return -1;
+}
+
 /*
- * Picks the plan's algorithm, once: with `autotune` and more than one candidate the fastest by
+ * Picks the plan's algorithm, once: the preset one when there is a preset (set_gemm_choices) that the heuristic
+ * offers among its candidates; else with `autotune` and more than one candidate the fastest by
  * time_matmul_candidates (the earlier on a tie), else the heuristic's first. Records the decision in
  * plan.tuning and, with LLMC_VERBOSE=1, prints it.
  */
-inline void choose_matmul_algo(MatmulPlan& plan, bool autotune, const floatX* a, const floatX* b, floatX* out,
-                               bool accumulate, cudaStream_t stream) {
+inline void choose_matmul_algo(MatmulPlan& plan, const cublasLtMatmulAlgo_t* preset, bool autotune, const floatX* a,
+                               const floatX* b, floatX* out, bool accumulate, cudaStream_t stream) {
     GemmTuning& t = plan.tuning;
     for (size_t i = 0; i < plan.candidates.size(); i++) t.candidates.push_back(describe_matmul_algo(plan.candidates[i], (int)i));
-    t.autotuned = autotune && plan.candidates.size() > 1;
-    int best = 0;
+    const int restored = preset ? find_candidate(plan, *preset) : -1;
+    if (preset && restored < 0)
+        fprintf(stderr, "matmul: %s: the algorithm recorded with the checkpoint is not offered by this cuBLASLt; "
+                        "choosing again (the run may differ in its last bits from the uninterrupted one)\n",
+                plan.what.c_str());
+    t.restored = restored >= 0;
+    t.autotuned = !t.restored && autotune && plan.candidates.size() > 1;
+    int best = t.restored ? restored : 0;
     if (t.autotuned) {
         const std::vector<double> us = time_matmul_candidates(plan, a, b, out, accumulate, stream);
         for (size_t i = 0; i < us.size(); i++) {
@@ -357,6 +373,8 @@ inline void choose_matmul_algo(MatmulPlan& plan, bool autotune, const floatX* a,
         line += strprintf(" at %.1f us per call, the heuristic's first at %.1f us; all (us):", t.candidates[best].us,
                           t.candidates[0].us);
         for (const GemmCandidate& c : t.candidates) line += strprintf(" %.1f", c.us);
+    } else if (t.restored) {
+        line += ", the one recorded with the checkpoint";
     } else {
         line += autotune ? ", the only one offered" : ", the heuristic's first (LLMC_GEMM_AUTOTUNE=0)";
     }
@@ -368,6 +386,69 @@ inline std::vector<GemmTuning> gemm_tunings() {
     std::vector<GemmTuning> out;
     for (const auto& [key, plan] : CublasLt::get().plans) out.push_back(plan->tuning);
     return out;
+}
+
+/*
+ * The algorithm of every plan as text, one line per plan: its problem key (12 integers: m n k transA transB
+ * epilogue accumulate and the alignments of A, B, D, bias, aux) and the chosen cublasLtMatmulAlgo_t's 64 bytes as
+ * 8 hex words (the structure may be stored and restored for the same cuBLASLt version). A checkpoint keeps it
+ * (llmc/train/loop.cpp), so that a resumed run continues with the algorithms the interrupted one timed.
+ */
+inline std::string gemm_choices_text() {
+    std::string out;
+    for (const auto& [key, plan] : CublasLt::get().plans) {
+        for (int v : key) out += strprintf("%d ", v);
+        for (int w = 0; w < 8; w++) out += strprintf("%016llx%s", (unsigned long long)plan->algo.data[w], w < 7 ? " " : "\n");
+    }
+    return out;
+}
+
+/*
+ * Makes the algorithms of gemm_choices_text() the ones the matching problems use: plans built from now on take
+ * them instead of timing, and a plan already built switches to its recorded algorithm when it is among its
+ * candidates. Throws Error on text that is not gemm_choices_text()'s (`source`: where it came from).
+ */
+inline void set_gemm_choices(const std::string& text, const std::string& source) {
+    CublasLt& lt = CublasLt::get();
+    std::map<CublasLt::Key, cublasLtMatmulAlgo_t> preset;
+    size_t line_no = 0, at = 0;
+    while (at < text.size()) {
+        size_t end = text.find('\n', at);
+        if (end == std::string::npos) end = text.size();
+        const std::string line = text.substr(at, end - at);
+        at = end + 1;
+        line_no++;
+        CublasLt::Key key{};
+        cublasLtMatmulAlgo_t algo{};
+        const char* p = line.c_str();
+        bool ok = true;
+        for (int& v : key) {
+            char* next = nullptr;
+            const long x = strtol(p, &next, 10);
+            ok = ok && next != p && x >= INT32_MIN && x <= INT32_MAX;
+            v = (int)x, p = next;
+        }
+        for (uint64_t& w : algo.data) {
+            char* next = nullptr;
+            while (*p == ' ') p++;
+            w = strtoull(p, &next, 16);
+            ok = ok && next == p + 16;
+            p = next;
+        }
+        if (!ok || *p != '\0')
+            throw Error(strprintf("%s: line %zu is not a matmul problem and its cuBLASLt algorithm", source.c_str(), line_no));
+        preset[key] = algo;
+    }
+    lt.preset = std::move(preset);
+    for (auto& [key, plan] : lt.plans) {
+        const auto it = lt.preset.find(key);
+        if (it == lt.preset.end()) continue;
+        const int i = find_candidate(*plan, it->second);
+        if (i < 0) continue;
+        plan->algo = plan->candidates[i];
+        plan->tuning.chosen = i;
+        plan->tuning.restored = true;
+    }
 }
 
 /*
@@ -384,10 +465,12 @@ inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const f
                             (int)align[2], pointer_alignment(bias), pointer_alignment(aux)};
     auto it = lt.plans.find(key);
     const bool new_plan = it == lt.plans.end();
+    const auto preset = lt.preset.find(key);
+    const cublasLtMatmulAlgo_t* recorded = preset == lt.preset.end() ? nullptr : &preset->second;
     const bool autotune = new_plan && gemm_autotune_enabled();
     if (new_plan)
         it = lt.plans.emplace(key, make_matmul_plan(m, n, k, trans_a, trans_b, accumulate, epilogue, bias, aux, align,
-                                                    autotune))
+                                                    autotune || recorded))
                  .first;
     MatmulPlan& plan = *it->second;
     // Per-call operands of the epilogue: the descriptor is read when cublasLtMatmul is called.
@@ -397,7 +480,7 @@ inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const f
     floatX* out = gelu_forward_apart ? aux : d;
     if (new_plan) {
         try {
-            choose_matmul_algo(plan, autotune, a, b, out, accumulate, stream);
+            choose_matmul_algo(plan, recorded, autotune, a, b, out, accumulate, stream);
         } catch (...) {
             lt.plans.erase(it); // no half-built plan stays: the next call builds it again
             throw;

@@ -914,7 +914,7 @@ std::string profile_json(const Report& r) {
                       {"epilogue", g.epilogue}, {"gelu_kernel", g.gelu_kernel}, {"accumulate", g.accumulate},
                       {"alignment_bytes", {{"a", g.align[0]}, {"b", g.align[1]}, {"d", g.align[2]},
                                            {"bias", g.align[3]}, {"aux", g.align[4]}}},
-                      {"autotuned", g.autotuned}, {"chosen", g.chosen}, {"candidates", cands}});
+                      {"autotuned", g.autotuned}, {"restored", g.restored}, {"chosen", g.chosen}, {"candidates", cands}});
     }
     json& fj = j["findings"] = json::array();
     for (const Finding& f : r.findings)

@@ -137,6 +137,8 @@ MUTATIONS = [
     ("llmc/encoder.cuh", "for (int k = 0; k < x128::size; k++) o[k] = __float2bfloat16(__bfloat162float(e[k]) + __bfloat162float(p[k]));",
      "for (int k = 0; k < x128::size; k++) o[k] = __float2bfloat16(__bfloat162float(e[k]) + __bfloat162float(p[k]) * 1.01f);",
      "encoder adds the position row 1% too large", "EmuKernelsElementwise.EncoderForwardWithinOneUlp"),
+    ("llmc/matmul.cuh", "    int best = t.restored ? restored : 0;", "    int best = 0;",
+     "the algorithm recorded with a checkpoint is not the one used", "EmuKernelsMatmulAutotune.RecordedChoicesAreTakenInsteadOfTiming"),
 ]
 
 

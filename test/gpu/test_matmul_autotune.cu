@@ -44,12 +44,16 @@ private:
 
 // No plan survives from before or into after: each test sees its own plans built.
 struct FreshPlans {
-    FreshPlans() { llmc::CublasLt::get().plans.clear(); }
+    FreshPlans() {
+        llmc::CublasLt::get().plans.clear();
+        llmc::CublasLt::get().preset.clear();
+    }
     ~FreshPlans() {
 #ifdef LLMC_EMU
         emu_cublaslt_set_algorithm_times({});
 #endif
         llmc::CublasLt::get().plans.clear();
+        llmc::CublasLt::get().preset.clear();
     }
 };
 
@@ -208,4 +212,42 @@ GPU_TEST(KernelsMatmulAutotune, VerboseLogNamesTheChosenAlgorithmPerShape) {
               std::string::npos)
         << err;
 #endif
+}
+
+// The algorithms recorded with a checkpoint (gemm_choices_text) are taken instead of timing in a later process
+// (here: after the plans are dropped, with other candidates now the fastest), so a resumed run repeats them.
+GPU_TEST(KernelsMatmulAutotune, RecordedChoicesAreTakenInsteadOfTiming) {
+    REQUIRE_GPU();
+    ScopedEnv autotune("LLMC_GEMM_AUTOTUNE", nullptr);
+    FreshPlans plans;
+#ifdef LLMC_EMU
+    emu_cublaslt_set_algorithm_times({5, 3, 0.5, 7});
+#endif
+    run_fc_layer_against_cpu(24, 32, 40);
+    const std::string recorded = llmc::gemm_choices_text();
+    std::vector<int> chosen;
+    for (const llmc::GemmTuning& t : llmc::gemm_tunings()) chosen.push_back(t.chosen);
+    ASSERT_EQ(chosen.size(), 4u);
+    llmc::CublasLt::get().plans.clear();
+#ifdef LLMC_EMU
+    emu_cublaslt_set_algorithm_times({0.1, 9, 9, 9}); // timing now would pick the first
+#endif
+    llmc::set_gemm_choices(recorded, "recorded");
+    run_fc_layer_against_cpu(24, 32, 40);
+    EXPECT_EQ(llmc::gemm_choices_text(), recorded);
+    size_t i = 0;
+    for (const llmc::GemmTuning& t : llmc::gemm_tunings()) {
+        SCOPED_TRACE(t.epilogue);
+        EXPECT_TRUE(t.restored || t.candidates.size() == 1);
+        EXPECT_FALSE(t.autotuned) << "timed although an algorithm was recorded";
+        EXPECT_EQ(t.chosen, chosen[i++]);
+    }
+    for (const char* bad : {"1 2 3\n", "40 24 32 1 0 1 0 256 256 256 256 256 00000000000000zz 0 0 0 0 0 0 0\n"}) {
+        try {
+            llmc::set_gemm_choices(bad, "x.txt");
+            ADD_FAILURE() << "accepted: " << bad;
+        } catch (const llmc::Error& e) {
+            EXPECT_EQ(std::string(e.what()), "x.txt: line 1 is not a matmul problem and its cuBLASLt algorithm");
+        }
+    }
 }
