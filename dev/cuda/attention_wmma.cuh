@@ -14,11 +14,15 @@
 #include <cstdint>
 #include <mma.h>
 
+#include "llmc/attention.cuh"
 #include "llmc/cuda_common.cuh"
 
 namespace wmma_attention {
 using namespace llmc;
 namespace detail {
+// The same shape checks and D = rowsum(dO * O) kernel as llmc/attention.cuh's.
+using llmc::attention_detail::attention_backward_d_kernel;
+using llmc::attention_detail::check_shape;
 
 namespace wmma = nvcuda::wmma;
 using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major>;
@@ -348,33 +352,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ------------------------------------------------------------------------------------------------------
-// Backward, step 1: D (B, NH, T) = rowsum(dO * O) per (query row, head). HS/8 lanes per row, 16 B each.
-// ------------------------------------------------------------------------------------------------------
-template <int HS>
-__global__ void attention_backward_d_kernel(float* __restrict__ D, const floatX* __restrict__ dout,
-                                            const floatX* __restrict__ out, int B, int T, int NH) {
-    constexpr int G = HS / 8;
-    static_assert(G >= 1 && G <= 32 && 32 % G == 0, "a row's lanes must sit inside one warp");
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const size_t row = idx / G, rows = (size_t)B * T * NH; // row = (b*T + t)*NH + h: contiguous in (B, T, C)
-    const int part = (int)(idx % G);
-    float acc = 0.0f;
-    if (row < rows) {
-        const x128 g = load128(dout + row * HS + part * 8), o = load128(out + row * HS + part * 8);
-#pragma unroll
-        for (int i = 0; i < 8; i++) acc += __bfloat162float(g[i]) * __bfloat162float(o[i]);
-    }
-    // Every lane of the warp reaches the shuffles (no early return), so the full mask is valid.
-    for (int off = G / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (row < rows && part == 0) {
-        const int h = (int)(row % NH);
-        const size_t bt = row / NH;
-        const size_t b = bt / T, t = bt % T;
-        D[(b * NH + h) * T + t] = acc;
-    }
-}
-
-// ------------------------------------------------------------------------------------------------------
 // Backward, step 2: dK, dV for one 64-key tile, looping over the query tiles at or below the diagonal.
 // Grid (B*NH, ceil(T/64)); tile 0 (the most query tiles) first. Per warp: 16 keys, computed transposed:
 //   S^T = K Q^T, P^T = 2^(S^T*scale*log2e - lse2), dP^T = V dO^T, dS^T = P^T (dP^T - D),
@@ -599,15 +576,6 @@ __global__ void __launch_bounds__(kThreads)
 // ------------------------------------------------------------------------------------------------------
 // Host side.
 // ------------------------------------------------------------------------------------------------------
-inline bool check_shape(const char* what, const void* const* ptrs, int nptrs, int B, int T, int NH) {
-    if (B < 0 || T < 0 || NH < 0) throw Error(strprintf("%s: negative shape B=%d T=%d NH=%d", what, B, T, NH));
-    if ((long long)B * NH > INT_MAX || ceil_div(T, kRows) > 65535)
-        throw Error(strprintf("%s: shape too large for the launch grid (B*NH=%lld, T=%d)", what, (long long)B * NH, T));
-    for (int i = 0; i < nptrs; i++)
-        if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16 != 0) throw Error(strprintf("%s: tensor not 16-byte aligned", what));
-    return B > 0 && T > 0 && NH > 0;
-}
-
 template <int HS> void forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, cudaStream_t stream) {
     const void* ptrs[] = {out, qkv};
     if (!check_shape("attention_forward", ptrs, 2, B, T, NH)) return;
