@@ -284,11 +284,10 @@ int print_memory_plan(const TrainOptions& opt) {
 int main(int argc, char** argv) {
     return main_guard([&] {
         TrainOptions defaults; // GPT-2 124M, B=4, T=1024 (llm.c's defaults)
-        bool help = false, plan = false;
-        for (int i = 1; i < argc; i++) help |= std::string(argv[i]) == "-h" || std::string(argv[i]) == "--help";
-        for (int i = 1; i < argc; i++) plan |= std::string(argv[i]) == "--memory-plan";
-        if (plan && !help) return print_memory_plan(parse_train_options(argc, argv, defaults));
-        if (!help) require_gpu("train_gpt2cu", "./train_gpt2 is the CPU trainer with the same flags");
+        // The flags first: a bad one is named, with or without a GPU; --memory-plan needs none.
+        const TrainOptions opt = parse_train_options(argc, argv, defaults);
+        if (opt.memory_plan && !opt.help) return print_memory_plan(opt);
+        if (!opt.help) require_gpu("train_gpt2cu", "./train_gpt2 is the CPU trainer with the same flags");
         return run_training("train_gpt2cu", argc, argv, defaults, make_gpu_backend);
     });
 }

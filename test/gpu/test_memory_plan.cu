@@ -58,6 +58,7 @@ void expect_tensors_tile(const MemoryPlan& plan) {
 // The bytes the runtime saw allocated for a training model are the plan's, allocation by allocation, and the
 // cuBLASLt workspace the plan counts is the one live in the process.
 GPU_TEST(GpuMemoryPlan, TrainingModelAllocatesThePlan) {
+    REQUIRE_GPU();
     const GPT2Config c = gputest::tiny_gpt2_config();
     CublasLt& lt = CublasLt::get(); // made once per process: allocated before, whatever test ran first
     for (int shards : {1, 2}) {
@@ -97,6 +98,7 @@ GPU_TEST(GpuMemoryPlan, TrainingModelAllocatesThePlan) {
 }
 
 GPU_TEST(GpuMemoryPlan, DecoderAllocatesThePlan) {
+    REQUIRE_GPU();
     const GPT2Config c = gputest::tiny_gpt2_config();
     std::vector<float> w(num_parameters(c), 0.01f);
     const int B = 3, longest = 5, max_len = 20;
