@@ -63,7 +63,8 @@ std::string usage(const Options& d) {
         "      --top N           kernels listed in the summary [%d]\n"
         "      --version         the toolchain and library versions (nvcc, CUDA runtime, driver, cuBLASLt, CUPTI), then exit\n"
         "  -h, --help            this help\n"
-        "Under ncu, flags not given default to a replay-sized run (--layers 1 --warmup 0 --steps 1 --no-calibrate):\n"
+        "Under ncu, flags not given default to a replay-sized run (--layers 1 --warmup 0 --steps 1 --no-calibrate,\n"
+        "LLMC_GEMM_AUTOTUNE=0 unless set):\n"
         "  ncu --set full ./profile_gpt2cu;  one sub-block: ncu --nvtx --nvtx-include \"llmc@fc/\" ./profile_gpt2cu\n",
         d.model.c_str(), d.B, d.T, d.warmup, d.steps, d.output.c_str(), d.top);
 }
@@ -163,7 +164,8 @@ bool under_cuda_tool() { return attached_cuda_tool() != CudaTool::none; }
 /*
  * ncu replays every kernel some 40 times (--set full): the default run (12 layers, 3 warmup + 5 steps, about
  * 3,000 kernels) would take hours. Under ncu, the flags not given on the command line shrink to a
- * replay-sized run: one layer, no warmup, one step, the datasheet ceilings. Returns the one line that says so.
+ * replay-sized run: one layer, no warmup, one step, the datasheet ceilings, and (unless set) cuBLASLt's first
+ * heuristic algorithms, untimed. Returns the one line that says so.
  */
 std::string shrink_for_ncu(Options& o) {
     std::string what;
@@ -173,6 +175,8 @@ std::string shrink_for_ncu(Options& o) {
     if (!o.has("--warmup")) o.warmup = 0, note("--warmup 0");
     if (!o.has("--steps")) o.steps = 1, note("--steps 1");
     if (!o.has("--no-calibrate")) o.calibrate = false, note("--no-calibrate");
+    // The one step would also run every matmul shape's autotune candidates, each of them replayed.
+    if (!getenv("LLMC_GEMM_AUTOTUNE")) setenv("LLMC_GEMM_AUTOTUNE", "0", 1), note("LLMC_GEMM_AUTOTUNE=0");
     return "profile_gpt2cu: under ncu: a replay-sized run (" + (what.empty() ? std::string("flags as given") : what) +
            "); in-process CUPTI off";
 }
@@ -190,6 +194,9 @@ double calibrate_tensor_ops() {
     CUDA_CHECK(cudaMalloc(&d, (size_t)n * n * sizeof(floatX)));
     CUDA_CHECK(cudaMemset(a, 0, (size_t)n * n * sizeof(floatX)));
     CUDA_CHECK(cudaMemset(b, 0, (size_t)n * n * sizeof(floatX)));
+    // The plan first (its autotune runs the GEMM's candidates, which must not be counted).
+    matmul_forward(d, a, b, nullptr, n, n, n, nullptr, 0);
+    CUDA_CHECK(cudaDeviceSynchronize());
     prof::CounterReport r = prof::collect_counters(
         [&] {
             matmul_forward(d, a, b, nullptr, n, n, n, nullptr, 0);

@@ -95,6 +95,27 @@ public:
         v = whole(model_.get_moments_v());
     }
     void set_moments(const std::vector<float>& m, const std::vector<float>& v) override { model_.set_moments(m, v); }
+    // The cuBLASLt algorithm of every matmul problem (timed when it was first met; llmc/matmul.cuh): a resumed
+    // run takes the same ones, so it continues bitwise as the interrupted run would have.
+    void save_run_choices(const std::string& path) const override {
+        const std::string text = gemm_choices_text();
+        AtomicFile f(path);
+        f.write(text.data(), text.size());
+        f.commit();
+    }
+    void load_run_choices(const std::string& path) override {
+        if (!file_exists(path)) {
+            printf("resume: no %s; cuBLASLt algorithms are chosen again (the run may differ in its last bits from "
+                   "the uninterrupted one)\n", path.c_str());
+            return;
+        }
+        File f(path, "rb");
+        const size_t n = f.size();
+        if (n > (1u << 20)) throw Error(strprintf("%s: %zu bytes, more than a list of matmul algorithms", path.c_str(), n));
+        std::string text(n, '\0');
+        f.read(&text[0], n, "matmul algorithms");
+        set_gemm_choices(text, path);
+    }
     // MFU against the datasheet bf16 peak, and device memory in use (everything is allocated up front, so
     // this is the run's peak).
     std::string step_extras(double ms, long tokens) const override {

@@ -179,6 +179,10 @@ inline TrainState load_state(const std::string& path, size_t expected_params, in
 inline std::string checkpoint_model_path(const std::string& dir, int64_t step) {
     return dir + strprintf("/model_%08lld.bin", (long long)step);
 }
+// What a rank's backend records beside the checkpoint for a bitwise resume (TrainBackend::save_run_choices).
+inline std::string checkpoint_choices_path(const std::string& dir, int64_t step, int rank) {
+    return dir + strprintf("/choices_%08lld_rank%d.txt", (long long)step, rank);
+}
 inline std::string checkpoint_state_path(const std::string& dir, int64_t step) {
     return dir + strprintf("/state_%08lld.bin", (long long)step);
 }

@@ -5,6 +5,12 @@
  * values with one 16-byte load and store; a last partial group of 8 (N not a multiple of 8) is done value by
  * value, so any N works as long as the pointers are 16-byte aligned (cudaMalloc and the activation layout).
  *
+ * Computed as gelu(x) = x s with s = 0.5 (1 + tanh u) = 1 / (1 + e^-2u), and 1 - s = 1 / (1 + e^2u), both from
+ * t = e^-2|u| <= 1. The textbook form loses the negative tail: 1 + tanh u in fp32 cancels to 0 once tanh u
+ * rounds to -1 (u below about -9, x below about -4.3) while gelu(x) is still far above bf16's smallest value,
+ * and e^-2u itself overflows below x = -10.1. This way every output of a finite input is within 1 bf16 ulp of
+ * the bf16 rounding of the exact function of its bf16 input (test/gpu/test_elementwise.cu).
+ *
  * The forward is usually fused into the matmul epilogue; these kernels serve the unfused path, the tests and
  * the benchmark. The backward is in place: the matmul's dinp buffer becomes d(pre-activation).
  */
@@ -18,15 +24,26 @@ namespace llmc {
 constexpr float GELU_SCALE = 0.7978845608028654f; // sqrt(2/pi)
 constexpr float GELU_CUBE = 0.044715f;
 
-__device__ inline float gelu_value(float x) {
-    float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(u));
+// s = 0.5 (1 + tanh u) and s_minus = 1 - s of u = sqrt(2/pi) (x + 0.044715 x^3), without cancellation or overflow.
+__device__ inline void gelu_halves(float x, float& s, float& s_minus) {
+    const float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+    const float t = expf(-2.0f * fabsf(u)), r = 1.0f / (1.0f + t);
+    s = u >= 0.0f ? r : t * r;
+    s_minus = u >= 0.0f ? t * r : r;
 }
 
-// d gelu / dx. sech^2 written as 1 - tanh^2: 1/cosh^2 would overflow for large |x|.
+__device__ inline float gelu_value(float x) {
+    float s, s_minus;
+    gelu_halves(x, s, s_minus);
+    return x * s;
+}
+
+// d gelu / dx = s + 2 x s (1 - s) du/dx. Where s (1 - s) is 0 the second term is too (x du/dx may overflow).
 __device__ inline float gelu_derivative(float x) {
-    float th = tanhf(GELU_SCALE * (x + GELU_CUBE * x * x * x));
-    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+    float s, s_minus;
+    gelu_halves(x, s, s_minus);
+    const float tail = 2.0f * s * s_minus, du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+    return tail == 0.0f ? s : s + tail * x * du;
 }
 
 // out (N) = gelu(inp (N)). Thread i owns values [8i, 8i + 8).

@@ -18,13 +18,16 @@ bool built() {
 TEST(ProfileCli, UnderNcuTheDefaultRunShrinksToReplaySize) {
     if (!built()) GTEST_SKIP() << "profile_gpt2cu is not built (no nvcc)";
     testutil::TempDir dir;
-    const std::string ncu = "NV_COMPUTE_PROFILER_PERFWORKS_DIR=" + dir.path + " ./profile_gpt2cu -o " + (dir / "p");
+    const std::string under_ncu = "NV_COMPUTE_PROFILER_PERFWORKS_DIR=" + dir.path + " ./profile_gpt2cu -o " + (dir / "p");
+    const std::string ncu = "env -u LLMC_GEMM_AUTOTUNE " + under_ncu;
     auto r = testutil::run(ncu);
-    EXPECT_TRUE(has(r.output, "under ncu: a replay-sized run (--layers 1, --warmup 0, --steps 1, --no-calibrate)"))
+    EXPECT_TRUE(has(r.output, "under ncu: a replay-sized run (--layers 1, --warmup 0, --steps 1, --no-calibrate, "
+                              "LLMC_GEMM_AUTOTUNE=0)"))
         << r.output;
     r = testutil::run(ncu + " --steps 3 --layers 2");
-    EXPECT_TRUE(has(r.output, "under ncu: a replay-sized run (--warmup 0, --no-calibrate)")) << r.output;
-    r = testutil::run(ncu + " --steps 1 --layers 1 --warmup 0 --no-calibrate");
+    EXPECT_TRUE(has(r.output, "under ncu: a replay-sized run (--warmup 0, --no-calibrate, LLMC_GEMM_AUTOTUNE=0)"))
+        << r.output;
+    r = testutil::run("LLMC_GEMM_AUTOTUNE=1 " + under_ncu + " --steps 1 --layers 1 --warmup 0 --no-calibrate");
     EXPECT_TRUE(has(r.output, "under ncu: a replay-sized run (flags as given)")) << r.output;
     // An injection library from Nsight Compute's install tree says ncu as well.
     r = testutil::run("CUDA_INJECTION64_PATH=/opt/nvidia/nsight-compute/target/libTreeLauncherTargetInjection.so "

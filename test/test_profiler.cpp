@@ -793,6 +793,59 @@ TEST(ProfilerWriters, SummaryAndProfileJson) {
     EXPECT_TRUE(unmodelled_null) << "unknown values are null";
 }
 
+// The cuBLASLt plans' algorithms (llmc/matmul.cuh's autotune) go to profile.json's gemm_algorithms as they came:
+// random times, the chosen index, untimed candidates as null; a context without plans gives an empty list.
+TEST(ProfilerWriters, ProfileJsonListsTheGemmAlgorithms) {
+    std::mt19937_64 rng(std::random_device{}());
+    std::uniform_real_distribution<double> us(1, 500);
+    ProfileContext ctx = gpt2_124m_context();
+    EXPECT_TRUE(json::parse(profile_json(build_report(two_steps(), ctx)))["gemm_algorithms"].empty());
+    GemmTuning tuned;
+    tuned.m = 2304, tuned.n = 16384, tuned.k = 768, tuned.trans_a = true, tuned.epilogue = "BIAS";
+    tuned.autotuned = true;
+    const int a[5] = {256, 256, 128, 2, 256};
+    std::copy(a, a + 5, tuned.align);
+    for (int i = 0; i < 5; i++) tuned.candidates.push_back({i, 10 + i, 20 + i, 1 + i % 2, 30 + i, us(rng)});
+    tuned.chosen = (int)(std::min_element(tuned.candidates.begin(), tuned.candidates.end(),
+                                          [](auto& x, auto& y) { return x.us < y.us; }) -
+                         tuned.candidates.begin());
+    GemmTuning first; // LLMC_GEMM_AUTOTUNE=0, the GELU epilogue left to the kernel
+    first.m = 768, first.n = 16384, first.k = 3072, first.trans_b = true, first.accumulate = true;
+    first.epilogue = "DGELU", first.gelu_kernel = true;
+    first.candidates.push_back({0, 7, -1, 1, -1, -1});
+    ctx.gemm_algorithms = {tuned, first};
+    json j = json::parse(profile_json(build_report(two_steps(), ctx)));
+    const json& g = j["gemm_algorithms"];
+    ASSERT_EQ(g.size(), 2u);
+    EXPECT_EQ(g[0]["m"], 2304);
+    EXPECT_EQ(g[0]["n"], 16384);
+    EXPECT_EQ(g[0]["k"], 768);
+    EXPECT_EQ(g[0]["trans_a"], true);
+    EXPECT_EQ(g[0]["trans_b"], false);
+    EXPECT_EQ(g[0]["epilogue"], "BIAS");
+    EXPECT_EQ(g[0]["accumulate"], false);
+    EXPECT_EQ(g[0]["autotuned"], true);
+    EXPECT_EQ(g[0]["alignment_bytes"]["d"], 128);
+    EXPECT_EQ(g[0]["alignment_bytes"]["bias"], 2);
+    EXPECT_EQ(g[0]["chosen"], tuned.chosen);
+    ASSERT_EQ(g[0]["candidates"].size(), 5u);
+    for (int i = 0; i < 5; i++) {
+        EXPECT_EQ(g[0]["candidates"][i]["index"], i);
+        EXPECT_EQ(g[0]["candidates"][i]["algo_id"], 10 + i);
+        EXPECT_EQ(g[0]["candidates"][i]["tile_id"], 20 + i);
+        EXPECT_EQ(g[0]["candidates"][i]["splitk"], 1 + i % 2);
+        EXPECT_EQ(g[0]["candidates"][i]["stages_id"], 30 + i);
+        EXPECT_DOUBLE_EQ(g[0]["candidates"][i]["us"].get<double>(), tuned.candidates[i].us);
+    }
+    EXPECT_EQ(g[1]["epilogue"], "DGELU");
+    EXPECT_EQ(g[1]["gelu_kernel"], true);
+    EXPECT_EQ(g[1]["accumulate"], true);
+    EXPECT_EQ(g[1]["autotuned"], false);
+    EXPECT_EQ(g[1]["chosen"], 0);
+    EXPECT_TRUE(g[1]["candidates"][0]["us"].is_null());
+    EXPECT_EQ(g[1]["candidates"][0]["tile_id"], -1);
+}
+
 namespace {
 // The k-th smallest value (0-based) by counting, independent of step_spread's sort.
 double kth_smallest(const std::vector<double>& v, size_t k) {

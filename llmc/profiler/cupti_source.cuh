@@ -38,8 +38,9 @@ inline std::string toolchain_versions() {
                      cublasLtGetVersion(), cupti_version_text(cupti, CUPTI_API_VERSION).c_str());
 }
 
-// What only the GPU knows: its name and limits, the build, and the device memory in use. Everything is
-// allocated up front, so the memory in use when this is called is the run's peak.
+// What only the GPU knows: its name and limits, the build, the device memory in use, and the cuBLASLt algorithm
+// of every matmul plan (llmc/matmul.cuh). Everything is allocated up front, so the memory in use when this is
+// called is the run's peak.
 inline void complete_gpu_context(ProfileContext& ctx) {
     int dev = 0;
     cudaDeviceProp p;
@@ -52,6 +53,7 @@ inline void complete_gpu_context(ProfileContext& ctx) {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     ctx.peak_memory_bytes = total_b - free_b;
+    ctx.gemm_algorithms = gemm_tunings();
 }
 
 // The model and batch of a GPU profile; complete_gpu_context adds the rest when it is written.

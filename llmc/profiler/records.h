@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/gemm_tuning.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/memory_plan.h"
 #include "llmc/subblocks.h"
@@ -180,6 +181,7 @@ struct ProfileContext {
     InferenceShape inference; // inference runs only; B is then the sequences, T the longest prompt
     int rank = 0, world_size = 1; // data-parallel rank of the process profiled, of how many (trace.json distributedInfo)
     MemoryPlan memory;        // the program's allocations and tensors (llmc/memory_plan.h); empty: not known
+    std::vector<GemmTuning> gemm_algorithms; // GPU: every cuBLASLt matmul plan's algorithm and autotune times
 };
 
 struct ProfileRecords {

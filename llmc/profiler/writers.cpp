@@ -937,6 +937,18 @@ std::string profile_json(const Report& r) {
             bj.push_back({{"first_pos", b.first_pos}, {"last_pos", b.last_pos}, {"steps", b.steps}, {"tokens", b.tokens},
                           {"wall_ms", b.wall_ms}, {"time_ms", b.time_ms}});
     }
+    json& gj = j["gemm_algorithms"] = json::array();
+    for (const GemmTuning& g : c.gemm_algorithms) {
+        json cands = json::array();
+        for (const GemmCandidate& x : g.candidates)
+            cands.push_back({{"index", x.index}, {"algo_id", x.algo_id}, {"tile_id", x.tile_id}, {"splitk", x.splitk},
+                             {"stages_id", x.stages_id}, {"us", x.us >= 0 ? json(x.us) : json(nullptr)}});
+        gj.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"trans_a", g.trans_a}, {"trans_b", g.trans_b},
+                      {"epilogue", g.epilogue}, {"gelu_kernel", g.gelu_kernel}, {"accumulate", g.accumulate},
+                      {"alignment_bytes", {{"a", g.align[0]}, {"b", g.align[1]}, {"d", g.align[2]},
+                                           {"bias", g.align[3]}, {"aux", g.align[4]}}},
+                      {"autotuned", g.autotuned}, {"restored", g.restored}, {"chosen", g.chosen}, {"candidates", cands}});
+    }
     json& fj = j["findings"] = json::array();
     for (const Finding& f : r.findings)
         fj.push_back({{"rule", f.rule}, {"what", f.what}, {"evidence", f.evidence}, {"next_step", f.next_step},

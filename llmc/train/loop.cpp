@@ -212,6 +212,7 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
     int start_step = 0;
     if (resume_step >= 0) {
         be.set_moments(st.m, st.v);
+        be.load_run_choices(checkpoint_choices_path(opt.output_dir, resume_step, rank));
         sample_rng.state = st.rng_state;
         st = TrainState();
         start_step = (int)resume_step;
@@ -275,6 +276,9 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
             std::vector<float> w = be.weights();
             TrainState st{step, sample_rng.state, train.position(), opt.B, opt.T, world, {}, {}, {}};
             be.get_moments(st.m, st.v);
+            // Before the model and state: a checkpoint complete enough to resume from has them.
+            be.save_run_choices(checkpoint_choices_path(opt.output_dir, step, rank));
+            if (world > 1) comm->barrier();
             if (rank == 0) {
                 save_model(checkpoint_model_path(opt.output_dir, step), cfg, w.data(), be.model_file_version());
                 if (be.model_file_version() != MODEL_VERSION_FP32) st.master = std::move(w);

@@ -52,6 +52,11 @@ public:
     // (queued on a GPU stream) reports them itself.
     virtual CommStats comm_stats(const Communicator& comm) const { return comm.stats(); }
     virtual Link link() const { return {}; } // the link those collectives cross
+    // Choices of this rank that a resumed run must repeat to continue bitwise and that the checkpoint's model and
+    // state do not hold (the GPU's timed cuBLASLt algorithms): written beside each checkpoint, read on resume
+    // (`path` may not exist: a checkpoint written without them). Nothing by default.
+    virtual void save_run_choices(const std::string& /*path*/) const {}
+    virtual void load_run_choices(const std::string& /*path*/) {}
 };
 
 using BackendFactory = std::unique_ptr<TrainBackend> (*)(const GPT2Config&, const TrainOptions&, Communicator&);

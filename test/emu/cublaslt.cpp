@@ -11,7 +11,11 @@
  * set) and a matmul with less aligned pointers fails, as an algorithm that assumes them would.
  * emu_cublaslt_refuse_gelu_epilogues(true) makes the heuristic offer no algorithm for GELU_AUX, GELU_AUX_BIAS and
  * DGELU (NOT_SUPPORTED), as a library version or device without them would.
+ * The heuristic offers several algorithms (three by default, at most as many as asked for), with distinct ids,
+ * that all compute the same result; a call with one adds that algorithm's emulated time to the event clock
+ * (emu_cublaslt_set_algorithm_times), so code that times them with CUDA events sees which is "fastest".
  */
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -45,6 +49,9 @@ namespace {
 
 int g_live = 0; // descriptors, layouts and preferences alive
 bool g_refuse_gelu = false;
+const std::vector<double> kDefaultAlgorithmMs = {1000, 0, 2000};
+std::vector<double> g_algorithm_ms = kDefaultAlgorithmMs; // emulated ms per call, by the heuristic's index
+constexpr uint64_t kAlgoTag = 0x656d75;                     // data[0]'s low half; the high half is the index
 
 // Every descriptor, layout and preference is made and freed through these, so g_live counts them all.
 template <typename T> cublasStatus_t created(T** out, T* obj) {
@@ -110,6 +117,9 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t* d, const cublasLt
 size_t cublasLtGetVersion() { return 130000; }
 int emu_cublaslt_live_objects() { return g_live; }
 void emu_cublaslt_refuse_gelu_epilogues(bool refuse) { g_refuse_gelu = refuse; }
+void emu_cublaslt_set_algorithm_times(const std::vector<double>& ms) {
+    g_algorithm_ms = ms.empty() ? kDefaultAlgorithmMs : ms;
+}
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
     *h = new cublasLtContext;
     return CUBLAS_STATUS_SUCCESS;
@@ -195,8 +205,9 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     }
 }
 
-// The algorithm: data[0] tags it, data[1..4] are the alignments (A, B, C, D) it may assume, data[5] its workspace,
-// data[6..7] the alignments of the bias and aux pointers (those on the descriptor now; 256 where none is set).
+// An algorithm: data[0] tags it (low half) and holds its index in the heuristic's list (high half), data[1..4] are
+// the alignments (A, B, C, D) it may assume, data[5] its workspace, data[6..7] the alignments of the bias and aux
+// pointers (those on the descriptor now; 256 where none is set).
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t pref, int requested,
@@ -209,16 +220,47 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
         if (al < 2) return CUBLAS_STATUS_NOT_SUPPORTED;
     *found = 0;
     if (g_refuse_gelu && has_aux(d->epilogue)) return CUBLAS_STATUS_NOT_SUPPORTED;
-    std::memset(&results[0], 0, sizeof results[0]);
-    results[0].algo.data[0] = 0x656d75;
-    for (int i = 0; i < 4; i++) results[0].algo.data[1 + i] = pref->align[i];
-    results[0].workspaceSize = std::min<size_t>(pref->max_workspace, 1 << 20);
-    results[0].algo.data[5] = results[0].workspaceSize;
-    results[0].algo.data[6] = has_bias(d->epilogue) ? alignment(d->bias) : 256;
-    results[0].algo.data[7] = has_aux(d->epilogue) ? alignment(d->aux) : 256;
-    results[0].state = CUBLAS_STATUS_SUCCESS;
-    results[0].wavesCount = 1.0f;
-    *found = 1;
+    const int offered = std::min<int>(requested, (int)g_algorithm_ms.size());
+    for (int i = 0; i < offered; i++) {
+        cublasLtMatmulHeuristicResult_t& r = results[i];
+        std::memset(&r, 0, sizeof r);
+        r.algo.data[0] = kAlgoTag | (uint64_t)i << 32;
+        for (int j = 0; j < 4; j++) r.algo.data[1 + j] = pref->align[j];
+        r.workspaceSize = std::min<size_t>(pref->max_workspace, 1 << 20);
+        r.algo.data[5] = r.workspaceSize;
+        r.algo.data[6] = has_bias(d->epilogue) ? alignment(d->bias) : 256;
+        r.algo.data[7] = has_aux(d->epilogue) ? alignment(d->aux) : 256;
+        r.state = CUBLAS_STATUS_SUCCESS;
+        r.wavesCount = 1.0f;
+    }
+    *found = offered;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// What an algorithm says of itself: its id (distinct per index), tile, split-K and stages (descriptive only here).
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algo,
+                                                    cublasLtMatmulAlgoConfigAttributes_t attr, void* buf, size_t size,
+                                                    size_t* written) {
+    if (!algo || (algo->data[0] & 0xffffffffu) != kAlgoTag) return CUBLAS_STATUS_INVALID_VALUE;
+    const int index = (int)(algo->data[0] >> 32);
+    uint32_t v;
+    switch (attr) {
+    case CUBLASLT_ALGO_CONFIG_ID: v = 21 + 2 * index; break;
+    case CUBLASLT_ALGO_CONFIG_TILE_ID: v = 15 + index; break;
+    case CUBLASLT_ALGO_CONFIG_SPLITK_NUM: v = 1 + index % 2; break;
+    case CUBLASLT_ALGO_CONFIG_STAGES_ID: v = 8 + index; break;
+    default:
+        fprintf(stderr, "emu cuBLASLt: algorithm attribute %d is not implemented\n", (int)attr);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (size == 0) {
+        if (!written) return CUBLAS_STATUS_INVALID_VALUE;
+        *written = sizeof v;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (!buf || size != sizeof v) return CUBLAS_STATUS_INVALID_VALUE; // every one of these is 4 bytes
+    std::memcpy(buf, &v, sizeof v);
+    if (written) *written = sizeof v;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -227,7 +269,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               const void* C, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t ld,
                               const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream) {
-    if (!h || !alpha_p || !beta_p || !algo || algo->data[0] != 0x656d75) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!h || !alpha_p || !beta_p || !algo || (algo->data[0] & 0xffffffffu) != kAlgoTag)
+        return CUBLAS_STATUS_INVALID_VALUE;
     uint64_t m, n, k;
     if (cublasStatus_t s = check_problem(d, la, lb, lc, ld, m, n, k)) return s;
     const void* ptrs[4] = {A, B, C, D};
@@ -256,6 +299,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         }
     const auto desc = *d; // descriptors and the algorithm are read at the call; the caller may destroy them
     const cublasLtMatmulAlgo_t alg = *algo;
+    const size_t index = (size_t)(alg.data[0] >> 32);
+    const double emulated_ms = index < g_algorithm_ms.size() ? g_algorithm_ms[index] : 0.0;
     const auto a = *la, b = *lb, c = *lc, dd = *ld;
     if (has_aux(desc.epilogue) && !emu::is_device_range(desc.aux, ((n - 1) * desc.aux_ld + m) * 2))
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -284,6 +329,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         }
         // The scratch an algorithm may use is not preserved.
         if (alg.data[5]) std::memset(workspace, 0xA5, alg.data[5]);
+        emu::advance_clock(emulated_ms);
         for (uint64_t j = 0; j < n; j++)
             for (uint64_t i = 0; i < m; i++) {
                 float x = out[j * m + i];

@@ -99,6 +99,10 @@ const char* schedule_name(int schedule);
 [[noreturn]] void device_fault(const std::string& what);
 // Called from a collective's function (which runs in the scheduler once a group is complete): the same.
 [[noreturn]] void collective_fault(const std::string& what);
+// Emulated time: event timestamps are the host's steady clock plus everything added here. Work queued on a
+// stream calls it when it runs (the emulated cuBLASLt for an algorithm made slower on purpose), so the time
+// lands between the events recorded around it.
+void advance_clock(double ms);
 // A digest of every byte copied from the device to the host since the last reset: what a test observed.
 uint64_t output_digest();
 void reset_output_digest();

@@ -79,10 +79,11 @@ Stream g_legacy;
 std::vector<Stream*> g_streams; // created streams, in creation order
 std::set<Event*> g_events;
 uint64_t g_digest = 1469598103934665603ull, g_digest_bytes = 0;
+double g_clock_added_ms = 0; // advance_clock()
 
 double now_ms() {
     using namespace std::chrono;
-    return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+    return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count() + g_clock_added_ms;
 }
 
 cudaError_t fail(cudaError_t e) {
@@ -470,6 +471,7 @@ void inject_fault(const char* name, int nth) {
     g_inject_name = name;
     g_inject_countdown = nth;
 }
+void advance_clock(double ms) { g_clock_added_ms += ms; }
 void set_schedule(int s) { g_schedule = s; }
 int schedule() { return g_schedule; }
 const char* schedule_name(int s) { return s == 0 ? "forward" : s == 1 ? "reverse" : "shuffled"; }

@@ -1,11 +1,13 @@
 /*
  * Emulated cuBLASLt: the API surface with the library's enum values; test/emu/cublaslt.cpp implements the
  * subset llmc/matmul.cuh uses (bf16 A/B/C/D, fp32 compute and scale, transposes, beta, the BIAS, GELU_AUX,
- * GELU_AUX_BIAS and DGELU epilogues) and rejects every other attribute value with CUBLAS_STATUS_NOT_SUPPORTED.
+ * GELU_AUX_BIAS and DGELU epilogues, several algorithms per problem) and rejects every other attribute value with
+ * CUBLAS_STATUS_NOT_SUPPORTED.
  */
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cuda_runtime.h"
 
@@ -68,6 +70,16 @@ enum cublasLtMatmulPreferenceAttributes_t {
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
 };
 
+enum cublasLtMatmulAlgoConfigAttributes_t {
+    CUBLASLT_ALGO_CONFIG_ID = 0,
+    CUBLASLT_ALGO_CONFIG_TILE_ID = 1,
+    CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2,
+    CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME = 3,
+    CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING = 4,
+    CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION = 5,
+    CUBLASLT_ALGO_CONFIG_STAGES_ID = 6,
+};
+
 struct cublasLtContext;
 struct cublasLtMatmulDescOpaque_t;
 struct cublasLtMatrixLayoutOpaque_t;
@@ -106,6 +118,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t* results, int* found);
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algo,
+                                                    cublasLtMatmulAlgoConfigAttributes_t attr, void* buf,
+                                                    size_t size, size_t* written);
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb, const void* beta,
                               const void* C, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t ld,
@@ -116,3 +131,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
 int emu_cublaslt_live_objects();
 // Emulator only: while true the heuristic offers no algorithm for a GELU epilogue (GELU_AUX, GELU_AUX_BIAS, DGELU).
 void emu_cublaslt_refuse_gelu_epilogues(bool refuse);
+// Emulator only: the algorithms the heuristic offers, in its order (at most as many as asked for), by the emulated
+// time each call with one of them adds to the event clock (ms; emu::advance_clock). They compute the same result.
+// Empty: the default, {1000, 0, 2000} (the heuristic's second is the fastest).
+void emu_cublaslt_set_algorithm_times(const std::vector<double>& ms);
