@@ -234,6 +234,7 @@ EMU_SRC := $(BUILD)/emu/src
 EMU_CUDA_SRCS := $(wildcard llmc/*.cuh llmc/*/*.cuh) dev/cuda/device_utils.cuh test/gpu/gpu_test_util.cuh
 EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_ptx.cu test/gpu/test_attention.cu test/gpu/test_attention_decode.cu test/gpu/test_gpt2.cu \
                  test/gpu/test_gpt2_decoder.cu test/gpu/test_matmul_autotune.cu test/gpu/test_elementwise.cu \
+                 test/gpu/test_memory_plan.cu \
                  test/emu/test_emulator.cu
 EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS))
 EMU_LIB_SRCS := $(wildcard test/emu/*.cpp)

@@ -31,6 +31,9 @@ int run(int argc, char** argv) {
         printf("%s", infer_usage("infer_gpt2").c_str());
         return 0;
     }
+    if (opt.memory_plan)
+        throw UsageError("--memory-plan: infer_gpt2 has no GPU memory to plan; ./infer_gpt2cu --memory-plan answers "
+                         "without a GPU");
     // ---- model, tokenizer, prompts ----
     InferInputs in = load_infer_inputs(opt);
     const GPT2Config& cfg = in.cfg;

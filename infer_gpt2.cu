@@ -15,12 +15,56 @@
 #include <cstdio>
 #include <vector>
 
+#include "llmc/checkpoint.h"
 #include "llmc/gpt2_decoder.cuh"
 #include "llmc/infer.h"
 #include "llmc/profiler/cupti_source.cuh"
+#include "llmc/profiler/memory.h"
 
 namespace llmc {
 namespace {
+
+/*
+ * --memory-plan: the decoder's allocations for these flags (-e, -b, the prompt length, -n), and the largest -b
+ * whose plan fits --device-memory (or the present GPU's free memory); no GPU, no weights needed.
+ */
+int print_memory_plan(const InferOptions& opt) {
+    int depth;
+    GPT2Config cfg;
+    if (parse_depth_descriptor(opt.model, &depth)) {
+        cfg = gpt2_config_for_depth(depth);
+        validate_config(cfg, "-e " + opt.model);
+    } else {
+        if (!file_exists(opt.model))
+            throw UsageError(strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", opt.model.c_str()));
+        cfg = load_model(opt.model, false).config;
+    }
+    const int longest = opt.prompt_len > 0 ? opt.prompt_len : opt.prompt_ids.empty() ? 1 : (int)opt.prompt_ids.size();
+    const int B = std::max(opt.B, 1);
+    if ((long)longest + opt.new_tokens > cfg.max_seq_len)
+        throw UsageError(strprintf("-n: prompts of %d tokens and %d new tokens exceed the model's maximum length %d",
+                                   longest, opt.new_tokens, cfg.max_seq_len));
+    const int max_len = longest + opt.new_tokens;
+    const MemoryPlan plan = plan_gpu_inference(cfg, B, longest, max_len);
+    printf("memory plan: infer_gpt2cu -e %s -b %d, prompts of %d tokens, %d new tokens\n", opt.model.c_str(), B,
+           longest, opt.new_tokens);
+    printf("%s", prof::format_memory_report(plan, prof::analyze_memory(plan)).c_str());
+    prof::FitAnswer fit;
+    fit.largest_what = strprintf("number of sequences at %d tokens each", max_len);
+    if (opt.device_memory) {
+        fit.device_bytes = opt.device_memory, fit.source = "--device-memory";
+    } else if (cuda_device_count() > 0) {
+        size_t free_b = 0, total_b = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        fit.device_bytes = free_b, fit.source = "free on this GPU";
+    }
+    if (fit.device_bytes) {
+        fit.budget = plan_decoder_memory(cfg, B, longest, max_len, fit.device_bytes).budget();
+        fit.largest = largest_decode_batch(cfg, longest, max_len, fit.budget);
+    }
+    printf("%s", prof::format_fit(plan, fit).c_str());
+    return 0;
+}
 
 int run(int argc, char** argv) {
     const InferOptions opt = parse_infer_options(argc, argv);
@@ -28,6 +72,7 @@ int run(int argc, char** argv) {
         printf("%s", infer_usage("infer_gpt2cu").c_str());
         return 0;
     }
+    if (opt.memory_plan) return print_memory_plan(opt);
     require_gpu("infer_gpt2cu", "./infer_gpt2 generates on the CPU with the same flags");
     InferInputs in = load_infer_inputs(opt);
     const GPT2Config& cfg = in.cfg;
@@ -37,6 +82,7 @@ int run(int argc, char** argv) {
     profile.start([&](const prof::SessionOptions& so) {
         prof::ProfileContext ctx = prof::gpu_profile_context("infer_gpt2cu", cfg, B, in.longest, 1);
         ctx.inference = profile.shape;
+        ctx.memory = plan_gpu_inference(cfg, B, in.longest, in.longest + opt.new_tokens);
         return prof::make_gpu_profile_session(so, std::move(ctx));
     });
     GPT2DecoderGPU dec(cfg, in.params.data(), B, in.longest, in.longest + opt.new_tokens);

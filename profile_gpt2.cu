@@ -302,8 +302,9 @@ int main(int argc, char** argv) {
                opt.warmup, opt.steps);
 
         int t = 0; // AdamW step
-        prof::ProfileSession session({opt.output, opt.warmup, opt.steps, opt.top, true, "-o"},
-                                     prof::gpu_profile_context("profile_gpt2cu", cfg, opt.B, opt.T, 1),
+        prof::ProfileContext pctx = prof::gpu_profile_context("profile_gpt2cu", cfg, opt.B, opt.T, 1);
+        pctx.memory = model->memory.plan; // what the model allocated
+        prof::ProfileSession session({opt.output, opt.warmup, opt.steps, opt.top, true, "-o"}, std::move(pctx),
                                      std::make_unique<prof::CuptiEventSource>());
         session.before_report([&](const prof::ProfileRecords& records, prof::ProfileContext& ctx) {
             prof::CounterReport counters = count_last_step(records, opt.counters, [&] {

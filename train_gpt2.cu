@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "llmc/dataloader.h"
+#include "llmc/checkpoint.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/optimizer.h"
 #include "llmc/profiler/cupti_source.cuh"
 #include "llmc/profiler/device_specs.h"
+#include "llmc/profiler/memory.h"
 #include "llmc/profiler/nvml_sampler.h"
 #include "llmc/progress.h"
 #include "llmc/train/dist.h"
@@ -41,6 +43,8 @@ std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, 
     int grad_accum = opt.grad_accum / comm.world(); // this rank's micro-batches
     prof::ProfileContext ctx = prof::gpu_profile_context("train_gpt2cu", c, opt.B, opt.T, grad_accum);
     ctx.rank = comm.rank(), ctx.world_size = comm.world();
+    ctx.memory = plan_gpu_training(c, opt.B, opt.T, opt.zero_stage ? comm.world() : 1);
+    ctx.memory.grad_accum = grad_accum;
     return prof::make_gpu_profile_session(so, std::move(ctx));
 }
 
@@ -258,12 +262,53 @@ std::unique_ptr<TrainBackend> make_gpu_backend(const GPT2Config& c, const TrainO
     return std::make_unique<GPUBackend>(c, opt, comm);
 }
 
+/*
+ * --memory-plan: the plan of every allocation for these flags (-e, -b, -t), its analysis, and the largest
+ * micro-batch at this T whose plan fits --device-memory (or the present GPU's free memory); no GPU needed.
+ */
+int print_memory_plan(const TrainOptions& opt) {
+    int depth;
+    GPT2Config cfg;
+    if (parse_depth_descriptor(opt.model, &depth)) {
+        cfg = gpt2_config_for_depth(depth);
+        validate_config(cfg, "-e " + opt.model);
+    } else {
+        if (!file_exists(opt.model))
+            throw UsageError(strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", opt.model.c_str()));
+        cfg = load_model(opt.model, false).config;
+    }
+    if (opt.T > cfg.max_seq_len)
+        throw UsageError(strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));
+    if ((long)opt.B * opt.T > 2147483647L) throw UsageError("-b: B*T is more than the GPU trainer's int row count");
+    MemoryPlan plan = plan_gpu_training(cfg, opt.B, opt.T);
+    plan.grad_accum = opt.grad_accum;
+    printf("memory plan: train_gpt2cu -e %s -b %d -t %d (grad accumulation %d: no memory of its own)\n",
+           opt.model.c_str(), opt.B, opt.T, opt.grad_accum);
+    printf("%s", prof::format_memory_report(plan, prof::analyze_memory(plan)).c_str());
+    prof::FitAnswer fit;
+    fit.largest_what = strprintf("micro-batch at T=%d", opt.T);
+    if (opt.device_memory) {
+        fit.device_bytes = opt.device_memory, fit.source = "--device-memory";
+    } else if (cuda_device_count() > 0) {
+        size_t free_b = 0, total_b = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        fit.device_bytes = free_b, fit.source = "free on this GPU";
+    }
+    if (fit.device_bytes) {
+        fit.budget = memory_budget(fit.device_bytes);
+        fit.largest = largest_training_batch(cfg, opt.T, 1, fit.budget);
+    }
+    printf("%s", prof::format_fit(plan, fit).c_str());
+    return 0;
+}
+
 int main(int argc, char** argv) {
     return main_guard([&] {
         TrainOptions defaults; // GPT-2 124M, B=4, T=1024 (llm.c's defaults)
-        bool help = false;
-        for (int i = 1; i < argc; i++) help |= std::string(argv[i]) == "-h" || std::string(argv[i]) == "--help";
-        if (!help) require_gpu("train_gpt2cu", "./train_gpt2 is the CPU trainer with the same flags");
+        // The flags first: a bad one is named, with or without a GPU; --memory-plan needs none.
+        const TrainOptions opt = parse_train_options(argc, argv, defaults);
+        if (opt.memory_plan && !opt.help) return print_memory_plan(opt);
+        if (!opt.help) require_gpu("train_gpt2cu", "./train_gpt2 is the CPU trainer with the same flags");
         return run_training("train_gpt2cu", argc, argv, defaults, make_gpu_backend);
     });
 }

@@ -1,12 +1,13 @@
 /*
  * Command line shared by train_gpt2 (CPU) and train_gpt2cu (GPU): llm.c's short flags, each with a long
- * alias. Every flag takes a value ("-x 10", "--max-steps 10" or "--max-steps=10"). A bad flag or value
- * throws UsageError naming the flag; programs print it on one line and exit 2.
+ * alias. Every flag but -h and --memory-plan takes a value ("-x 10", "--max-steps 10" or "--max-steps=10").
+ * A bad flag or value throws UsageError naming the flag; programs print it on one line and exit 2.
  */
 #pragma once
 #include <cerrno>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llmc/optimizer.h"
@@ -46,6 +47,8 @@ struct TrainOptions {
     int profile_start = 6;                            // --profile-start: first profiled step, numbered as the
                                                       // step lines number them (from 1)
     int profile_steps = 5;                            // --profile-steps
+    bool memory_plan = false;                         // --memory-plan: print the GPU memory plan and exit
+    size_t device_memory = 0;                         // --device-memory (0 = the present GPU's free memory)
     bool help = false;                                // -h
 };
 
@@ -89,6 +92,10 @@ inline std::string usage(const char* program, const TrainOptions& d) {
            strprintf("      --profile DIR          profile a window of steps (GPU: CUPTI), write the profile to DIR [off]\n"
                      "      --profile-start N      first profiled step, as the step lines number them (from 1) [%d]\n"
                      "      --profile-steps N      profiled steps [%d]\n"
+                     "      --memory-plan          GPU trainer: print the memory plan for these flags and the largest\n"
+                     "                             micro-batch that fits, then exit (no GPU needed)\n"
+                     "      --device-memory SIZE   with --memory-plan: device memory to plan for, e.g. 80GiB, 40GB,\n"
+                     "                             512MiB or bytes [the GPU's free memory]\n"
                      "  -h, --help                 this help\n",
                      d.profile_start, d.profile_steps);
 }
@@ -128,6 +135,20 @@ inline const std::string& take_value(Arg& a, int argc, char** argv, int& i) {
     }
     return a.value;
 }
+// "80GiB", "40GB", "512MiB", "1.5TiB" or plain bytes: a positive size in bytes.
+inline size_t parse_bytes(const std::string& flag, const std::string& v) {
+    char* end = nullptr;
+    const double x = strtod(v.c_str(), &end);
+    const std::string unit = end ? std::string(end) : "";
+    static const std::pair<const char*, double> units[] = {
+        {"", 1.0},      {"B", 1.0},          {"KB", 1e3},         {"MB", 1e6},         {"GB", 1e9},
+        {"TB", 1e12},   {"KiB", 1024.0},     {"MiB", 1048576.0},  {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+    for (const auto& [name, scale] : units)
+        if (unit == name && end != v.c_str() && x > 0 && x * scale < 1.8e19 && x * scale >= 1)
+            return (size_t)(x * scale);
+    throw UsageError(strprintf("%s: expected a size such as 80GiB, 40GB, 512MiB or a number of bytes, got '%s'",
+                               flag.c_str(), v.c_str()));
+}
 // A switch (--json, --help, ...) takes no value: "--json=0" would read as "on" to whoever wrote it as "off".
 inline void no_value(const Arg& a) {
     if (a.has_value) throw UsageError(strprintf("%s: a switch, takes no value", a.flag.c_str()));
@@ -147,6 +168,11 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
             opt.help = true;
             continue;
         }
+        if (flag == "--memory-plan") {
+            detail::no_value(a);
+            opt.memory_plan = true;
+            continue;
+        }
         static const char* table[][2] = {
             {"-i", "--input"},        {"-j", "--val"},          {"-e", "--model"},           {"-o", "--output"},
             {"-b", "--batch"},        {"-t", "--seq-len"},      {"-d", "--total-batch"},     {"-l", "--lr"},
@@ -156,7 +182,8 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
             {"-z", "--zero"},
             {"--seed", "--seed"},     {"--temperature", "--temperature"}, {"--top-k", "--top-k"},
             {"--beta1", "--beta1"},   {"--beta2", "--beta2"},   {"--eps", "--eps"},          {"--grad-clip", "--grad-clip"},
-            {"--profile", "--profile"}, {"--profile-start", "--profile-start"}, {"--profile-steps", "--profile-steps"}};
+            {"--profile", "--profile"}, {"--profile-start", "--profile-start"}, {"--profile-steps", "--profile-steps"},
+            {"--device-memory", "--device-memory"}};
         const char* key = nullptr;
         for (auto& row : table)
             if (flag == row[0] || flag == row[1]) key = row[0];
@@ -195,7 +222,9 @@ inline TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt)
         else if (k == "--profile") opt.profile_dir = value;
         else if (k == "--profile-start") opt.profile_start = (int)parse_long(flag, value, 1, IMAX);
         else if (k == "--profile-steps") opt.profile_steps = (int)parse_long(flag, value, 1, IMAX);
+        else if (k == "--device-memory") opt.device_memory = detail::parse_bytes(flag, value);
     }
+    if (opt.device_memory && !opt.memory_plan) throw UsageError("--device-memory: only with --memory-plan");
     const long BT = (long)opt.B * opt.T; // both <= 2^31 - 1: no overflow
     if (opt.total_batch == -1) opt.total_batch = BT;
     if (opt.total_batch <= 0 || opt.total_batch % BT != 0)

@@ -113,14 +113,24 @@ struct EncoderBackwardScratch {
     }
     // Device bytes a scratch of this capacity takes (the memory plan counts them before allocating);
     // *temp (if given): the CUB temporary storage among them, the largest of the sort, the run-length encode
-    // and the scan.
-    static size_t bytes(int capacity, int key_bits, size_t* temp = nullptr) {
+    // and the scan. Without a device CUB cannot be asked (a memory plan on a machine without a GPU): *temp is
+    // then an upper bound, the sort's alternate keys and values twice over plus 4 MiB, and *estimated is set.
+    static size_t bytes(int capacity, int key_bits, size_t* temp = nullptr, bool* estimated = nullptr) {
         size_t sort_bytes = 0, rle_bytes = 0, scan_bytes = 0; // queries: no work is done with a null temp pointer
-        CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const int*)nullptr, (int*)nullptr,
-                                                   (const int*)nullptr, (int*)nullptr, capacity, 0, key_bits));
-        CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, rle_bytes, (const int*)nullptr, (int*)nullptr,
-                                                      (int*)nullptr, (int*)nullptr, capacity));
-        CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, (const int*)nullptr, (int*)nullptr, capacity));
+        cudaError_t e = cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const int*)nullptr, (int*)nullptr,
+                                                        (const int*)nullptr, (int*)nullptr, capacity, 0, key_bits);
+        if (e == cudaSuccess)
+            e = cub::DeviceRunLengthEncode::Encode(nullptr, rle_bytes, (const int*)nullptr, (int*)nullptr,
+                                                   (int*)nullptr, (int*)nullptr, capacity);
+        if (e == cudaSuccess)
+            e = cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, (const int*)nullptr, (int*)nullptr, capacity);
+        if (e != cudaSuccess && cuda_device_count() == 0) {
+            cudaGetLastError();
+            sort_bytes = 4 * (size_t)capacity * 2 * sizeof(int) + ((size_t)4 << 20);
+            if (estimated) *estimated = true;
+        } else {
+            CUDA_CHECK(e);
+        }
         const size_t temp_bytes = std::max(sort_bytes, std::max(rle_bytes, scan_bytes));
         if (temp) *temp = temp_bytes;
         return 6 * round_up_256((size_t)capacity * sizeof(int)) + round_up_256(sizeof(int)) + round_up_256(temp_bytes);

@@ -28,6 +28,7 @@
 #include "llmc/gpt2_config.h"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
+#include "llmc/memory_plan.h"
 #include "llmc/nvtx.h"
 #include "llmc/optimizer.h"
 #include "llmc/train/dist.h"
@@ -81,57 +82,56 @@ struct ActivationLayout {
     size_t bytes = 0;
 };
 
-// Carves typed tensors one after the other from one buffer (base may be null to only measure), each starting
-// 256-byte aligned: cuBLASLt's operand alignment, and more than any vector load needs.
-struct BufferCarver {
-    char* base;
-    size_t off = 0;
-    template <typename E> void operator()(E*& ptr, size_t count) {
-        off = round_up_256(off);
-        ptr = base ? reinterpret_cast<E*>(base + off) : nullptr;
-        off += count * sizeof(E);
-    }
-    size_t bytes() const { return round_up_256(off); }
-};
-
-// Carves the activation buffer (base may be null to only measure).
-inline ActivationLayout layout_activations(char* base, const GPT2Config& c, int B, int T) {
+// Carves the activation buffer (base may be null to only measure); with a plan, records every tensor in it as
+// the plan's allocation "activations".
+inline ActivationLayout layout_activations(char* base, const GPT2Config& c, int B, int T, MemoryPlan* plan = nullptr) {
     size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size, BT = (size_t)B * T;
     size_t scratch = std::max<size_t>({layernorm_backward_scratch_floats((int)BT, (int)C),
                                        attention_backward_scratch_floats(B, T, (int)NH),
                                        bias_backward_scratch_floats(4 * (int)C), global_norm_scratch_floats()});
     ActivationLayout out;
-    BufferCarver carve{base};
+    BufferCarver carve = plan ? begin_allocation(*plan, base, "activations") : BufferCarver{base};
     ActivationTensors& a = out.t;
-    carve(a.inputs, BT);
-    carve(a.targets, BT);
-    carve(a.encoded, BT * C);
-    carve(a.ln1, L * BT * C);
-    carve(a.ln1_mean, L * BT);
-    carve(a.ln1_rstd, L * BT);
-    carve(a.qkv, L * BT * 3 * C);
-    carve(a.atty, L * BT * C);
-    carve(a.att_lse, L * BT * NH);
-    carve(a.residual1, L * BT * C);
-    carve(a.ln2, L * BT * C);
-    carve(a.ln2_mean, L * BT);
-    carve(a.ln2_rstd, L * BT);
-    carve(a.fch, L * BT * 4 * C);
-    carve(a.fch_gelu, L * BT * 4 * C);
-    carve(a.residual2, L * BT * C);
-    carve(a.lnf, BT * C);
-    carve(a.lnf_mean, BT);
-    carve(a.lnf_rstd, BT);
-    carve(a.logits, BT * Vp);
-    carve(a.losses, BT);
-    carve(a.proj_out, BT * C);
-    carve(a.dresidual, BT * C);
-    carve(a.dbtc, BT * C);
-    carve(a.dbt4c, BT * 4 * C);
-    carve(a.dqkv, BT * 3 * C);
-    carve(a.scratch, scratch);
-    carve(a.scalars, 2);
+    using K = MemoryKind;
+    using S = SubBlock;
+    const size_t b = B, t = T;
+    const int nl = (int)L;
+    auto act = [&](const char* name, std::vector<size_t> shape, int layers, S s) {
+        return TensorInfo{name, K::activations, std::move(shape), layers, (int)s};
+    };
+    auto grad = [&](const char* name, std::vector<size_t> shape, S s) {
+        return TensorInfo{name, K::activation_gradients, std::move(shape), 0, (int)s};
+    };
+    carve(a.inputs, BT, {"inputs", K::inputs, {b, t}});
+    carve(a.targets, BT, {"targets", K::inputs, {b, t}});
+    carve(a.encoded, BT * C, act("encoded", {b, t, C}, 0, S::encoder));
+    carve(a.ln1, L * BT * C, act("ln1", {b, t, C}, nl, S::ln1));
+    carve(a.ln1_mean, L * BT, act("ln1_mean", {b, t}, nl, S::ln1));
+    carve(a.ln1_rstd, L * BT, act("ln1_rstd", {b, t}, nl, S::ln1));
+    carve(a.qkv, L * BT * 3 * C, act("qkv", {b, t, 3 * C}, nl, S::qkv));
+    carve(a.atty, L * BT * C, act("atty", {b, t, C}, nl, S::attention));
+    carve(a.att_lse, L * BT * NH, act("att_lse", {b, NH, t}, nl, S::attention));
+    carve(a.residual1, L * BT * C, act("residual1", {b, t, C}, nl, S::residual1));
+    carve(a.ln2, L * BT * C, act("ln2", {b, t, C}, nl, S::ln2));
+    carve(a.ln2_mean, L * BT, act("ln2_mean", {b, t}, nl, S::ln2));
+    carve(a.ln2_rstd, L * BT, act("ln2_rstd", {b, t}, nl, S::ln2));
+    carve(a.fch, L * BT * 4 * C, act("fch", {b, t, 4 * C}, nl, S::fc));
+    carve(a.fch_gelu, L * BT * 4 * C, act("fch_gelu", {b, t, 4 * C}, nl, S::gelu));
+    carve(a.residual2, L * BT * C, act("residual2", {b, t, C}, nl, S::residual2));
+    carve(a.lnf, BT * C, act("lnf", {b, t, C}, 0, S::lnf));
+    carve(a.lnf_mean, BT, act("lnf_mean", {b, t}, 0, S::lnf));
+    carve(a.lnf_rstd, BT, act("lnf_rstd", {b, t}, 0, S::lnf));
+    carve(a.logits, BT * Vp, act("logits", {b, t, Vp}, 0, S::classifier));
+    carve(a.losses, BT, act("losses", {b, t}, 0, S::classifier));
+    carve(a.proj_out, BT * C, act("proj_out", {b, t, C}, 0, S::attn_proj));
+    carve(a.dresidual, BT * C, grad("dresidual", {b, t, C}, S::classifier));
+    carve(a.dbtc, BT * C, grad("dbtc", {b, t, C}, S::classifier));
+    carve(a.dbt4c, BT * 4 * C, grad("dbt4c", {b, t, 4 * C}, S::fc_proj));
+    carve(a.dqkv, BT * 3 * C, grad("dqkv", {b, t, 3 * C}, S::attention));
+    carve(a.scratch, scratch, {"scratch", K::scratch, {scratch}});
+    carve(a.scalars, 2, {"scalars", K::scratch, {2}});
     out.bytes = carve.bytes();
+    if (plan) finish_allocation(*plan, carve);
     return out;
 }
 
@@ -169,33 +169,102 @@ inline void adamw_update_shard(const GPT2Config& c, Shard s, floatX* params, flo
     }
 }
 
+// 5% of free memory stays spare for the CUDA context, cuBLASLt's own allocations and fragmentation.
+inline size_t memory_budget(size_t free_bytes) { return (size_t)(free_bytes * 0.95); }
+
+/*
+ * Every device allocation GPT2GPU makes for micro-batch (B, T), and every tensor in each (llmc/memory_plan.h):
+ * the bf16 parameters and gradients (padded for ZeRO-1's shards), the optimizer state of this rank's shard
+ * (fp32 master weights, AdamW m and v), the activation buffer (layout_activations), the encoder backward's sort
+ * scratch with CUB's temporary storage, and the process's cuBLASLt workspace. GPT2GPU allocates exactly these.
+ */
+inline MemoryPlan plan_gpu_training(const GPT2Config& c, int B, int T, int shards = 1) {
+    using K = MemoryKind;
+    MemoryPlan plan;
+    plan.program = "GPU training";
+    plan.B = B, plan.T = T, plan.shards = shards;
+    const size_t n = padded_parameter_count(num_parameters(c), shards), shard = n / shards;
+    for (auto [name, kind] : {std::make_pair("parameters", K::parameters), std::make_pair("gradients", K::gradients)}) {
+        BufferCarver carve = begin_allocation(plan, nullptr, name);
+        carve_parameter_tensors<floatX>(carve, c, kind, n);
+        finish_allocation(plan, carve);
+    }
+    {
+        BufferCarver carve = begin_allocation(plan, nullptr, "optimizer");
+        float* p = nullptr;
+        carve(p, shard, {"master_weights", K::master_weights, {shard}});
+        carve(p, shard, {"adam_m", K::adam_moments, {shard}});
+        carve(p, shard, {"adam_v", K::adam_moments, {shard}});
+        finish_allocation(plan, carve);
+    }
+    layout_activations(nullptr, c, B, T, &plan);
+    {
+        // EncoderBackwardScratch's layout: six int arrays of B*T, the run count, then CUB's temporary storage.
+        const int cap = B * T, key_bits = EncoderBackwardScratch::sort_key_bits(c.padded_vocab_size);
+        size_t temp = 0;
+        bool estimated = false;
+        const size_t total = EncoderBackwardScratch::bytes(cap, key_bits, &temp, &estimated);
+        BufferCarver carve = begin_allocation(plan, nullptr, "encoder_backward_scratch");
+        int* p = nullptr;
+        for (const char* name : {"positions", "sorted_tok", "sorted_pos", "unique_tok", "run_count", "run_offset"})
+            carve(p, (size_t)cap, {name, K::scratch, {(size_t)cap}});
+        carve(p, 1, {"num_runs", K::scratch, {1}});
+        carve.raw(temp, {"cub_temp", K::cub_temp, {temp}});
+        finish_allocation(plan, carve);
+        if (plan.allocations.back().bytes != total)
+            throw Error("memory plan: the encoder scratch's layout differs from EncoderBackwardScratch::bytes");
+        if (estimated)
+            plan.notes.push_back("CUB temporary storage is an upper bound: there is no device to ask for its size");
+    }
+    {
+        BufferCarver carve = begin_allocation(plan, nullptr, "cublaslt_workspace", true);
+        carve.raw(CublasLt::WORKSPACE_BYTES, {"cublaslt_workspace", K::cublaslt_workspace, {CublasLt::WORKSPACE_BYTES}});
+        finish_allocation(plan, carve);
+    }
+    set_training_liveness(plan, c.num_layers);
+    return plan;
+}
+
+// The largest micro-batch at sequence length T whose plan fits in `budget` bytes (0: not even B = 1).
+inline int largest_training_batch(const GPT2Config& c, int T, int shards, size_t budget) {
+    auto fits = [&](long b) { return plan_gpu_training(c, (int)b, T, shards).total_bytes() <= budget; };
+    const long cap = 2147483647L / T; // B * T stays an int
+    if (!fits(1)) return 0;
+    long lo = 1, hi = 2; // fits(lo); hi: not known yet
+    while (hi <= cap && fits(hi)) lo = hi, hi *= 2;
+    hi = std::min(hi, cap + 1); // !fits(hi) or past the cap
+    while (hi - lo > 1) {
+        long mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return (int)lo;
+}
+
 struct GPUMemoryPlan {
+    MemoryPlan plan; // every allocation and tensor
     size_t params, grads, optimizer, activations, free_before;
     size_t other; // cuBLASLt workspace and the encoder backward's sort scratch
     int max_batch; // largest micro-batch at this T that fits in free_before
-    size_t total() const { return params + grads + optimizer + activations + other; }
-    // 5% of free memory stays spare for the CUDA context, cuBLASLt's own allocations and fragmentation.
-    size_t budget() const { return (size_t)(free_before * 0.95); }
+    size_t total() const { return plan.total_bytes(); }
+    size_t budget() const { return memory_budget(free_before); }
 };
 
-// shards: ZeRO-1's optimizer shards (1: the whole optimizer state on this device).
-inline GPUMemoryPlan plan_gpu_memory(const GPT2Config& c, int B, int T, int shards = 1) {
-    size_t n = padded_parameter_count(num_parameters(c), shards);
+// shards: ZeRO-1's optimizer shards (1: the whole optimizer state on this device). free_bytes: the device memory
+// to plan for (the present device's free memory when SIZE_MAX).
+inline GPUMemoryPlan plan_gpu_memory(const GPT2Config& c, int B, int T, int shards = 1, size_t free_bytes = SIZE_MAX) {
     GPUMemoryPlan p{};
-    p.params = n * sizeof(floatX);
-    p.grads = n * sizeof(floatX);
-    p.optimizer = 3 * (n / shards) * sizeof(float);
-    p.activations = layout_activations(nullptr, c, B, T).bytes;
-    const int key_bits = EncoderBackwardScratch::sort_key_bits(c.padded_vocab_size);
-    auto encoder_scratch = [&](int b) { return EncoderBackwardScratch::bytes(b * T, key_bits); };
-    p.other = CublasLt::WORKSPACE_BYTES + encoder_scratch(B);
-    size_t total = 0;
-    CUDA_CHECK(cudaMemGetInfo(&p.free_before, &total));
-    // Everything but the weights' share grows (about) linearly in B; the per-batch cost is measured at B=1,
-    // which rounds every per-tensor alignment up once per B and so overestimates slightly.
-    size_t per_batch = layout_activations(nullptr, c, 1, T).bytes + encoder_scratch(1);
-    size_t fixed = p.params + p.grads + p.optimizer + CublasLt::WORKSPACE_BYTES;
-    p.max_batch = p.budget() > fixed ? (int)((p.budget() - fixed) / per_batch) : 0;
+    p.plan = plan_gpu_training(c, B, T, shards);
+    p.params = p.plan.allocation("parameters").bytes;
+    p.grads = p.plan.allocation("gradients").bytes;
+    p.optimizer = p.plan.allocation("optimizer").bytes;
+    p.activations = p.plan.allocation("activations").bytes;
+    p.other = p.plan.allocation("cublaslt_workspace").bytes + p.plan.allocation("encoder_backward_scratch").bytes;
+    if (free_bytes == SIZE_MAX) {
+        size_t total = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    }
+    p.free_before = free_bytes;
+    p.max_batch = largest_training_batch(c, T, shards, p.budget());
     return p;
 }
 
@@ -238,11 +307,12 @@ public:
                                   memory.budget() / 1048576.0, T, memory.max_batch));
         CublasLt::get(); // its workspace is part of the plan: allocate it now, not inside the first matmul
         CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        // The plan's allocations (the cuBLASLt workspace is CublasLt's, the sort scratch EncoderBackwardScratch's).
         CUDA_CHECK(cudaMalloc(&params_memory, memory.params));
         CUDA_CHECK(cudaMalloc(&grads_memory, memory.grads));
         CUDA_CHECK(cudaMalloc(&master, memory.optimizer));
-        m = master + shard.size();
-        v = m + shard.size();
+        m = master + memory.plan.tensor("adam_m").offset / sizeof(float);
+        v = master + memory.plan.tensor("adam_v").offset / sizeof(float);
         CUDA_CHECK(cudaMalloc(&acts_memory_, memory.activations));
         acts = layout_activations(acts_memory_, c, B, T).t;
         params.point_into(params_memory, c);

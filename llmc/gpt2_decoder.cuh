@@ -103,56 +103,109 @@ inline int prefill_rows(int B, int longest) {
     return (int)rows;
 }
 
-// base may be null to only measure.
-inline DecoderLayout layout_decoder(char* base, const GPT2Config& c, int B, int max_len, int rows) {
-    const size_t C = c.channels, NH = c.num_heads, R = rows, Vp = c.padded_vocab_size;
+// base may be null to only measure; with a plan, records every tensor in it as the plan's allocation "decoder".
+inline DecoderLayout layout_decoder(char* base, const GPT2Config& c, int B, int max_len, int rows,
+                                    MemoryPlan* plan = nullptr) {
+    const size_t C = c.channels, NH = c.num_heads, R = rows, Vp = c.padded_vocab_size, b = B, L = c.num_layers;
     DecoderLayout out;
-    BufferCarver carve{base};
+    BufferCarver carve = plan ? begin_allocation(*plan, base, "decoder") : BufferCarver{base};
     DecoderTensors& a = out.t;
-    for (floatX** p : {&a.x, &a.x1, &a.ln, &a.atty, &a.proj}) carve(*p, R * C);
-    carve(a.qkv, R * 3 * C);
-    carve(a.fch, R * 4 * C);
-    carve(a.fch_gelu, R * 4 * C);
-    carve(a.mean, R);
-    carve(a.rstd, R);
-    carve(a.lse, NH * R);
-    carve(a.last, (size_t)B * C);
-    carve(a.logits, (size_t)B * Vp);
-    carve(a.partial, attention_decode_scratch_floats(B, (int)NH, (int)(C / NH), max_len));
-    for (int** p : {&a.tok, &a.seq, &a.pos}) carve(*p, R);
-    carve(a.len, B);
-    carve(a.order, B);
-    carve(a.ids, B);
-    carve(a.coins, B);
+    using K = MemoryKind;
+    using S = SubBlock;
+    auto act = [](const char* name, std::vector<size_t> shape, S s) {
+        return TensorInfo{name, K::activations, std::move(shape), 0, (int)s};
+    };
+    carve(a.x, R * C, act("x", {R, C}, S::residual2));
+    carve(a.x1, R * C, act("x1", {R, C}, S::residual1));
+    carve(a.ln, R * C, act("ln", {R, C}, S::ln1));
+    carve(a.atty, R * C, act("atty", {R, C}, S::attention));
+    carve(a.proj, R * C, act("proj", {R, C}, S::attn_proj));
+    carve(a.qkv, R * 3 * C, act("qkv", {R, 3 * C}, S::qkv));
+    carve(a.fch, R * 4 * C, act("fch", {R, 4 * C}, S::fc));
+    carve(a.fch_gelu, R * 4 * C, act("fch_gelu", {R, 4 * C}, S::gelu));
+    carve(a.mean, R, act("mean", {R}, S::ln1));
+    carve(a.rstd, R, act("rstd", {R}, S::ln1));
+    carve(a.lse, NH * R, act("lse", {NH, R}, S::attention));
+    carve(a.last, b * C, act("last", {b, C}, S::lnf));
+    carve(a.logits, b * Vp, act("logits", {b, Vp}, S::classifier));
+    const size_t partial = attention_decode_scratch_floats(B, (int)NH, (int)(C / NH), max_len);
+    carve(a.partial, partial, {"attention_partial", K::scratch, {partial}});
+    carve(a.tok, R, {"tok", K::inputs, {R}});
+    carve(a.seq, R, {"seq", K::inputs, {R}});
+    carve(a.pos, R, {"pos", K::inputs, {R}});
+    carve(a.len, B, {"len", K::inputs, {b}});
+    carve(a.order, B, {"order", K::inputs, {b}});
+    carve(a.ids, B, {"ids", K::inputs, {b}});
+    carve(a.coins, B, {"coins", K::inputs, {b}});
     const size_t cache_off = carve.bytes();
-    carve(a.cache, 2 * (size_t)c.num_layers * B * max_len * C);
+    // (L, 2, B, maxT, C): a plan entry per layer, its K and V together
+    carve(a.cache, 2 * L * b * max_len * C, {"kv_cache", K::kv_cache, {2, b, (size_t)max_len, C}, (int)L});
     out.cache_bytes = carve.off - cache_off;
     out.bytes = carve.bytes();
+    if (plan) finish_allocation(*plan, carve);
     return out;
 }
 
+/*
+ * Every device allocation GPT2DecoderGPU makes for B sequences of prompts up to `longest` tokens and max_len tokens
+ * in all (llmc/memory_plan.h): the bf16 parameters, the one buffer of row activations, ids, scratch and KV cache,
+ * and the process's cuBLASLt workspace. Every tensor lives for the whole run (no liveness).
+ */
+inline MemoryPlan plan_gpu_inference(const GPT2Config& c, int B, int longest, int max_len) {
+    MemoryPlan plan;
+    plan.program = "GPU inference";
+    plan.B = B, plan.T = longest, plan.max_len = max_len;
+    {
+        BufferCarver carve = begin_allocation(plan, nullptr, "parameters");
+        carve_parameter_tensors<floatX>(carve, c, MemoryKind::parameters, num_parameters(c));
+        finish_allocation(plan, carve);
+    }
+    layout_decoder(nullptr, c, B, max_len, prefill_rows(B, longest), &plan);
+    {
+        BufferCarver carve = begin_allocation(plan, nullptr, "cublaslt_workspace", true);
+        carve.raw(CublasLt::WORKSPACE_BYTES,
+                  {"cublaslt_workspace", MemoryKind::cublaslt_workspace, {CublasLt::WORKSPACE_BYTES}});
+        finish_allocation(plan, carve);
+    }
+    return plan;
+}
+
 struct DecoderMemoryPlan {
+    MemoryPlan plan; // every allocation and tensor
     size_t params, activations, cache, other, free_before;
     int max_batch; // largest B at these lengths that fits in free_before
-    size_t total() const { return params + activations + other; }
+    size_t total() const { return plan.total_bytes(); }
     size_t budget() const { return (size_t)(free_before * 0.95); } // as the trainer's plan: 5% for the context
 };
 
+// The largest B (at most kMaxDecodeRows) whose plan at these lengths fits in `budget` bytes; 0: not even one.
+inline int largest_decode_batch(const GPT2Config& c, int longest, int max_len, size_t budget) {
+    auto fits = [&](int b) { return plan_gpu_inference(c, b, longest, max_len).total_bytes() <= budget; };
+    const int cap = std::min<long long>(kMaxDecodeRows, INT32_MAX / std::max(longest, 1));
+    if (!fits(1)) return 0;
+    int lo = 1, hi = cap + 1; // fits(lo), !fits(hi) or past the cap
+    if (fits(cap)) return cap;
+    hi = cap;
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
+}
+
 /*
  * Memory for B sequences of prompts up to `longest` tokens and max_len tokens in all, given free_bytes of
- * free device memory. The per-sequence share is measured at B = 1 (alignment rounded up once per sequence,
- * so max_batch errs on the small side).
+ * free device memory: the plan, and the largest B whose plan fits.
  */
 inline DecoderMemoryPlan plan_decoder_memory(const GPT2Config& c, int B, int longest, int max_len, size_t free_bytes) {
     DecoderMemoryPlan p{};
-    p.params = num_parameters(c) * sizeof(floatX);
-    const DecoderLayout l = layout_decoder(nullptr, c, B, max_len, prefill_rows(B, longest));
-    p.activations = l.bytes;
-    p.cache = l.cache_bytes;
-    p.other = CublasLt::WORKSPACE_BYTES;
+    p.plan = plan_gpu_inference(c, B, longest, max_len);
+    p.params = p.plan.allocation("parameters").bytes;
+    p.activations = p.plan.allocation("decoder").bytes;
+    p.cache = p.plan.kind_bytes(MemoryKind::kv_cache);
+    p.other = p.plan.allocation("cublaslt_workspace").bytes;
     p.free_before = free_bytes;
-    const size_t per_seq = layout_decoder(nullptr, c, 1, max_len, longest).bytes, fixed = p.params + p.other;
-    p.max_batch = p.budget() > fixed ? (int)std::min<size_t>((p.budget() - fixed) / per_seq, 65536) : 0;
+    p.max_batch = largest_decode_batch(c, longest, max_len, p.budget());
     return p;
 }
 
@@ -190,6 +243,7 @@ public:
                                   memory.max_batch));
         CublasLt::get();
         CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        // The plan's allocations (the cuBLASLt workspace is CublasLt's).
         CUDA_CHECK(cudaMalloc(&params_memory_, memory.params));
         CUDA_CHECK(cudaMalloc(&acts_memory_, memory.activations));
         a_ = layout_decoder(acts_memory_, c, B, max_len, prefill_rows(B, longest)).t;

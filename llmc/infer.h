@@ -49,6 +49,8 @@ struct InferOptions {
     bool stop_eot = false;          // --stop-eot
     bool json = false;              // --json
     std::string profile_dir;        // --profile ("" = off)
+    bool memory_plan = false;       // --memory-plan: print the GPU memory plan and exit
+    size_t device_memory = 0;       // --device-memory (0 = the present GPU's free memory)
     bool help = false;              // -h
 };
 
@@ -72,6 +74,11 @@ inline std::string infer_usage(const char* program) {
         "      --stop-eot             stop a sequence at <|endoftext|>\n"
         "      --json                 one JSON object per sequence and a summary object, one per line\n"
         "      --profile DIR          profile prefill and decode, write the profile to DIR [off]\n"
+        "      --memory-plan          GPU program: print the memory plan (weights, activations, KV cache) and\n"
+        "                             the largest -b that fits, then exit (no GPU needed; prompt length from\n"
+        "                             --prompt-len or --prompt-ids)\n"
+        "      --device-memory SIZE   with --memory-plan: device memory to plan for, e.g. 80GiB, 40GB, 512MiB\n"
+        "                             or bytes [the GPU's free memory]\n"
         "  -h, --help                 this help\n",
         program, d.model.c_str(), d.new_tokens, d.temperature, d.top_k, d.seed);
 }
@@ -101,11 +108,12 @@ inline InferOptions parse_infer_options(int argc, char** argv) {
         if (flag == "-h" || flag == "--help") detail::no_value(a), opt.help = true;
         else if (flag == "--stop-eot") detail::no_value(a), opt.stop_eot = true;
         else if (flag == "--json") detail::no_value(a), opt.json = true;
+        else if (flag == "--memory-plan") detail::no_value(a), opt.memory_plan = true;
         else {
             static const char* table[][2] = {{"-e", "--model"},        {"-p", "--prompt"},   {"--prompt-file", ""},
                                              {"--prompt-ids", ""},     {"--prompt-len", ""}, {"-b", "--batch"},
                                              {"-n", "--new-tokens"},   {"--temperature", ""}, {"--top-k", ""},
-                                             {"--seed", ""},           {"--profile", ""}};
+                                             {"--seed", ""},           {"--profile", ""},     {"--device-memory", ""}};
             const char* key = nullptr;
             for (auto& row : table)
                 if (flag == row[0] || (*row[1] && flag == row[1])) key = row[0];
@@ -132,10 +140,14 @@ inline InferOptions parse_infer_options(int argc, char** argv) {
                 if (value.empty()) throw UsageError("--profile: empty directory name");
                 opt.profile_dir = value;
             }
+            else if (k == "--device-memory") opt.device_memory = detail::parse_bytes(flag, value);
         }
     }
     if (prompt_flags > 1)
         throw UsageError("-p: give one of -p, --prompt-file, --prompt-ids and --prompt-len, not several");
+    if (opt.device_memory && !opt.memory_plan) throw UsageError("--device-memory: only with --memory-plan");
+    if (opt.memory_plan && (!opt.prompt_text.empty() || !opt.prompt_file.empty()))
+        throw UsageError("--memory-plan: give the prompt length with --prompt-len N (or --prompt-ids), not as text");
     return opt;
 }
 

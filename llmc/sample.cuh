@@ -44,7 +44,7 @@ __device__ __forceinline__ unsigned bf16_order_key(floatX x) {
     return (u & 0x8000u) ? (unsigned)(0xFFFFu & ~u) : (unsigned)(u | 0x8000u);
 }
 
-__global__ void __launch_bounds__(kSampleThreads)
+static __global__ void __launch_bounds__(kSampleThreads)
     sample_tokens_kernel(int* __restrict__ ids, const floatX* __restrict__ logits, const int* __restrict__ seq,
                          const float* __restrict__ coins, int V, int Vp, float temperature, int top_k) {
     __shared__ float s_val[kSampleThreads];

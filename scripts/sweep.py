@@ -4,7 +4,9 @@ inference programs and writes one CSV row per configuration, then the plots (scr
 
 Each configuration runs as its own process, with a time limit, from OUT/runs/<name>/: its log (log.txt), the
 trainer's main.log, and with --profile its profile directory. A configuration that does not fit the device is
-a row with status `oom`, one that fails otherwise a row with `error: <its error line>`; the sweep goes on.
+a row with status `oom`, one that fails otherwise a row with `error: <its error line>`; the sweep goes on. On the
+GPU each configuration's memory plan is asked first (`--memory-plan`, with --device-memory when given): one the
+plan says will not fit is the row `oom (planned)` and is not launched.
 Rows already in OUT/sweep.csv are skipped, so an interrupted sweep is resumed by running it again.
 
     python3 scripts/sweep.py --cpu --mode train --models d2,d4 --batch 1,2 --seq 32,64 --steps 3 -o OUT
@@ -104,6 +106,8 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=600, help="seconds per configuration (default 600)")
     p.add_argument("--profile", action="store_true", help="profile each configuration (phases, power)")
     p.add_argument("--program", help="the program to run (default ./train_gpt2, ./infer_gpt2cu, ...)")
+    p.add_argument("--device-memory", help="--gpu: device memory the plans are checked against, as the programs' "
+                   "--device-memory (e.g. 80GiB; default: the GPU's free memory)")
     p.add_argument("-o", "--output", required=True, help="directory for sweep.csv, the runs and the plots")
     p.add_argument("--no-plots", action="store_true", help="write the CSV only")
     a = p.parse_args(argv)
@@ -184,6 +188,26 @@ def command(a, cfg, run_dir):
                     prof and prof + ["--profile-start", str(a.warmup + 1), "--profile-steps", str(a.steps)])
     return [a.program, "-e", cfg["model"], "-b", cfg["B"], "--prompt-len", cfg["prompt_len"], "-n", cfg["gen_len"],
             "--seed", str(a.seed), "--json"] + prof
+
+
+def plan_command(a, cfg):
+    """The GPU program's --memory-plan for the configuration (it answers without a GPU)."""
+    mem = ["--device-memory", a.device_memory] if a.device_memory else []
+    if cfg["mode"] == "train":
+        return [a.program, "-e", cfg["model"], "-b", cfg["B"], "-t", cfg["T"], "--memory-plan"] + mem
+    return [a.program, "-e", cfg["model"], "-b", cfg["B"], "--prompt-len", cfg["prompt_len"], "-n", cfg["gen_len"],
+            "--memory-plan"] + mem
+
+
+def planned_oom(a, cfg, log_path):
+    """True when the GPU program's memory plan says the configuration does not fit; its answer goes to the log.
+    A program that cannot answer (an older build, another program) is launched as before."""
+    if a.device != "gpu":
+        return False
+    code, _ = run_limited(plan_command(a, cfg), log_path, min(a.timeout, 120))
+    with open(log_path, errors="replace") as f:
+        output = f.read()
+    return code == 0 and re.search(r"^fits: no$", output, re.M) is not None
 
 
 def adopt_orphans():
@@ -401,6 +425,9 @@ def run_config(a, cfg, out_dir):
     run_dir = os.path.join(out_dir, "runs", name)
     os.makedirs(run_dir, exist_ok=True)
     log_path = os.path.join(run_dir, "log.txt")
+    if planned_oom(a, cfg, log_path):
+        return dict(cfg, params=model_params(cfg["model"]), status="oom (planned)",
+                    log=os.path.relpath(log_path, out_dir))
     code, maxrss_mib = run_limited(command(a, cfg, run_dir), log_path, a.timeout)
     with open(log_path, errors="replace") as f:
         output = f.read()

@@ -4,7 +4,8 @@ programs' flags that scripts/sweep.py passes and prints their --json output, wit
 checks what the sweep makes of them against this program's own log rather than against fixed values.
 
 FAKE_INFER_MAX_BATCH=N refuses -b above N as the GPU programs refuse a request that does not fit;
-FAKE_INFER_HANG_BATCH=N never finishes at -b N (the sweep's time limit must stop it).
+FAKE_INFER_HANG_BATCH=N never finishes at -b N (the sweep's time limit must stop it);
+FAKE_INFER_PLAN_MAX_BATCH=N: --memory-plan answers "fits: no" above -b N (and "fits: yes" otherwise).
 """
 import argparse
 import json
@@ -21,7 +22,13 @@ p.add_argument("-n", type=int, default=64)
 p.add_argument("--seed", type=int, default=1337)
 p.add_argument("--json", action="store_true")
 p.add_argument("--profile")
+p.add_argument("--memory-plan", action="store_true")
+p.add_argument("--device-memory")
 a = p.parse_args()
+
+if a.memory_plan:
+    print("fits: " + ("no" if a.b > int(os.environ.get("FAKE_INFER_PLAN_MAX_BATCH", "1000000")) else "yes"))
+    sys.exit(0)
 
 if a.b == int(os.environ.get("FAKE_INFER_HANG_BATCH", "0")):
     time.sleep(3600)

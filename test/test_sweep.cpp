@@ -216,6 +216,38 @@ TEST_F(Sweep, ProfiledTrainingRowsSplitTheStepByPhase) {
     EXPECT_TRUE(is_png(out() + "/train_phases.png"));
 }
 
+// A configuration whose memory plan does not fit is a row "oom (planned)", and never launched: its log is the
+// plan's answer alone.
+TEST_F(Sweep, PlannedOomIsNotLaunched) {
+    auto r = run("FAKE_INFER_PLAN_MAX_BATCH=2 python3 scripts/sweep.py --gpu --mode infer --program test/fake_infer.py "
+                 "--models d1 --batch 1,4 --prompt-len 8 --gen-len 4 --device-memory 1GiB --no-plots -o " + out());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto rows = read_csv(out() + "/sweep.csv");
+    ASSERT_EQ(rows.size(), 2u);
+    for (auto& row : rows) {
+        const std::string log = slurp(out() + "/" + row["log"]);
+        if (row["B"] == "4") {
+            EXPECT_EQ(row["status"], "oom (planned)");
+            EXPECT_TRUE(has(log, "--memory-plan --device-memory 1GiB")) << log;
+            EXPECT_FALSE(has(log, "summary")) << log;
+        } else {
+            EXPECT_EQ(row["status"], "ok");
+            EXPECT_TRUE(has(log, "summary")) << log;
+        }
+    }
+}
+
+// The real GPU trainer's plan, on any machine: GPT-2 124M at B=64, T=1024 does not fit 8 GiB.
+TEST_F(Sweep, TrainerPlanSkipsAConfigurationThatCannotFit) {
+    if (!llmc::file_exists("./train_gpt2cu")) GTEST_SKIP() << "./train_gpt2cu not built (needs nvcc)";
+    auto r = run("python3 scripts/sweep.py --gpu --models d12 --batch 64 --seq 1024 --device-memory 8GiB -i " +
+                 std::string("test/data") + " --no-plots -o " + out());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto rows = read_csv(out() + "/sweep.csv");
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0]["status"], "oom (planned)") << slurp(out() + "/" + rows[0]["log"]);
+}
+
 TEST_F(Sweep, InferenceRowsFromTheJsonSummaryWithOomAndTimeout) {
     REQUIRE_MATPLOTLIB();
     // -b 4 does not fit, -b 8 never finishes (stopped by the 1 s limit).

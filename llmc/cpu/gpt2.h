@@ -29,6 +29,7 @@
 #include "llmc/cpu/residual.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/gpt2_init.h"
+#include "llmc/memory_plan.h"
 #include "llmc/profiler/cpu_timers.h"
 #include "llmc/utils.h"
 
@@ -225,6 +226,69 @@ template <typename Real> struct GPT2CPU {
         if (layer_done) layer_done(-1);
         probs_valid_ = false;
         backward_ready_ = false;
+    }
+
+    /*
+     * The model's own buffers for a (B, T) step as a memory plan (llmc/memory_plan.h): parameters, parameter
+     * gradients, the activations and their gradients, each one std::vector carved by activation_sizes in this
+     * order (no alignment between tensors). The optimizer's moments are the trainer's and not counted here.
+     */
+    MemoryPlan memory_plan(int B_, int T_) const {
+        static const char* names[NUM_ACTIVATION_TENSORS] = {
+            "encoded", "ln1",  "ln1_mean", "ln1_rstd", "qkv",       "atty", "att",      "attproj",  "residual1", "ln2",
+            "ln2_mean", "ln2_rstd", "fch", "fch_gelu", "fcproj", "residual2", "lnf", "lnf_mean", "lnf_rstd", "probs",
+            "losses"};
+        static const SubBlock writers[NUM_ACTIVATION_TENSORS] = {
+            SubBlock::encoder, SubBlock::ln1, SubBlock::ln1, SubBlock::ln1, SubBlock::qkv, SubBlock::attention,
+            SubBlock::attention, SubBlock::attn_proj, SubBlock::residual1, SubBlock::ln2, SubBlock::ln2, SubBlock::ln2,
+            SubBlock::fc, SubBlock::gelu, SubBlock::fc_proj, SubBlock::residual2, SubBlock::lnf, SubBlock::lnf,
+            SubBlock::lnf, SubBlock::classifier, SubBlock::classifier};
+        const size_t L = config.num_layers, BT = (size_t)B_ * T_, C = config.channels, NH = config.num_heads;
+        const std::vector<size_t> row_shapes[NUM_ACTIVATION_TENSORS] = {
+            {BT, C}, {BT, C}, {BT}, {BT}, {BT, 3 * C}, {BT, C}, {(size_t)B_, NH, (size_t)T_, (size_t)T_}, {BT, C},
+            {BT, C}, {BT, C}, {BT}, {BT}, {BT, 4 * C}, {BT, 4 * C}, {BT, C}, {BT, C}, {BT, C}, {BT}, {BT},
+            {BT, (size_t)config.padded_vocab_size}, {BT}};
+        const char* dtype = planned_dtype<Real>();
+        MemoryPlan plan;
+        plan.program = "CPU training";
+        plan.B = B_, plan.T = T_;
+        auto tensor = [&](const std::string& name, int layer, int sb, MemoryKind kind, std::vector<size_t> shape,
+                          size_t offset, size_t count) {
+            PlannedTensor t;
+            t.name = name, t.layer = layer, t.subblock = sb, t.kind = kind, t.dtype = dtype, t.shape = std::move(shape);
+            t.allocation = (int)plan.allocations.size() - 1, t.offset = offset * sizeof(Real), t.bytes = count * sizeof(Real);
+            plan.tensors.push_back(t);
+        };
+        for (auto [name, kind] : {std::make_pair("parameters", MemoryKind::parameters),
+                                  std::make_pair("gradients", MemoryKind::gradients)}) {
+            plan.allocations.push_back({name, params_memory.size() * sizeof(Real), false});
+            const auto sizes = parameter_sizes(config);
+            size_t off = 0;
+            for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+                tensor(parameter_name(i), -1, -1, kind, {sizes[i]}, off, sizes[i]);
+                off += sizes[i];
+            }
+        }
+        for (bool gradients : {false, true}) {
+            const auto sizes = activation_sizes(B_, T_, gradients);
+            size_t total = 0;
+            for (size_t n : sizes) total += n;
+            plan.allocations.push_back({gradients ? "activation_gradients" : "activations", total * sizeof(Real), false});
+            size_t off = 0;
+            for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+                if (sizes[i] == 0) continue;
+                const bool stacked = i >= 1 && i <= 15; // the (L, ...) tensors
+                const int layers = stacked ? (int)L : 1;
+                const std::string name = gradients ? std::string("grad_") + names[i] : names[i];
+                for (int l = 0; l < layers; l++)
+                    tensor(name, stacked ? l : -1, (int)writers[i],
+                           gradients ? MemoryKind::activation_gradients : MemoryKind::activations, row_shapes[i],
+                           off + l * (sizes[i] / layers), sizes[i] / layers);
+                off += sizes[i];
+            }
+        }
+        set_training_liveness(plan, (int)L);
+        return plan;
     }
 
 private:

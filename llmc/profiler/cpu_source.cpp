@@ -227,8 +227,9 @@ std::unique_ptr<ProfileSession> cpu_session(const SessionOptions& opt, ProfileCo
 
 std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, const GPT2Config& c, int B, int T,
                                                          int grad_accum, SubBlockTimes* timings, int rank,
-                                                         int world_size) {
+                                                         int world_size, MemoryPlan memory) {
     ProfileContext ctx = cpu_context("train_gpt2", c);
+    ctx.memory = std::move(memory);
     ctx.B = B, ctx.T = T, ctx.grad_accum = grad_accum;
     ctx.rank = rank, ctx.world_size = world_size;
     return cpu_session(opt, std::move(ctx), timings);

@@ -104,7 +104,7 @@ private:
 // /sys/class/powercap.
 std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, const GPT2Config& c, int B, int T,
                                                          int grad_accum, SubBlockTimes* timings, int rank = 0,
-                                                         int world_size = 1);
+                                                         int world_size = 1, MemoryPlan memory = {});
 
 /*
  * infer_gpt2's session: the same source and ceilings; step 1 is the prefill, each later step one decode step

@@ -588,6 +588,7 @@ Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
                  rec.syncs.size(),   rec.ranges.size(),  rec.power.size()};
     r.dropped_records = rec.dropped_records;
     r.cupti_overhead_ms = rec.cupti_overhead_ns / 1e6;
+    r.memory = analyze_memory(ctx.memory);
     const GPT2Config& m = ctx.model;
     r.has_model = m.num_layers > 0 && m.channels > 0 && m.num_heads > 0 && ctx.B > 0 && ctx.T > 0;
     const StepWindow w(rec.steps);

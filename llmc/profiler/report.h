@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "llmc/profiler/counter_records.h"
+#include "llmc/profiler/memory.h"
 #include "llmc/profiler/records.h"
 #include "llmc/profiler/roofline.h"
 
@@ -256,6 +257,7 @@ struct Report {
     std::vector<DecodeBucket> decode_buckets; // inference: decode steps by context length
     std::vector<Finding> findings; // most time at stake first
     CounterReport counters;        // hardware counters of one extra step (profile_gpt2cu --counters)
+    MemoryReport memory;           // the analysis of context.memory (llmc/profiler/memory.h)
 };
 
 

@@ -385,7 +385,9 @@ std::string format_summary(const Report& r, int top_n) {
                     summary_subblocks(r, st) + (r.phases.empty() ? "" : summary_inference(r, st)) +
                     summary_steps(r, st);
     if (st.on_gpu) s += summary_gpu_idle_and_api(r);
-    return s + summary_power(r) + summary_findings(r);
+    s += summary_power(r) + summary_findings(r);
+    if (r.memory.present) s += "\n" + format_memory_report(r.context.memory, r.memory);
+    return s;
 }
 
 std::string format_outcome(const Report& r, const std::string& dir, int max_findings) {
@@ -787,6 +789,37 @@ std::string trace_json(const Report& r, const ProfileRecords& rec) {
 
 namespace {
 
+// profile.json's memory section: the plan's allocations, totals by kind, peaks and every tensor.
+nlohmann::json memory_json(const Report& r) {
+    using nlohmann::json;
+    const MemoryPlan& plan = r.context.memory;
+    const MemoryReport& m = r.memory;
+    if (!m.present) return nullptr;
+    json j = {{"program", plan.program}, {"B", plan.B}, {"T", plan.T}, {"shards", plan.shards},
+              {"planned_bytes", m.planned_bytes}, {"notes", plan.notes}};
+    json& aj = j["allocations"] = json::array();
+    for (const PlannedAllocation& a : plan.allocations)
+        aj.push_back({{"name", a.name}, {"bytes", a.bytes}, {"per_process", a.per_process}});
+    json& kj = j["kinds"] = json::array();
+    for (const KindTotal& k : m.kinds) kj.push_back({{"kind", memory_kind_name(k.kind)}, {"bytes", k.bytes}, {"tensors", k.tensors}});
+    j["live_peak"] = {{"bytes", m.live_peak},
+                      {"op", m.live_peak_op >= 0 ? json(plan.ops[m.live_peak_op]) : json(nullptr)},
+                      {"tensors", m.live_at_peak.size()}};
+    j["caching_allocator"] = {{"reserved_bytes", m.caching.reserved_peak}, {"allocated_peak_bytes", m.caching.allocated_peak},
+                              {"requested_peak_bytes", m.caching.requested_peak}, {"segments", m.caching.segments.size()},
+                              {"small_pool_reserved_bytes", m.caching.small_reserved},
+                              {"large_pool_reserved_bytes", m.caching.large_reserved}};
+    j["top_tensors"] = m.top_tensors;
+    json& tj = j["tensors"] = json::array();
+    for (const PlannedTensor& t : plan.tensors)
+        tj.push_back({{"name", t.name}, {"layer", t.layer},
+                      {"subblock", t.subblock >= 0 ? json(subblock_name((SubBlock)t.subblock)) : json(nullptr)},
+                      {"kind", memory_kind_name(t.kind)}, {"dtype", t.dtype}, {"shape", t.shape},
+                      {"allocation", plan.allocations[t.allocation].name}, {"offset", t.offset}, {"bytes", t.bytes},
+                      {"first_use", t.first_use}, {"last_use", t.last_use}});
+    return j;
+}
+
 nlohmann::json named_times_json(const std::vector<NamedTime>& rows, const char* count_name) {
     nlohmann::json a = nlohmann::json::array();
     for (const NamedTime& n : rows)
@@ -920,6 +953,7 @@ std::string profile_json(const Report& r) {
     for (const Finding& f : r.findings)
         fj.push_back({{"rule", f.rule}, {"what", f.what}, {"evidence", f.evidence}, {"next_step", f.next_step},
                       {"ms_per_step", f.ms_per_step}});
+    j["memory"] = memory_json(r);
     return j.dump(1) + "\n";
 }
 
@@ -942,6 +976,20 @@ void write_profile_dir(const std::string& dir, const Report& r, const ProfileRec
     }
     write_file(dir + "/trace.json", trace_json(r, rec));
     write_file(dir + "/profile.json", profile_json(r));
+    write_memory_files(dir, r);
+}
+
+void write_memory_files(const std::string& dir, const Report& r) {
+    const std::string pickle = dir + "/memory_snapshot.pickle";
+    if (!r.memory.present) {
+        if (unlink((dir + "/memory.csv").c_str()) != 0 && errno != ENOENT)
+            throw Error(strprintf("%s/memory.csv: cannot remove the previous profile's file (%s)", dir.c_str(), strerror(errno)));
+        if (unlink(pickle.c_str()) != 0 && errno != ENOENT)
+            throw Error(strprintf("%s: cannot remove the previous profile's file (%s)", pickle.c_str(), strerror(errno)));
+        return;
+    }
+    write_file(dir + "/memory.csv", memory_csv(r.context.memory));
+    write_file(pickle, memory_snapshot_pickle(r.context.memory, r.memory));
 }
 
 } // namespace llmc::prof

@@ -33,6 +33,10 @@ std::string decode_buckets_csv(const Report& r); // inference profiles only
 std::string trace_json(const Report& r, const ProfileRecords& rec);
 std::string profile_json(const Report& r);
 
+// memory.csv and memory_snapshot.pickle (llmc/profiler/memory.h) from the report's plan; without a plan, removes
+// files of those names.
+void write_memory_files(const std::string& dir, const Report& r);
+
 // Writes every file of the profile directory `dir` (created if missing); top_n: kernels listed in summary.txt.
 void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec, int top_n = 15);
 

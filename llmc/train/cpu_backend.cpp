@@ -27,7 +27,7 @@ public:
             // The session counts steps from 0, the flag as the step lines do, from 1.
             profile_ = prof::make_cpu_profile_session({opt.profile_dir, opt.profile_start - 1, opt.profile_steps}, c,
                                                       opt.B, opt.T, opt.grad_accum / dp_.world(), &timings_,
-                                                      dp_.rank(), dp_.world());
+                                                      dp_.rank(), dp_.world(), memory_plan());
     }
     const char* name() const override { return "CPU fp32"; }
     void load_weights(const std::vector<float>& w) override {
@@ -48,6 +48,20 @@ public:
                n * 4 / 1048576.0, m_.size() * 8 / 1048576.0);
     }
     prof::ProfileSession* profile_session() override { return profile_.get(); }
+    // The model's buffers and this rank's AdamW moments (ZeRO-1: its shard).
+    MemoryPlan memory_plan() const {
+        MemoryPlan plan = model_.memory_plan(B_, T_);
+        plan.shards = dp_.world() > 1 && m_.size() < model_.num_parameters() ? dp_.world() : 1;
+        plan.allocations.push_back({"optimizer", 2 * m_.size() * sizeof(float), false});
+        for (int i = 0; i < 2; i++) {
+            PlannedTensor t;
+            t.name = i ? "adam_v" : "adam_m", t.kind = MemoryKind::adam_moments, t.dtype = "fp32", t.shape = {m_.size()};
+            t.allocation = (int)plan.allocations.size() - 1, t.offset = i * m_.size() * sizeof(float);
+            t.bytes = m_.size() * sizeof(float);
+            plan.tensors.push_back(t);
+        }
+        return plan;
+    }
     /*
      * Ranks on one node exchange through shared memory: at best one copy from the sender's buffer to the
      * receiver's, which reads and writes every byte, so the link's peak is half the memory bandwidth the profile

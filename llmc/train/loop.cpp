@@ -122,6 +122,9 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
         printf("%s", usage(program, defaults).c_str());
         return 0;
     }
+    if (opt.memory_plan) // the GPU trainer answers it before training (train_gpt2.cu)
+        throw UsageError(strprintf("--memory-plan: %s has no GPU memory to plan; ./train_gpt2cu --memory-plan answers "
+                                   "without a GPU", program));
     if (opt.grad_accum % world != 0)
         throw UsageError(strprintf("-d: total batch %ld tokens is %d micro-batches of B*T = %ld, which %d ranks cannot "
                                    "share; make it a multiple of B*T*%d", opt.total_batch, opt.grad_accum,

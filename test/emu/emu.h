@@ -174,6 +174,8 @@ void enqueue_host_op(cudaStream_t stream, const char* what, std::function<void()
 bool is_pinned(const void* p);
 // Device allocations: whether [p, p + bytes) lies inside one.
 bool is_device_range(const void* p, size_t bytes);
+// The live device allocations (cudaMalloc'd, not yet freed): address and bytes of each, by address.
+std::vector<std::pair<const void*, size_t>> device_allocations();
 
 } // namespace emu
 

@@ -662,6 +662,11 @@ void enqueue_host_op(cudaStream_t stream, const char* what, std::function<void()
 }
 bool is_pinned(const void* p) { return find_range(g_pinned, p, 1) != nullptr; }
 bool is_device_range(const void* p, size_t bytes) { return p && find_range(g_device, p, bytes) != nullptr; }
+std::vector<std::pair<const void*, size_t>> device_allocations() {
+    std::vector<std::pair<const void*, size_t>> out;
+    for (const auto& [addr, bytes] : g_device) out.emplace_back(reinterpret_cast<const void*>(addr), bytes);
+    return out;
+}
 
 } // namespace emu
 

@@ -1,0 +1,284 @@
+/*
+ * The memory plan as data (doc/profiling.md, "Memory"): every allocation a program makes and every tensor inside
+ * it, with its place (allocation, offset, bytes), what it is (name, layer, the sub-block that writes it, dtype,
+ * shape, kind) and when a training step uses it (first and last op in the step's order of work).
+ *
+ * The GPU programs build their plan with the same tables that carve their buffers (llmc/gpt2.cuh,
+ * llmc/gpt2_decoder.cuh) and allocate exactly the plan's allocations; the CPU trainer builds one for its own
+ * buffers (llmc/cpu/gpt2.h). The profiler reads plans (llmc/profiler/memory.h): the peak of what is live, the
+ * caching-allocator simulation, memory.csv and the snapshot pickle. Plain C++, no CUDA types.
+ */
+#pragma once
+#include <cstddef>
+#include <algorithm>
+#include <numeric>
+#include <type_traits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llmc/gpt2_config.h"
+#include "llmc/subblocks.h"
+#include "llmc/utils.h"
+
+namespace llmc {
+
+enum class MemoryKind {
+    parameters, gradients, master_weights, adam_moments, activations, activation_gradients, scratch, inputs,
+    cublaslt_workspace, cub_temp, kv_cache, COUNT
+};
+inline const char* memory_kind_name(MemoryKind k) {
+    static constexpr const char* names[] = {"parameters",  "gradients",          "master_weights", "adam_moments",
+                                            "activations", "activation_gradients", "scratch",      "inputs",
+                                            "cublaslt_workspace", "cub_temp",      "kv_cache"};
+    return enum_table<MemoryKind>(names)[(int)k];
+}
+
+struct PlannedTensor {
+    std::string name;    // "ln1", "wte", "adam_m", ...
+    int layer = -1;      // -1: not a layer's
+    int subblock = -1;   // (int)SubBlock that writes it; -1: none (parameters, optimizer state, scratch)
+    MemoryKind kind = MemoryKind::activations;
+    std::string dtype;   // "bf16", "fp32", "int32", "bytes"
+    std::vector<size_t> shape;
+    int allocation = 0;  // index into MemoryPlan::allocations
+    size_t offset = 0;   // bytes from the allocation's start
+    size_t bytes = 0;    // the tensor's own bytes (alignment padding after it is not counted)
+    // The step's ops (MemoryPlan::ops) that first writes and last reads it; both -1: live for the whole run.
+    int first_use = -1, last_use = -1;
+    bool whole_run() const { return first_use < 0; }
+};
+
+struct PlannedAllocation {
+    std::string name;
+    size_t bytes = 0;
+    // Made once per process and shared by every model in it (the cuBLASLt workspace): counted in the plan, but
+    // a second model in the same process does not allocate it again.
+    bool per_process = false;
+};
+
+struct MemoryPlan {
+    std::string program;            // what the plan is of: "GPU training", "GPU inference", "CPU training"
+    int B = 0, T = 0, grad_accum = 1, shards = 1;
+    int max_len = 0;                // inference: tokens per sequence (the KV cache's length)
+    std::vector<std::string> ops;   // a training step's order of work; empty: no liveness (inference)
+    std::vector<PlannedAllocation> allocations;
+    std::vector<PlannedTensor> tensors;
+    std::vector<std::string> notes; // what the plan had to estimate (CUB's storage without a device)
+
+    size_t total_bytes() const {
+        size_t n = 0;
+        for (const PlannedAllocation& a : allocations) n += a.bytes;
+        return n;
+    }
+    // The allocation of that name; Error if there is none.
+    const PlannedAllocation& allocation(const std::string& name) const {
+        for (const PlannedAllocation& a : allocations)
+            if (a.name == name) return a;
+        throw Error(strprintf("memory plan: no allocation '%s'", name.c_str()));
+    }
+    // The tensor of that name and layer; Error if there is none.
+    const PlannedTensor& tensor(const std::string& name, int layer = -1) const {
+        for (const PlannedTensor& t : tensors)
+            if (t.name == name && t.layer == layer) return t;
+        throw Error(strprintf("memory plan: no tensor '%s' (layer %d)", name.c_str(), layer));
+    }
+    size_t kind_bytes(MemoryKind k) const {
+        size_t n = 0;
+        for (const PlannedTensor& t : tensors)
+            if (t.kind == k) n += t.bytes;
+        return n;
+    }
+};
+
+// Element type names for the plan.
+template <typename E> const char* planned_dtype() {
+    if constexpr (std::is_same_v<E, float>) return "fp32";
+    else if constexpr (std::is_same_v<E, int>) return "int32";
+    else if constexpr (sizeof(E) == 2) return "bf16";
+    else return "bytes";
+}
+
+// What a carve records: the tensor's name and kind, its shape per layer, the number of layers it stacks
+// (0: not stacked; n: n slabs of equal size, one plan entry each) and the sub-block that writes it.
+struct TensorInfo {
+    const char* name = "";
+    MemoryKind kind = MemoryKind::activations;
+    std::vector<size_t> shape;
+    int layers = 0;
+    int subblock = -1;
+};
+
+/*
+ * Carves typed tensors one after the other from one buffer (base may be null to only measure), each starting
+ * 256-byte aligned: cuBLASLt's operand alignment, and more than any vector load needs. With a plan it also
+ * records each tensor into plan->tensors as part of allocation `allocation`.
+ */
+struct BufferCarver {
+    char* base;
+    MemoryPlan* plan = nullptr;
+    int allocation = 0;
+    size_t off = 0;
+    template <typename E> void operator()(E*& ptr, size_t count, const TensorInfo& info = {}) {
+        off = round_up(off);
+        ptr = base ? reinterpret_cast<E*>(base + off) : nullptr;
+        if (plan) record(off, count * sizeof(E), planned_dtype<E>(), info);
+        off += count * sizeof(E);
+    }
+    // Bytes without a typed pointer (CUB's temporary storage).
+    void raw(size_t bytes, const TensorInfo& info) {
+        off = round_up(off);
+        if (plan) record(off, bytes, "bytes", info);
+        off += bytes;
+    }
+    size_t bytes() const { return round_up(off); }
+    static size_t round_up(size_t n) { return (n + 255) / 256 * 256; }
+
+private:
+    void record(size_t at, size_t bytes, const char* dtype, const TensorInfo& info) {
+        const int n = info.layers > 0 ? info.layers : 1;
+        for (int l = 0; l < n; l++) {
+            PlannedTensor t;
+            t.name = info.name;
+            t.layer = info.layers > 0 ? l : -1;
+            t.subblock = info.subblock;
+            t.kind = info.kind;
+            t.dtype = dtype;
+            t.shape = info.shape;
+            t.allocation = allocation;
+            t.bytes = bytes / n;
+            t.offset = at + (size_t)l * t.bytes;
+            plan->tensors.push_back(t);
+        }
+    }
+};
+
+// Starts a named allocation in the plan; carve into it with the returned carver, then finish_allocation.
+inline BufferCarver begin_allocation(MemoryPlan& plan, char* base, const std::string& name, bool per_process = false) {
+    plan.allocations.push_back({name, 0, per_process});
+    return BufferCarver{base, &plan, (int)plan.allocations.size() - 1};
+}
+inline void finish_allocation(MemoryPlan& plan, const BufferCarver& carve) {
+    plan.allocations[carve.allocation].bytes = carve.bytes();
+}
+
+// The parameter tensors (llm.c order, stacked per layer as the model file keeps them) of one buffer of E.
+template <typename E>
+void carve_parameter_tensors(BufferCarver& carve, const GPT2Config& c, MemoryKind kind, size_t padded_count) {
+    const auto sizes = parameter_sizes(c);
+    const size_t L = c.num_layers;
+    E* p = nullptr;
+    size_t used = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const bool stacked = i >= 2 && i < 14; // wte, wpe before the layers' tensors, lnfw, lnfb after
+        // Contiguous: the buffer is one array, so only the first tensor is aligned (the others follow it).
+        const size_t at = carve.off;
+        carve(p, sizes[i], {parameter_name(i), kind, {stacked ? sizes[i] / L : sizes[i]}, stacked ? (int)L : 0});
+        carve.off = at + sizes[i] * sizeof(E);
+        used += sizes[i];
+    }
+    if (padded_count > used) carve(p, padded_count - used, {"padding", kind, {padded_count - used}});
+}
+
+/*
+ * A training step's order of work, as an eager framework would run it: the id upload, the forward (encoder;
+ * per layer ln1, qkv, attention, attn_proj, ln2, fc, fc_proj: the GPU's sub-blocks, with residual1 inside ln2,
+ * gelu inside fc and residual2 inside the next ln1), lnf, classifier, then the backward in reverse, the global
+ * norm and the optimizer. Activations' liveness is given in these ops' indices.
+ */
+struct TrainingOps {
+    int L;
+    static constexpr SubBlock kLayer[7] = {SubBlock::ln1,  SubBlock::qkv, SubBlock::attention, SubBlock::attn_proj,
+                                           SubBlock::ln2,  SubBlock::fc,  SubBlock::fc_proj};
+    static int layer_slot(SubBlock s) {
+        for (int k = 0; k < 7; k++)
+            if (kLayer[k] == s) return k;
+        throw Error(strprintf("training ops: %s is not a layer's sub-block", subblock_name(s)));
+    }
+    int upload() const { return 0; }
+    int fwd(SubBlock s, int l = -1) const {
+        if (s == SubBlock::encoder) return 1;
+        if (s == SubBlock::lnf) return 2 + 7 * L;
+        if (s == SubBlock::classifier) return 3 + 7 * L;
+        return 2 + 7 * l + layer_slot(s);
+    }
+    int bwd(SubBlock s, int l = -1) const {
+        if (s == SubBlock::classifier) return 4 + 7 * L;
+        if (s == SubBlock::lnf) return 5 + 7 * L;
+        if (s == SubBlock::encoder) return 6 + 14 * L;
+        return mirror(fwd(s, l));
+    }
+    // The backward op of a forward op (the forward runs 1 .. 3 + 7L, the backward 4 + 7L .. 6 + 14L).
+    int mirror(int fwd_op) const { return 7 + 14 * L - fwd_op; }
+    int grad_norm() const { return 7 + 14 * L; }
+    int optimizer() const { return 8 + 14 * L; }
+    int count() const { return 9 + 14 * L; }
+    std::vector<std::string> names() const {
+        std::vector<std::string> n(count());
+        n[upload()] = "upload ids";
+        for (const char* p : {"fwd", "bwd"}) {
+            const bool f = p[0] == 'f';
+            for (SubBlock s : {SubBlock::encoder, SubBlock::lnf, SubBlock::classifier})
+                n[f ? fwd(s) : bwd(s)] = strprintf("%s %s", p, subblock_name(s));
+            for (int l = 0; l < L; l++)
+                for (SubBlock s : kLayer) n[f ? fwd(s, l) : bwd(s, l)] = strprintf("%s %s layer %d", p, subblock_name(s), l);
+        }
+        n[grad_norm()] = "opt grad_norm";
+        n[optimizer()] = "opt optimizer";
+        return n;
+    }
+};
+
+/*
+ * First and last op of a training tensor by its name and layer (the GPU's and the CPU's activation names):
+ * written by its forward sub-block, read last by the backward op that needs it. {-1, -1}: the whole run.
+ */
+inline std::pair<int, int> training_liveness(const TrainingOps& o, const std::string& n, int l) {
+    using S = SubBlock;
+    const int L = o.L;
+    if (n == "inputs") return {o.upload(), o.bwd(S::encoder)};
+    if (n == "targets") return {o.upload(), o.fwd(S::classifier)};
+    if (n == "encoded") return {o.fwd(S::encoder), o.bwd(S::ln1, 0)};
+    if (n == "ln1") return {o.fwd(S::ln1, l), o.bwd(S::qkv, l)};
+    if (n == "ln1_mean" || n == "ln1_rstd") return {o.fwd(S::ln1, l), o.bwd(S::ln1, l)};
+    if (n == "qkv") return {o.fwd(S::qkv, l), o.bwd(S::attention, l)};
+    if (n == "atty" || n == "att_lse" || n == "att") return {o.fwd(S::attention, l), o.bwd(S::attention, l)};
+    if (n == "attproj") return {o.fwd(S::attn_proj, l), o.fwd(S::ln2, l)};
+    if (n == "residual1") return {o.fwd(S::ln2, l), o.bwd(S::ln2, l)};
+    if (n == "ln2") return {o.fwd(S::ln2, l), o.bwd(S::fc, l)};
+    if (n == "ln2_mean" || n == "ln2_rstd") return {o.fwd(S::ln2, l), o.bwd(S::ln2, l)};
+    if (n == "fch" || n == "fch_gelu") return {o.fwd(S::fc, l), o.bwd(S::fc_proj, l)};
+    if (n == "fcproj") return {o.fwd(S::fc_proj, l), l + 1 < L ? o.fwd(S::ln1, l + 1) : o.fwd(S::lnf)};
+    if (n == "residual2") // written by the next layer's ln1 (or lnf), read last by that op's backward
+        return l + 1 < L ? std::make_pair(o.fwd(S::ln1, l + 1), o.bwd(S::ln1, l + 1))
+                         : std::make_pair(o.fwd(S::lnf), o.bwd(S::lnf));
+    if (n == "lnf") return {o.fwd(S::lnf), o.bwd(S::classifier)};
+    if (n == "lnf_mean" || n == "lnf_rstd") return {o.fwd(S::lnf), o.bwd(S::lnf)};
+    if (n == "logits" || n == "probs") return {o.fwd(S::classifier), o.bwd(S::classifier)};
+    if (n == "losses") return {o.fwd(S::classifier), o.fwd(S::classifier)};
+    if (n == "proj_out") return {o.fwd(S::attn_proj, 0), o.fwd(S::lnf)};
+    if (n == "dresidual") return {o.bwd(S::classifier), o.bwd(S::encoder)};
+    if (n == "dbtc") return {o.bwd(S::classifier), o.bwd(S::ln1, 0)};
+    if (n == "dbt4c") return {o.bwd(S::fc_proj, L - 1), o.bwd(S::fc, 0)};
+    if (n == "dqkv") return {o.bwd(S::attention, L - 1), o.bwd(S::qkv, 0)};
+    if (n == "scratch") return {o.bwd(S::classifier), o.grad_norm()};
+    if (n == "encoder_scratch" || n == "cub_temp") return {o.bwd(S::encoder), o.bwd(S::encoder)};
+    return {-1, -1};
+}
+
+// Sets the plan's op names and every tensor's liveness by training_liveness. A gradient of an activation (the
+// CPU trainer keeps them, named grad_<activation>) is live from the backward of the op after that activation's writer to the backward of
+// its writer (the forward interval mirrored).
+inline void set_training_liveness(MemoryPlan& plan, int L) {
+    const TrainingOps o{L};
+    plan.ops = o.names();
+    for (PlannedTensor& t : plan.tensors) {
+        const bool mirrored = t.name.rfind("grad_", 0) == 0; // the CPU trainer's gradient of an activation
+        auto [first, last] = training_liveness(o, mirrored ? t.name.substr(5) : t.name, t.layer);
+        if (mirrored && first >= 0)
+            last = o.mirror(first), first = o.mirror(std::min(first + 1, o.fwd(SubBlock::classifier)));
+        t.first_use = first, t.last_use = last;
+    }
+}
+
+} // namespace llmc

@@ -1,0 +1,238 @@
+// The memory analysis (llmc/profiler/memory.h), its files, and --memory-plan as a user runs it.
+#include <gtest/gtest.h>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "llmc/profiler/memory.h"
+#include "test/cpu_profile_fixture.h"
+#include "test/test_util.h"
+
+using namespace llmc;
+using namespace llmc::prof;
+using testutil::has;
+
+namespace {
+
+constexpr size_t MiB = 1 << 20;
+
+// Allocations of `sizes` in order, then nothing freed: events 0..n-1.
+CachingAllocatorResult alloc_all(const std::vector<size_t>& sizes, std::vector<int> events = {}) {
+    if (events.empty())
+        for (int i = 0; i < (int)sizes.size(); i++) events.push_back(i);
+    std::vector<int> ops(events.size(), 0);
+    return simulate_caching_allocator(sizes, events, ops);
+}
+
+// A plan of three tensors in one allocation with the given liveness over a four-op step, and one whole-run tensor.
+MemoryPlan toy_plan() {
+    MemoryPlan p;
+    p.program = "toy";
+    p.ops = {"a", "b", "c", "d"};
+    p.allocations = {{"buf", 4096, false}};
+    auto t = [&](const char* name, size_t off, size_t bytes, int first, int last, MemoryKind k) {
+        PlannedTensor x;
+        x.name = name, x.kind = k, x.dtype = "fp32", x.shape = {bytes / 4}, x.offset = off, x.bytes = bytes;
+        x.first_use = first, x.last_use = last;
+        p.tensors.push_back(x);
+    };
+    t("w", 0, 1000, -1, -1, MemoryKind::parameters);
+    t("x", 1024, 800, 0, 1, MemoryKind::activations);
+    t("y", 2048, 600, 1, 3, MemoryKind::activations);
+    t("z", 3072, 900, 2, 3, MemoryKind::activations);
+    return p;
+}
+
+} // namespace
+
+// The rules of c10/cuda/CUDACachingAllocator.cpp, each worked out by hand.
+TEST(CachingAllocator, RoundsSmallRequestsIntoTwoMiBSegments) {
+    CachingAllocatorResult r = alloc_all({100, 700});
+    EXPECT_EQ(r.reserved_peak, 2 * MiB);          // both in one small segment
+    EXPECT_EQ(r.allocated_peak, 512u + 1024u);    // 100 -> 512, 700 -> 1024
+    EXPECT_EQ(r.requested_peak, 800u);
+    EXPECT_EQ(r.small_reserved, 2 * MiB);
+}
+
+TEST(CachingAllocator, MidSizedRequestsShareATwentyMiBSegment) {
+    // 5 MiB leaves 15 MiB (> 1 MiB): split; the second 5 MiB fits the rest; 12 MiB gets its own segment.
+    CachingAllocatorResult r = alloc_all({5 * MiB, 5 * MiB, 12 * MiB + 1});
+    EXPECT_EQ(r.reserved_peak, 20 * MiB + 14 * MiB); // 12 MiB + 1 B rounds to 12 MiB + 512, segment to 14 MiB
+    EXPECT_EQ(r.large_reserved, r.reserved_peak);
+    // the 14 MiB segment's rest, 2 MiB - 512, is more than 1 MiB: split, so its block is 12 MiB + 512
+    EXPECT_EQ(r.allocated_peak, 22 * MiB + 512);
+}
+
+TEST(CachingAllocator, FreedBlocksAreReusedBestFitAndNeverReleased) {
+    // a: 30 MiB and b: 12 MiB get segments of their own; both freed, nothing is released. c: 10 MiB takes b's
+    // 12 MiB block (best fit), so d: 30 MiB finds a's block free and no segment is added: 42 MiB reserved. Had c
+    // taken a's block, d would have needed a third segment.
+    std::vector<size_t> sizes = {30 * MiB, 12 * MiB, 10 * MiB, 30 * MiB};
+    CachingAllocatorResult r = alloc_all(sizes, {0, 1, ~0, ~1, 2, 3});
+    EXPECT_EQ(r.reserved_peak, 42 * MiB);
+    EXPECT_EQ(r.allocated_peak, 42 * MiB); // a and b together; at the end c and d hold 10 + 30
+    EXPECT_EQ(r.requested_peak, 42 * MiB);
+    EXPECT_EQ(r.segments.size(), 2u);
+}
+
+TEST(CachingAllocator, UnsplitLargeBlockCountsWhole) {
+    // 10.5 MiB gets a 12 MiB segment (split: the 1.5 MiB rest is more than 1 MiB); freed, the block merges back,
+    // and an 11.5 MiB request takes it whole (its 0.5 MiB rest is not more than 1 MiB): allocated counts 12 MiB.
+    std::vector<size_t> sizes = {10 * MiB + MiB / 2, 11 * MiB + MiB / 2};
+    CachingAllocatorResult r = simulate_caching_allocator(sizes, {0, ~0, 1}, {0, 0, 0});
+    EXPECT_EQ(r.reserved_peak, 12 * MiB);
+    EXPECT_EQ(r.allocated_peak, 12 * MiB);
+}
+
+TEST(MemoryAnalysis, LivePeakAndEagerSequence) {
+    const MemoryPlan p = toy_plan();
+    const MemoryReport r = analyze_memory(p);
+    // op 0: w + x = 1800; op 1: w + x + y = 2400; op 2 and 3: w + y + z = 2500
+    EXPECT_EQ(r.live_peak, 2500u);
+    EXPECT_EQ(p.ops[r.live_peak_op], "c");
+    EXPECT_EQ(r.live_at_peak.size(), 3u);
+    // w first, then x (op a), y (op b) and x's free after b, z (op c), then y's and z's frees after d
+    const std::vector<int> want = {0, 1, 2, ~1, 3, ~2, ~3};
+    EXPECT_EQ(r.eager_events, want);
+    EXPECT_EQ(r.caching.requested_peak, r.live_peak); // the eager sequence's live bytes are the plan's liveness
+    EXPECT_EQ(r.planned_bytes, 4096u);
+}
+
+TEST(MemoryAnalysis, CsvHasARowPerTensor) {
+    const MemoryPlan p = toy_plan();
+    testutil::TempDir d;
+    {
+        std::ofstream f(d / "memory.csv");
+        f << memory_csv(p);
+    }
+    auto rows = testutil::read_csv(d / "memory.csv");
+    ASSERT_EQ(rows.size(), p.tensors.size());
+    EXPECT_EQ(rows[1]["name"], "x");
+    EXPECT_EQ(rows[1]["first_op"], "a");
+    EXPECT_EQ(rows[1]["last_op"], "b");
+    EXPECT_EQ(rows[2]["bytes"], "600");
+    EXPECT_EQ(rows[0]["first_use"], ""); // whole run
+}
+
+// The snapshot reads back through Python's pickle: segments tiled by blocks, the trace's allocations and frees
+// balanced, and the totals the plan's.
+TEST(MemorySnapshot, ReadsBackWithThePlansTotals) {
+    ASSERT_EQ(testutil::run("python3 --version").exit_code, 0) << "python3 not found";
+    const MemoryPlan p = toy_plan();
+    const MemoryReport r = analyze_memory(p);
+    testutil::TempDir d;
+    {
+        std::ofstream f(d / "s.pickle", std::ios::binary);
+        f << memory_snapshot_pickle(p, r);
+    }
+    auto out = testutil::run("python3 test/memviz_check.py " + (d / "s.pickle"));
+    ASSERT_EQ(out.exit_code, 0) << out.output;
+    EXPECT_TRUE(has(out.output, "reserved 4096\n")) << out.output;
+    EXPECT_TRUE(has(out.output, "active 1000\n")) << out.output; // w stays; x, y and z are freed by the end
+    // w, x, y (2400), x freed (1600), z (2500): the trace's peak is the plan's live peak
+    EXPECT_TRUE(has(out.output, "trace_peak " + std::to_string(r.live_peak) + "\n")) << out.output;
+    EXPECT_TRUE(has(out.output, "allocs 4\nfrees 3\n")) << out.output;
+}
+
+// A CPU trainer's profile snapshot through PyTorch's own memory viewer functions, where torch is installed: their
+// totals are the whole-run tensors memory.csv lists.
+TEST(MemorySnapshot, PyTorchsViewerReadsIt) {
+    if (testutil::run("python3 -c 'import torch.cuda._memory_viz'").exit_code != 0)
+        GTEST_SKIP() << "torch not importable by python3";
+    testutil::CpuProfileRun run;
+    testutil::run_cpu_profile(run, 3, 2, 1);
+    ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+    auto out = testutil::run("python3 test/memviz_check.py --torch " + (run.dir / "prof/memory_snapshot.pickle"));
+    ASSERT_EQ(out.exit_code, 0) << out.output;
+    auto rows = testutil::read_csv(run.dir / "prof/memory.csv");
+    size_t whole = 0;
+    for (auto& row : rows)
+        if (row["first_use"].empty()) whole += std::stoull(row["bytes"]);
+    EXPECT_TRUE(has(out.output, "active " + std::to_string(whole) + "\n")) << out.output;
+}
+
+// The CPU trainer's profile directory reports its own buffers: memory.csv (parameters of 4 bytes each, the
+// activation tensors inside their allocation), summary.txt's memory section and profile.json's.
+TEST(MemoryProfile, CpuTrainerProfileHasTheMemoryFiles) {
+    testutil::CpuProfileRun run;
+    testutil::run_cpu_profile(run, 3, 2, 1);
+    ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+    auto rows = testutil::read_csv(run.dir / "prof/memory.csv");
+    ASSERT_FALSE(rows.empty());
+    // the fixture's model: V=60 (Vp=64), maxT=32, L=2, NH=2, C=32
+    const size_t C = 32, L = 2, V = 64, maxT = 32;
+    const size_t params = V * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C;
+    size_t param_bytes = 0, acts = 0;
+    for (auto& row : rows) {
+        if (row["kind"] == "parameters") param_bytes += std::stoull(row["bytes"]);
+        if (row["kind"] == "activations") acts++;
+    }
+    EXPECT_EQ(param_bytes, 4 * params);
+    EXPECT_EQ(acts, 6 + 15 * L); // encoded, lnf and its statistics, probs, losses; 15 per layer
+    const std::string summary = testutil::slurp(run.dir / "prof/summary.txt");
+    EXPECT_TRUE(has(summary, "memory (CPU training, B=4 T=16)")) << summary;
+    EXPECT_TRUE(has(summary, "caching allocator (model)")) << summary;
+    auto j = nlohmann::json::parse(testutil::slurp(run.dir / "prof/profile.json"));
+    ASSERT_TRUE(j["memory"].is_object());
+    EXPECT_EQ(j["memory"]["tensors"].size(), rows.size());
+    size_t total = 0;
+    for (auto& a : j["memory"]["allocations"]) total += a["bytes"].get<size_t>();
+    EXPECT_EQ(j["memory"]["planned_bytes"].get<size_t>(), total);
+}
+
+// --memory-plan without a GPU: the largest micro-batch for d12 at T=1024 in 80 GiB is the last whose printed plan
+// fits the printed budget (the plan at -b N fits, at -b N+1 it does not), and the parameters are 2 bytes each.
+TEST(MemoryPlanFlag, LargestBatchForD12On80GiBIsTheLastThatFits) {
+    if (!llmc::file_exists("./train_gpt2cu")) GTEST_SKIP() << "./train_gpt2cu not built (needs nvcc)";
+    auto plan = [](int B) {
+        return testutil::run("./train_gpt2cu -e d12 -t 1024 -b " + std::to_string(B) +
+                             " --memory-plan --device-memory 80GiB");
+    };
+    auto number = [](const std::string& out, const std::string& key) {
+        size_t at = out.find(key);
+        EXPECT_NE(at, std::string::npos) << key << " in\n" << out;
+        return at == std::string::npos ? 0ull : std::stoull(out.substr(at + key.size()));
+    };
+    auto first = plan(4);
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const int n = (int)number(first.output, "largest micro-batch at T=1024 that fits (-b): ");
+    ASSERT_GT(n, 1);
+    const size_t budget = number(first.output, "usable: ");
+    EXPECT_EQ(budget, (size_t)((80ull << 30) * 0.95));
+    auto at_n = plan(n), past_n = plan(n + 1);
+    EXPECT_LE(number(at_n.output, "planned bytes: "), budget);
+    EXPECT_TRUE(has(at_n.output, "fits: yes")) << at_n.output;
+    EXPECT_GT(number(past_n.output, "planned bytes: "), budget);
+    EXPECT_TRUE(has(past_n.output, "fits: no")) << past_n.output;
+    // GPT-2 124M: 124,475,904 parameters with the padded vocabulary, bf16
+    const size_t C = 768, L = 12, Vp = 50304, maxT = 1024;
+    const size_t params = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C;
+    EXPECT_EQ(number(first.output, "  parameters "), 2 * params);
+}
+
+TEST(MemoryPlanFlag, BadValuesAreRefused) {
+    if (!llmc::file_exists("./train_gpt2cu")) GTEST_SKIP() << "./train_gpt2cu not built (needs nvcc)";
+    auto bad = testutil::run("./train_gpt2cu --memory-plan --device-memory 80XB");
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_TRUE(has(bad.output, "--device-memory: expected a size")) << bad.output;
+    auto alone = testutil::run("./train_gpt2cu --device-memory 80GiB");
+    EXPECT_EQ(alone.exit_code, 2);
+    EXPECT_TRUE(has(alone.output, "--device-memory: only with --memory-plan")) << alone.output;
+    auto cpu = testutil::run("./train_gpt2 --memory-plan");
+    EXPECT_EQ(cpu.exit_code, 2);
+    EXPECT_TRUE(has(cpu.output, "--memory-plan: train_gpt2 has no GPU memory")) << cpu.output;
+}
+
+TEST(MemoryPlanFlag, InferencePlanCountsTheKvCache) {
+    if (!llmc::file_exists("./infer_gpt2cu")) GTEST_SKIP() << "./infer_gpt2cu not built (needs nvcc)";
+    auto out = testutil::run("./infer_gpt2cu -e d12 -b 8 --prompt-len 100 -n 28 --memory-plan --device-memory 16GiB");
+    ASSERT_EQ(out.exit_code, 0) << out.output;
+    // the cache: 12 layers of K and V, 8 sequences of 128 positions of 768 bf16 values
+    const size_t cache = 12ull * 2 * 8 * 128 * 768 * 2;
+    EXPECT_TRUE(has(out.output, "kv_cache")) << out.output;
+    EXPECT_TRUE(has(out.output, format_bytes(cache))) << out.output;
+    EXPECT_TRUE(has(out.output, "largest number of sequences at 128 tokens each that fits (-b): ")) << out.output;
+}
