@@ -29,16 +29,7 @@ namespace {
  * whose plan fits --device-memory (or the present GPU's free memory); no GPU, no weights needed.
  */
 int print_memory_plan(const InferOptions& opt) {
-    int depth;
-    GPT2Config cfg;
-    if (parse_depth_descriptor(opt.model, &depth)) {
-        cfg = gpt2_config_for_depth(depth);
-        validate_config(cfg, "-e " + opt.model);
-    } else {
-        if (!file_exists(opt.model))
-            throw UsageError(strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", opt.model.c_str()));
-        cfg = load_model(opt.model, false).config;
-    }
+    const GPT2Config cfg = model_config_of(opt.model);
     const int longest = opt.prompt_len > 0 ? opt.prompt_len : opt.prompt_ids.empty() ? 1 : (int)opt.prompt_ids.size();
     const int B = std::max(opt.B, 1);
     if ((long)longest + opt.new_tokens > cfg.max_seq_len)

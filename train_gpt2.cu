@@ -267,16 +267,7 @@ std::unique_ptr<TrainBackend> make_gpu_backend(const GPT2Config& c, const TrainO
  * micro-batch at this T whose plan fits --device-memory (or the present GPU's free memory); no GPU needed.
  */
 int print_memory_plan(const TrainOptions& opt) {
-    int depth;
-    GPT2Config cfg;
-    if (parse_depth_descriptor(opt.model, &depth)) {
-        cfg = gpt2_config_for_depth(depth);
-        validate_config(cfg, "-e " + opt.model);
-    } else {
-        if (!file_exists(opt.model))
-            throw UsageError(strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", opt.model.c_str()));
-        cfg = load_model(opt.model, false).config;
-    }
+    const GPT2Config cfg = model_config_of(opt.model);
     if (opt.T > cfg.max_seq_len)
         throw UsageError(strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));
     if ((long)opt.B * opt.T > 2147483647L) throw UsageError("-b: B*T is more than the GPU trainer's int row count");

@@ -73,6 +73,19 @@ inline ModelFile load_model(const std::string& path, bool with_params = true) {
     return m;
 }
 
+// The shape of the model -e names, without its weights: dN (random GPT-2 of depth N) or a model file's header.
+inline GPT2Config model_config_of(const std::string& spec) {
+    int depth;
+    if (parse_depth_descriptor(spec, &depth)) {
+        GPT2Config cfg = gpt2_config_for_depth(depth);
+        validate_config(cfg, "-e " + spec);
+        return cfg;
+    }
+    if (!file_exists(spec))
+        throw UsageError(strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", spec.c_str()));
+    return load_model(spec, false).config;
+}
+
 inline void save_model(const std::string& path, const GPT2Config& c, const float* params,
                        int version = MODEL_VERSION_FP32) {
     Header h = make_header(MODEL_MAGIC, version);
