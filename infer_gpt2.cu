@@ -29,7 +29,7 @@ namespace {
  * whose plan fits --device-memory (or the present GPU's free memory); no GPU, no weights needed.
  */
 int print_memory_plan(const InferOptions& opt) {
-    const GPT2Config cfg = model_config_of(opt.model);
+    const GPT2Config cfg = load_model_source(opt.model, opt.seed, false).cfg;
     const int longest = opt.prompt_len > 0 ? opt.prompt_len : opt.prompt_ids.empty() ? 1 : (int)opt.prompt_ids.size();
     const int B = std::max(opt.B, 1);
     if ((long)longest + opt.new_tokens > cfg.max_seq_len)

@@ -271,24 +271,9 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
 
         // ---- model: dN (optionally with fewer layers) or a model file ----
-        GPT2Config cfg;
-        std::vector<float> weights;
-        int depth;
-        if (parse_depth_descriptor(opt.model, &depth)) {
-            cfg = gpt2_config_for_depth(depth);
-            if (opt.layers > 0) cfg.num_layers = opt.layers;
-            validate_config(cfg, "-e " + opt.model); // before num_parameters(): d99999 would overflow it
-            weights.resize(num_parameters(cfg));
-            init_gpt2_parameters(weights.data(), cfg, 1337);
-        } else {
-            if (opt.layers > 0) throw UsageError("--layers: only for a dN model (-e)");
-            if (!file_exists(opt.model))
-                throw UsageError(
-                    strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", opt.model.c_str()));
-            ModelFile mf = load_model(opt.model);
-            cfg = mf.config;
-            weights = std::move(mf.params);
-        }
+        ModelSource src = load_model_source(opt.model, 1337, true, opt.layers);
+        const GPT2Config cfg = src.cfg;
+        std::vector<float> weights = std::move(src.params);
         if (opt.T > cfg.max_seq_len)
             throw UsageError(
                 strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));

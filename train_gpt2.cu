@@ -267,7 +267,7 @@ std::unique_ptr<TrainBackend> make_gpu_backend(const GPT2Config& c, const TrainO
  * micro-batch at this T whose plan fits --device-memory (or the present GPU's free memory); no GPU needed.
  */
 int print_memory_plan(const TrainOptions& opt) {
-    const GPT2Config cfg = model_config_of(opt.model);
+    const GPT2Config cfg = load_model_source(opt.model, opt.seed, false).cfg;
     if (opt.T > cfg.max_seq_len)
         throw UsageError(strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));
     if ((long)opt.B * opt.T > 2147483647L) throw UsageError("-b: B*T is more than the GPU trainer's int row count");

@@ -15,6 +15,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
+#include "llmc/gpt2_init.h"
 
 namespace llmc {
 
@@ -73,17 +74,40 @@ inline ModelFile load_model(const std::string& path, bool with_params = true) {
     return m;
 }
 
-// The shape of the model -e names, without its weights: dN (random GPT-2 of depth N) or a model file's header.
-inline GPT2Config model_config_of(const std::string& spec) {
+/*
+ * The model a program's -e names, one way for every program: dN is GPT-2 of depth N (llmc/gpt2_config.h;
+ * `layers` > 0 overrides its L) with weights drawn from `seed` (init_gpt2_parameters); anything else must be an
+ * llm.c model file (fp32 or bf16), read as fp32. weights = false reads the shape alone (a file's header, no
+ * parameters drawn): the checks a program makes before it allocates. Errors name -e.
+ */
+struct ModelSource {
+    GPT2Config cfg;
+    std::vector<float> params; // num_parameters(cfg) fp32 values in llm.c order; empty when weights = false
+    bool random = false;       // dN: weights drawn from the seed
+};
+
+inline ModelSource load_model_source(const std::string& spec, unsigned long long seed, bool weights = true,
+                                     int layers = 0) {
+    ModelSource src;
     int depth;
     if (parse_depth_descriptor(spec, &depth)) {
-        GPT2Config cfg = gpt2_config_for_depth(depth);
-        validate_config(cfg, "-e " + spec);
-        return cfg;
+        src.random = true;
+        src.cfg = gpt2_config_for_depth(depth);
+        if (layers > 0) src.cfg.num_layers = layers;
+        validate_config(src.cfg, "-e " + spec); // before num_parameters(): d99999 would overflow it
+        if (weights) {
+            src.params.resize(num_parameters(src.cfg));
+            init_gpt2_parameters(src.params.data(), src.cfg, seed);
+        }
+        return src;
     }
+    if (layers > 0) throw UsageError("--layers: only for a dN model (-e)");
     if (!file_exists(spec))
         throw UsageError(strprintf("-e: '%s' is neither dN (e.g. d12) nor an existing model file", spec.c_str()));
-    return load_model(spec, false).config;
+    ModelFile mf = load_model(spec, weights);
+    src.cfg = mf.config;
+    src.params = std::move(mf.params);
+    return src;
 }
 
 inline void save_model(const std::string& path, const GPT2Config& c, const float* params,
