@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,73 +43,50 @@ struct Options {
     bool counters = false;
     int top = 15;
     bool help = false, version = false;
-    std::vector<std::string> given; // the flags on the command line (long names): they win over the ncu defaults
-    bool has(const char* flag) const { return std::find(given.begin(), given.end(), flag) != given.end(); }
+    std::set<std::string> given; // the flags on the command line (long names): they win over the ncu defaults
+    bool has(const char* flag) const { return given.count(flag) > 0; }
 };
 
-std::string usage(const Options& d) {
-    return strprintf(
-        "usage: profile_gpt2cu [options]\n"
-        "Runs GPT-2 training steps on the GPU traced with CUPTI and writes a profile directory.\n"
-        "  -e, --model dN|FILE   dN (d12 = GPT-2 124M; other dN: L=N C=64N NH=N) or an llm.c model file [%s]\n"
-        "      --layers N        override L of a dN model (a smaller model for ncu) [the model's]\n"
-        "  -b, --batch N         micro-batch size [%d]\n"
-        "  -t, --seq-len N       sequence length [%d]\n"
-        "  -i, --input DATA      train shards (DIR|GLOB|FILE) [random token ids]\n"
-        "      --warmup N        untraced steps before the profile [%d]\n"
-        "      --steps N         profiled steps [%d]\n"
-        "  -o, --output DIR      profile directory [%s]\n"
-        "      --no-calibrate    roofline against the datasheet ceilings instead of measured ones\n"
-        "      --counters        one more step under CUPTI's range profiler: per-kernel FLOPs and DRAM bytes\n"
-        "      --top N           kernels listed in the summary [%d]\n"
-        "      --version         the toolchain and library versions (nvcc, CUDA runtime, driver, cuBLASLt, CUPTI), then exit\n"
-        "  -h, --help            this help\n"
-        "Under ncu, flags not given default to a replay-sized run (--layers 1 --warmup 0 --steps 1 --no-calibrate,\n"
-        "LLMC_GEMM_AUTOTUNE=0 unless set):\n"
-        "  ncu --set full ./profile_gpt2cu;  one sub-block: ncu --nvtx --nvtx-include \"llmc@fc/\" ./profile_gpt2cu\n",
-        d.model.c_str(), d.B, d.T, d.warmup, d.steps, d.output.c_str(), d.top);
+// The flag table (llmc/flags.h), bound to `o`.
+FlagTable profile_flags(Options& o) {
+    constexpr long IMAX = 2147483647;
+    FlagTable t("usage: profile_gpt2cu [options]\n"
+                "Runs GPT-2 training steps on the GPU traced with CUPTI and writes a profile directory.",
+                "Under ncu, flags not given default to a replay-sized run (--layers 1 --warmup 0 --steps 1 --no-calibrate,\n"
+                "LLMC_GEMM_AUTOTUNE=0 unless set):\n"
+                "  ncu --set full ./profile_gpt2cu;  one sub-block: ncu --nvtx --nvtx-include \"llmc@fc/\" ./profile_gpt2cu\n");
+    t.add({"-e", "--model", "dN|FILE", "dN (d12 = GPT-2 124M; other dN: L=N C=64N NH=N) or an llm.c model file",
+           flag::text(o.model)});
+    t.add({"", "--layers", "N", "override L of a dN model (a smaller model for ncu)", flag::integer(o.layers, 1, 1000),
+           "the model's"});
+    t.add({"-b", "--batch", "N", "micro-batch size", flag::integer(o.B, 1, IMAX)});
+    t.add({"-t", "--seq-len", "N", "sequence length", flag::integer(o.T, 1, IMAX)});
+    t.add({"-i", "--input", "DATA", "train shards (DIR|GLOB|FILE)", flag::text(o.data), "random token ids"});
+    t.add({"", "--warmup", "N", "untraced steps before the profile", flag::integer(o.warmup, 0, IMAX)});
+    t.add({"", "--steps", "N", "profiled steps", flag::integer(o.steps, 1, IMAX)});
+    t.add({"-o", "--output", "DIR", "profile directory", flag::text(o.output)});
+    t.add({"", "--no-calibrate", "", "roofline against the datasheet ceilings instead of measured ones",
+           flag::off(o.calibrate)});
+    t.add({"", "--counters", "", "one more step under CUPTI's range profiler: per-kernel FLOPs and DRAM bytes",
+           flag::on(o.counters)});
+    t.add({"", "--top", "N", "kernels listed in the summary", flag::integer(o.top, 1, IMAX)});
+    t.add({"", "--version", "",
+           "the toolchain and library versions (nvcc, CUDA runtime, driver, cuBLASLt, CUPTI), then exit",
+           flag::on(o.version)});
+    t.add({"-h", "--help", "", "this help", flag::on(o.help)});
+    return t;
+}
+
+std::string usage() {
+    Options d;
+    return profile_flags(d).help();
 }
 
 Options parse_options(int argc, char** argv) {
-    using llmc::detail::parse_long;
-    constexpr long IMAX = 2147483647;
     Options o;
-    for (int i = 1; i < argc; i++) {
-        llmc::detail::Arg a = llmc::detail::split_arg(argv[i]);
-        const std::string& flag = a.flag;
-        static const std::pair<const char*, const char*> long_names[] = {
-            {"-e", "--model"}, {"-b", "--batch"}, {"-t", "--seq-len"}, {"-i", "--input"}, {"-o", "--output"}};
-        std::string name = flag;
-        for (const auto& ln : long_names)
-            if (flag == ln.first) name = ln.second;
-        o.given.push_back(name);
-        if (flag == "-h" || flag == "--help" || flag == "--version") {
-            llmc::detail::no_value(a);
-            (flag == "--version" ? o.version : o.help) = true;
-            continue;
-        }
-        if (flag == "--no-calibrate" || flag == "--counters") {
-            llmc::detail::no_value(a);
-            if (flag == "--counters") o.counters = true;
-            else o.calibrate = false;
-            continue;
-        }
-        static const char* with_value[] = {"-e", "--model", "--layers", "-b", "--batch", "-t", "--seq-len", "-i",
-                                           "--input", "--warmup", "--steps", "-o", "--output", "--top"};
-        bool known = false;
-        for (const char* f : with_value) known |= flag == f;
-        if (!known) throw UsageError(strprintf("unknown flag '%s' (see --help)", flag.c_str()));
-        const std::string value = llmc::detail::take_value(a, argc, argv, i);
-        if (flag == "-e" || flag == "--model") o.model = value;
-        else if (flag == "--layers") o.layers = (int)parse_long(flag, value, 1, 1000);
-        else if (flag == "-b" || flag == "--batch") o.B = (int)parse_long(flag, value, 1, IMAX);
-        else if (flag == "-t" || flag == "--seq-len") o.T = (int)parse_long(flag, value, 1, IMAX);
-        else if (flag == "-i" || flag == "--input") o.data = value;
-        else if (flag == "--warmup") o.warmup = (int)parse_long(flag, value, 0, IMAX);
-        else if (flag == "--steps") o.steps = (int)parse_long(flag, value, 1, IMAX);
-        else if (flag == "-o" || flag == "--output") o.output = value;
-        else if (flag == "--top") o.top = (int)parse_long(flag, value, 1, IMAX);
-    }
+    FlagTable t = profile_flags(o);
+    t.parse(argc, argv);
+    o.given = t.given_names();
     return o;
 }
 
@@ -252,7 +230,7 @@ int main(int argc, char** argv) {
     return main_guard([&] {
         Options opt = parse_options(argc, argv);
         if (opt.help) {
-            printf("%s", usage(Options{}).c_str());
+            printf("%s", usage().c_str());
             return 0;
         }
         if (opt.version) {
