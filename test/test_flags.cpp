@@ -1,0 +1,128 @@
+// The flag table (llmc/flags.h): parsing, the record of what was given, and --help written from the table.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "llmc/flags.h"
+#include "llmc/utils.h"
+
+namespace llmc {
+namespace {
+
+struct Opts {
+    int n = 8;
+    float x = 0.5f;
+    std::string name = "abc";
+    bool on = false;
+    bool keep = true;
+    size_t mem = 0;
+    std::vector<int> ids{1, 2};
+};
+
+FlagTable make_table(Opts& o) {
+    FlagTable t("usage: prog [options]", "the end\n");
+    t.add({"-n", "--count", "N", "how many", flag::integer(o.n, 1, 100)});
+    t.add({"-x", "--ratio", "X", "a fraction,\nof the whole", flag::real(o.x, 0.0f, 1.0f)});
+    t.add({"", "--name", "S", "a name", flag::text(o.name, "must not be empty")});
+    t.add({"", "--on", "", "a switch", flag::on(o.on)});
+    t.add({"", "--no-keep", "", "another", flag::off(o.keep)});
+    t.add({"", "--mem", "SIZE", "memory", flag::bytes(o.mem), "the device's"});
+    t.add({"", "--ids", "LIST", "ids",
+           flag::custom(
+               o.ids,
+               [](const std::string& f, const std::string& v) {
+                   std::vector<int> out;
+                   for (size_t pos = 0; pos <= v.size();) {
+                       const size_t comma = std::min(v.find(',', pos), v.size());
+                       out.push_back((int)parse_long_flag(f, v.substr(pos, comma - pos), 0, 9));
+                       pos = comma + 1;
+                   }
+                   return out;
+               },
+               [](const std::vector<int>& v) { return strprintf("%zu ids", v.size()); })});
+    return t;
+}
+
+void parse(FlagTable& t, std::vector<std::string> args) {
+    std::vector<char*> argv{(char*)"prog"};
+    for (std::string& a : args) argv.push_back(a.data());
+    t.parse((int)argv.size(), argv.data());
+}
+
+std::string usage_error(std::vector<std::string> args) {
+    Opts o;
+    FlagTable t = make_table(o);
+    try {
+        parse(t, args);
+    } catch (const UsageError& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+TEST(Flags, ShortLongAndEqualsSpellingsSetTheValueAndAreRecorded) {
+    Opts o;
+    FlagTable t = make_table(o);
+    parse(t, {"-n", "5", "--ratio=0.25", "--name", "z", "--on", "--no-keep", "--mem", "1.5GiB", "--ids", "3,4,5"});
+    EXPECT_EQ(o.n, 5);
+    EXPECT_FLOAT_EQ(o.x, 0.25f);
+    EXPECT_EQ(o.name, "z");
+    EXPECT_TRUE(o.on);
+    EXPECT_FALSE(o.keep);
+    EXPECT_EQ(o.mem, (size_t)1610612736);
+    EXPECT_EQ(o.ids, (std::vector<int>{3, 4, 5}));
+    EXPECT_TRUE(t.given("--count")); // recorded under the long name whichever spelling was used
+    EXPECT_TRUE(t.given("--ratio"));
+    EXPECT_EQ(t.given_names().size(), 7u);
+}
+
+TEST(Flags, WhatWasNotGivenKeepsItsValueAndIsNotRecorded) {
+    Opts o;
+    FlagTable t = make_table(o);
+    parse(t, {"--on"});
+    EXPECT_EQ(o.n, 8);
+    EXPECT_EQ(o.name, "abc");
+    EXPECT_FALSE(t.given("--count"));
+    EXPECT_EQ(t.given_names(), std::set<std::string>{"--on"});
+}
+
+TEST(Flags, EveryErrorNamesTheFlagAsWritten) {
+    EXPECT_EQ(usage_error({"--bogus"}), "unknown flag '--bogus' (see --help)");
+    EXPECT_EQ(usage_error({"--bogus=3"}), "unknown flag '--bogus' (see --help)");
+    EXPECT_EQ(usage_error({"-n"}), "-n: missing value");
+    EXPECT_EQ(usage_error({"--on=1"}), "--on: a switch, takes no value");
+    EXPECT_EQ(usage_error({"--no-keep=0"}), "--no-keep: a switch, takes no value");
+    EXPECT_EQ(usage_error({"-n", "0"}), "-n: expected an integer in [1, 100], got '0'");
+    EXPECT_EQ(usage_error({"--count=101"}), "--count: expected an integer in [1, 100], got '101'");
+    EXPECT_EQ(usage_error({"-n", "5x"}), "-n: expected an integer in [1, 100], got '5x'");
+    EXPECT_EQ(usage_error({"-x", "nan"}), "-x: expected a number in [0, 1], got 'nan'");
+    EXPECT_EQ(usage_error({"-x", "inf"}), "-x: expected a number in [0, 1], got 'inf'");
+    EXPECT_EQ(usage_error({"--name="}), "--name: must not be empty");
+    EXPECT_NE(usage_error({"--mem", "80XB"}).find("--mem: expected a size"), std::string::npos);
+    EXPECT_NE(usage_error({"--mem", "0"}).find("--mem: expected a size"), std::string::npos);
+    EXPECT_EQ(usage_error({"--ids", "1,12"}), "--ids: expected an integer in [0, 9], got '12'");
+    EXPECT_EQ(usage_error({"-n", "5", "-x", "0.5"}), "(no error)");
+}
+
+TEST(Flags, HelpIsWrittenFromTheTableWithTheCurrentValues) {
+    Opts o;
+    o.n = 42; // a table bound to changed options shows what they hold
+    FlagTable t = make_table(o);
+    const std::string h = t.help();
+    EXPECT_EQ(h, "usage: prog [options]\n"
+                 "  -n, --count N              how many [42]\n"
+                 "  -x, --ratio X              a fraction,\n"
+                 "                             of the whole [0.5]\n"
+                 "      --name S               a name [abc]\n"
+                 "      --on                   a switch\n"
+                 "      --no-keep              another\n"
+                 "      --mem SIZE             memory [the device's]\n"
+                 "      --ids LIST             ids [2 ids]\n"
+                 "the end\n");
+}
+
+} // namespace
+} // namespace llmc
