@@ -173,6 +173,25 @@ inline void adamw_update_shard(const GPT2Config& c, Shard s, floatX* params, flo
 inline size_t memory_budget(size_t free_bytes) { return (size_t)(free_bytes * 0.95); }
 
 /*
+ * The autotune's scratch output (llmc/matmul.cuh, time_matmul_candidates): a new matmul plan that accumulates
+ * (every weight gradient in GPT2GPU::backward) is timed on a D of its own, allocated for the timing and freed
+ * after it, in the first step. The largest is the classifier's (Vp, C) or, when Vp < 4C, fc_proj's (C, 4C).
+ */
+inline void plan_autotune_scratch(MemoryPlan& plan, const GPT2Config& c) {
+    const size_t C = c.channels, Vp = c.padded_vocab_size, rows = std::max(Vp, 4 * C);
+    BufferCarver carve = begin_allocation(plan, nullptr, "autotune_scratch");
+    plan.allocations.back().transient = true;
+    floatX* p = nullptr;
+    TensorInfo info{"autotune_scratch", MemoryKind::scratch, {rows, C}};
+    info.subblock = (int)(Vp >= 4 * C ? SubBlock::classifier : SubBlock::fc_proj);
+    carve(p, rows * C, info);
+    if (Vp < 4 * C) plan.tensors.back().layer = c.num_layers - 1;
+    finish_allocation(plan, carve);
+    plan.notes.push_back("autotune_scratch: made and freed by the cuBLASLt autotune in the first step (not when "
+                         "LLMC_GEMM_AUTOTUNE=0 or every algorithm is recorded)");
+}
+
+/*
  * Every device allocation GPT2GPU makes for micro-batch (B, T), and every tensor in each (llmc/memory_plan.h):
  * the bf16 parameters and gradients (padded for ZeRO-1's shards), the optimizer state of this rank's shard
  * (fp32 master weights, AdamW m and v), the activation buffer (layout_activations), the encoder backward's sort
@@ -221,6 +240,7 @@ inline MemoryPlan plan_gpu_training(const GPT2Config& c, int B, int T, int shard
         carve.raw(CublasLt::WORKSPACE_BYTES, {"cublaslt_workspace", K::cublaslt_workspace, {CublasLt::WORKSPACE_BYTES}});
         finish_allocation(plan, carve);
     }
+    if (gemm_autotune_enabled()) plan_autotune_scratch(plan, c);
     set_training_liveness(plan, c.num_layers);
     return plan;
 }
@@ -243,7 +263,7 @@ inline int largest_training_batch(const GPT2Config& c, int T, int shards, size_t
 struct GPUMemoryPlan {
     MemoryPlan plan; // every allocation and tensor
     size_t params, grads, optimizer, activations, free_before;
-    size_t other; // cuBLASLt workspace and the encoder backward's sort scratch
+    size_t other; // the rest: cuBLASLt workspace, the encoder backward's sort scratch, the autotune's scratch
     int max_batch; // largest micro-batch at this T that fits in free_before
     size_t total() const { return plan.total_bytes(); }
     size_t budget() const { return memory_budget(free_before); }
@@ -258,7 +278,7 @@ inline GPUMemoryPlan plan_gpu_memory(const GPT2Config& c, int B, int T, int shar
     p.grads = p.plan.allocation("gradients").bytes;
     p.optimizer = p.plan.allocation("optimizer").bytes;
     p.activations = p.plan.allocation("activations").bytes;
-    p.other = p.plan.allocation("cublaslt_workspace").bytes + p.plan.allocation("encoder_backward_scratch").bytes;
+    p.other = p.plan.total_bytes() - p.params - p.grads - p.optimizer - p.activations;
     if (free_bytes == SIZE_MAX) {
         size_t total = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));

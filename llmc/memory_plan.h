@@ -55,6 +55,10 @@ struct PlannedAllocation {
     // Made once per process and shared by every model in it (the cuBLASLt workspace): counted in the plan, but
     // a second model in the same process does not allocate it again.
     bool per_process = false;
+    // Made and freed inside one call while the first step runs, never two at once (the cuBLASLt autotune's scratch
+    // output for a matmul that accumulates: the largest it makes): counted in the plan's peak and in what fits, not
+    // among the allocations a model makes when it is built.
+    bool transient = false;
 };
 
 struct MemoryPlan {
@@ -66,9 +70,16 @@ struct MemoryPlan {
     std::vector<PlannedTensor> tensors;
     std::vector<std::string> notes; // what the plan had to estimate (CUB's storage without a device)
 
+    // The peak: every allocation, the transient one included.
     size_t total_bytes() const {
         size_t n = 0;
         for (const PlannedAllocation& a : allocations) n += a.bytes;
+        return n;
+    }
+    // What stays allocated between steps: the allocations less the transient one.
+    size_t resident_bytes() const {
+        size_t n = 0;
+        for (const PlannedAllocation& a : allocations) n += a.transient ? 0 : a.bytes;
         return n;
     }
     // The allocation of that name; Error if there is none.
@@ -263,6 +274,12 @@ inline std::pair<int, int> training_liveness(const TrainingOps& o, const std::st
     if (n == "dqkv") return {o.bwd(S::attention, L - 1), o.bwd(S::qkv, 0)};
     if (n == "scratch") return {o.bwd(S::classifier), o.grad_norm()};
     if (n == "encoder_scratch" || n == "cub_temp") return {o.bwd(S::encoder), o.bwd(S::encoder)};
+    // The autotune's scratch for the largest accumulating matmul (plan_gpu_training): the classifier's weight
+    // gradient (layer -1), or the last layer's fc_proj weight gradient when the vocabulary is smaller than 4C.
+    if (n == "autotune_scratch") {
+        const int op = l < 0 ? o.bwd(S::classifier) : o.bwd(S::fc_proj, l);
+        return {op, op};
+    }
     return {-1, -1};
 }
 

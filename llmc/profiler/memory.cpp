@@ -189,7 +189,7 @@ std::string memory_allocations_text(const MemoryPlan& plan) {
     std::string s = strprintf("  %-26s %14s %12s\n", "allocation", "bytes", "");
     for (const PlannedAllocation& a : plan.allocations)
         s += strprintf("  %-26s %14zu %12s%s\n", a.name.c_str(), a.bytes, format_bytes(a.bytes).c_str(),
-                       a.per_process ? "  (once per process)" : "");
+                       a.per_process ? "  (once per process)" : a.transient ? "  (transient, in the first step)" : "");
     s += strprintf("  %-26s %14zu %12s\n", "total", plan.total_bytes(), format_bytes(plan.total_bytes()).c_str());
     return s;
 }

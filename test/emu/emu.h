@@ -176,6 +176,11 @@ bool is_pinned(const void* p);
 bool is_device_range(const void* p, size_t bytes);
 // The live device allocations (cudaMalloc'd, not yet freed): address and bytes of each, by address.
 std::vector<std::pair<const void*, size_t>> device_allocations();
+// Bytes of device memory allocated now, and the most allocated at once since reset_device_peak (which sets it to
+// what is allocated now).
+size_t device_bytes();
+size_t device_peak();
+void reset_device_peak();
 
 } // namespace emu
 

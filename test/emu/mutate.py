@@ -139,6 +139,8 @@ MUTATIONS = [
      "encoder adds the position row 1% too large", "EmuKernelsElementwise.EncoderForwardWithinOneUlp"),
     ("llmc/matmul.cuh", "    int best = t.restored ? restored : 0;", "    int best = 0;",
      "the algorithm recorded with a checkpoint is not the one used", "EmuKernelsMatmulAutotune.RecordedChoicesAreTakenInsteadOfTiming"),
+    ("llmc/matmul.cuh", "cudaMalloc(&scratch, out_bytes);", "cudaMalloc(&scratch, 2 * out_bytes);",
+     "the autotune's scratch output is larger than the memory plan says", "EmuGpuMemoryPlan.FirstStepPeakIsThePlansTotal"),
 ]
 
 

@@ -71,6 +71,7 @@ int g_schedule = 0;
 Stats g_stats;
 std::map<uintptr_t, size_t> g_device; // start -> bytes
 size_t g_device_bytes = 0;
+size_t g_device_peak = 0; // the most g_device_bytes reached since reset_device_peak
 std::map<uintptr_t, size_t> g_pinned;
 std::map<const void*, int> g_smem_optin;
 std::string g_inject_name; // inject_fault(): kernels whose name contains it ("" = none), and which launch faults
@@ -662,6 +663,9 @@ void enqueue_host_op(cudaStream_t stream, const char* what, std::function<void()
 }
 bool is_pinned(const void* p) { return find_range(g_pinned, p, 1) != nullptr; }
 bool is_device_range(const void* p, size_t bytes) { return p && find_range(g_device, p, bytes) != nullptr; }
+size_t device_bytes() { return g_device_bytes; }
+size_t device_peak() { return g_device_peak; }
+void reset_device_peak() { g_device_peak = g_device_bytes; }
 std::vector<std::pair<const void*, size_t>> device_allocations() {
     std::vector<std::pair<const void*, size_t>> out;
     for (const auto& [addr, bytes] : g_device) out.emplace_back(reinterpret_cast<const void*>(addr), bytes);
@@ -803,6 +807,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     std::memset(m, 0xFF, bytes); // NaN in bf16 and fp32: reading what was never written shows
     g_device[reinterpret_cast<uintptr_t>(m)] = bytes;
     g_device_bytes += bytes;
+    g_device_peak = std::max(g_device_peak, g_device_bytes);
     *p = m;
     return cudaSuccess;
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <gtest/gtest.h>
 #include <random>
 #include <string>
@@ -96,6 +97,26 @@ inline testing::AssertionResult close_rel(const std::vector<float>& out, const s
                                            << worst << ": " << out[worst] << " vs " << ref[worst] << ")";
     return testing::AssertionSuccess() << what << ": relative error " << rel;
 }
+
+// An environment variable for one scope (null: unset), restored after it.
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value) : name_(name) {
+        const char* old = getenv(name);
+        had_ = old != nullptr;
+        if (had_) old_ = old;
+        if (value) setenv(name, value, 1);
+        else unsetenv(name);
+    }
+    ~ScopedEnv() {
+        if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+        else unsetenv(name_.c_str());
+    }
+
+private:
+    std::string name_, old_;
+    bool had_ = false;
+};
 
 // The smallest model the GPU kernels take: head size 64 (the attention kernel's), a 500-token vocabulary padded
 // to 512 so the padding path runs, two layers so the residual stream crosses a layer boundary.

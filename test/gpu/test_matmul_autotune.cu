@@ -22,26 +22,6 @@ using namespace gputest;
 
 namespace {
 
-// An environment variable for one scope (null: unset), restored after it.
-class ScopedEnv {
-public:
-    ScopedEnv(const char* name, const char* value) : name_(name) {
-        const char* old = getenv(name);
-        had_ = old != nullptr;
-        if (had_) old_ = old;
-        if (value) setenv(name, value, 1);
-        else unsetenv(name);
-    }
-    ~ScopedEnv() {
-        if (had_) setenv(name_.c_str(), old_.c_str(), 1);
-        else unsetenv(name_.c_str());
-    }
-
-private:
-    std::string name_, old_;
-    bool had_ = false;
-};
-
 // No plan survives from before or into after: each test sees its own plans built.
 struct FreshPlans {
     FreshPlans() {

@@ -29,11 +29,12 @@ template <typename Make> std::vector<size_t> allocations_made_by(Make&& make) {
 }
 #endif
 
-// The plan's allocations that a model makes itself (not the per-process cuBLASLt workspace), sorted.
+// The plan's allocations that a model makes when it is built (not the per-process cuBLASLt workspace, not the
+// first step's transient autotune scratch), sorted.
 std::vector<size_t> planned_sizes(const MemoryPlan& plan) {
     std::vector<size_t> sizes;
     for (const PlannedAllocation& a : plan.allocations)
-        if (!a.per_process) sizes.push_back(a.bytes);
+        if (!a.per_process && !a.transient) sizes.push_back(a.bytes);
     std::sort(sizes.begin(), sizes.end());
     return sizes;
 }
@@ -95,6 +96,45 @@ GPU_TEST(GpuMemoryPlan, TrainingModelAllocatesThePlan) {
         EXPECT_EQ(plan.tensor("adam_v").offset,
                   (size_t)(reinterpret_cast<const char*>(model->v) - reinterpret_cast<const char*>(model->master)));
     }
+}
+
+// The device memory a first training step reaches at its peak is the plan's total: the model's allocations and the
+// largest of the autotune's transient scratch outputs (the classifier's weight gradient), which are all freed again.
+GPU_TEST(GpuMemoryPlan, FirstStepPeakIsThePlansTotal) {
+    REQUIRE_GPU();
+#ifdef LLMC_EMU
+    gputest::ScopedEnv autotune("LLMC_GEMM_AUTOTUNE", nullptr);
+    const GPT2Config c = gputest::tiny_gpt2_config();
+    const int B = 2, T = 32;
+    const MemoryPlan plan = plan_gpu_training(c, B, T);
+    const PlannedAllocation& scratch = plan.allocation("autotune_scratch");
+    EXPECT_TRUE(scratch.transient);
+    EXPECT_EQ(scratch.bytes, (size_t)c.padded_vocab_size * c.channels * sizeof(floatX)); // Vp >= 4C here
+    CublasLt& lt = CublasLt::get();
+    lt.plans.clear(); // every matmul is a new plan, timed in this step
+    const size_t before = emu::device_bytes();
+    emu::reset_device_peak();
+    {
+        GPT2GPU model(c, B, T);
+        const size_t built = emu::device_bytes();
+        EXPECT_EQ(built - before, plan.resident_bytes() - plan.allocation("cublaslt_workspace").bytes);
+        auto in = gputest::random_tokens(B * T, c.vocab_size), tg = gputest::random_tokens(B * T, c.vocab_size);
+        model.zero_grad();
+        model.zero_loss();
+        model.forward(in.data(), tg.data(), B, T, 1.0f / (B * T), 1.0f / (B * T));
+        model.backward();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(emu::device_peak() - before, plan.total_bytes() - plan.allocation("cublaslt_workspace").bytes);
+        EXPECT_EQ(emu::device_bytes(), built); // the scratch outputs are freed
+    }
+    lt.plans.clear(); // no plan of this test's pointers outlives it
+    {
+        gputest::ScopedEnv off("LLMC_GEMM_AUTOTUNE", "0"); // no timing, no scratch, none planned
+        EXPECT_THROW(plan_gpu_training(c, B, T).allocation("autotune_scratch"), Error);
+    }
+#else
+    GTEST_SKIP() << "the emulated runtime counts the bytes allocated";
+#endif
 }
 
 GPU_TEST(GpuMemoryPlan, DecoderAllocatesThePlan) {
