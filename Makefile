@@ -114,30 +114,35 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-# ---- libraries: the flag tables; the training loop; the profiler's session, CPU source, analysis and writers ----
+# ---- libraries: host code every program shares (the tokenizer); the flag tables; the training loop; the
+# profiler's session, CPU source, analysis and writers ----
+HOST_OBJS := $(BUILD)/llmc/tokenizer.o
 CLI_OBJS := $(BUILD)/llmc/flags.o $(BUILD)/llmc/cli.o $(BUILD)/llmc/infer_options.o
 TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/train/dist.o $(BUILD)/llmc/schedulers.o \
               $(if $(HAVE_MPI),$(BUILD)/llmc/train/dist_mpi.o)
 PROFILER_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/profiler/*.cpp))
+HOST_LIB := $(BUILD)/libllmc_host.a
 CLI_LIB := $(BUILD)/libllmc_cli.a
 TRAIN_LIB := $(BUILD)/libllmc_train.a
 PROFILER_LIB := $(BUILD)/libllmc_profiler.a
+$(HOST_LIB): $(HOST_OBJS)
+	$(AR) rcs $@ $^
 $(CLI_LIB): $(CLI_OBJS)
 	$(AR) rcs $@ $^
 $(TRAIN_LIB): $(TRAIN_OBJS)
 	$(AR) rcs $@ $^
 $(PROFILER_LIB): $(PROFILER_OBJS)
 	$(AR) rcs $@ $^
-LIBS := $(TRAIN_LIB) $(PROFILER_LIB) $(CLI_LIB)
+LIBS := $(TRAIN_LIB) $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
 
 # ---- programs ----
 $(BIN)train_gpt2: $(BUILD)/train_gpt2.o $(BUILD)/llmc/train/cpu_backend.o $(LIBS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE) $(MPI_LIBS)
 
-$(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(PROFILER_LIB) $(CLI_LIB)
+$(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
-$(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o
+$(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o $(HOST_LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
 $(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(LIBS)
@@ -146,7 +151,7 @@ $(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(LIBS)
 $(BIN)profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) -lgomp
 
-$(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(PROFILER_LIB) $(CLI_LIB)
+$(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
 
 # The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
@@ -329,9 +334,11 @@ FUZZ_CXX ?= clang++
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS := -std=c++17 -I. -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -MMD -MP
 FUZZ_TARGETS := $(patsubst test/fuzz/%.cpp,%,$(wildcard test/fuzz/fuzz_*.cpp))
-build/fuzz/%: test/fuzz/%.cpp
+# The host library's sources are compiled into each target with the same instrumentation.
+FUZZ_HOST_SRCS := $(patsubst $(BUILD)/%.o,%.cpp,$(HOST_OBJS))
+build/fuzz/%: test/fuzz/%.cpp $(FUZZ_HOST_SRCS)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(FUZZ_FLAGS) $< -o $@ $(LDLIBS_PCRE)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $< $(FUZZ_HOST_SRCS) -o $@ $(LDLIBS_PCRE)
 fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p build/fuzz/corpus/$$t; \

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/formats.h"
 #include "llmc/tokenizer.h"
 #include "test/test_util.h"
 
