@@ -114,9 +114,9 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-# ---- libraries: host code every program shares (the tokenizer); the flag tables; the training loop; the
+# ---- libraries: host code every program shares (the tokenizer, model and state files, the data loader); the flag tables; the training loop; the
 # profiler's session, CPU source, analysis and writers ----
-HOST_OBJS := $(BUILD)/llmc/tokenizer.o
+HOST_OBJS := $(BUILD)/llmc/tokenizer.o $(BUILD)/llmc/checkpoint.o $(BUILD)/llmc/dataloader.o
 CLI_OBJS := $(BUILD)/llmc/flags.o $(BUILD)/llmc/cli.o $(BUILD)/llmc/infer_options.o
 TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/train/dist.o $(BUILD)/llmc/schedulers.o \
               $(if $(HAVE_MPI),$(BUILD)/llmc/train/dist_mpi.o)
@@ -334,11 +334,15 @@ FUZZ_CXX ?= clang++
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS := -std=c++17 -I. -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -MMD -MP
 FUZZ_TARGETS := $(patsubst test/fuzz/%.cpp,%,$(wildcard test/fuzz/fuzz_*.cpp))
-# The host library's sources are compiled into each target with the same instrumentation.
-FUZZ_HOST_SRCS := $(patsubst $(BUILD)/%.o,%.cpp,$(HOST_OBJS))
-build/fuzz/%: test/fuzz/%.cpp $(FUZZ_HOST_SRCS)
+# The host library (the parsers' own code), compiled once with the same instrumentation and linked into each target.
+FUZZ_HOST_OBJS := $(patsubst $(BUILD)/%,build/fuzz/host/%,$(HOST_OBJS))
+.SECONDARY: $(FUZZ_HOST_OBJS)
+build/fuzz/host/%.o: %.cpp
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(FUZZ_FLAGS) $< $(FUZZ_HOST_SRCS) -o $@ $(LDLIBS_PCRE)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -c $< -o $@
+build/fuzz/%: test/fuzz/%.cpp $(FUZZ_HOST_OBJS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $< $(FUZZ_HOST_OBJS) -o $@ $(LDLIBS_PCRE)
 fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p build/fuzz/corpus/$$t; \
