@@ -73,7 +73,7 @@ FlagTable profile_flags(Options& o) {
     t.add({"", "--version", "",
            "the toolchain and library versions (nvcc, CUDA runtime, driver, cuBLASLt, CUPTI), then exit",
            flag::on(o.version)});
-    t.add({"-h", "--help", "", "this help", flag::on(o.help)});
+    t.add(help_flag(o.help));
     return t;
 }
 

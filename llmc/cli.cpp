@@ -76,10 +76,8 @@ void add_profile_and_memory(FlagTable& t, TrainOptions& o) {
            "GPU trainer: print the memory plan for these flags and the largest\n"
            "micro-batch that fits, then exit (no GPU needed)",
            flag::on(o.memory_plan)});
-    t.add({"", "--device-memory", "SIZE",
-           "with --memory-plan: device memory to plan for, e.g. 80GiB, 40GB,\n512MiB or bytes",
-           flag::bytes(o.device_memory), "the GPU's free memory"});
-    t.add({"-h", "--help", "", "this help", flag::on(o.help)});
+    t.add(device_memory_flag(o.device_memory));
+    t.add(help_flag(o.help));
 }
 
 // The checks between flags, and what follows from them (grad_accum from -d).

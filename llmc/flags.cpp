@@ -103,6 +103,13 @@ std::string FlagTable::help() const {
     return out + epilogue_;
 }
 
+Flag help_flag(bool& help) { return {"-h", "--help", "", "this help", flag::on(help)}; }
+
+Flag device_memory_flag(size_t& bytes) {
+    return {"", "--device-memory", "SIZE", "with --memory-plan: device memory to plan for, e.g. 80GiB, 40GB,\n512MiB or bytes",
+            flag::bytes(bytes), "the GPU's free memory"};
+}
+
 namespace flag {
 
 FlagValue integer(int& x, long lo, long hi) {

@@ -72,6 +72,10 @@ template <typename T, typename Parse, typename Show> FlagValue custom(T& x, Pars
 }
 } // namespace flag
 
+// Rows every program with such a flag shares: -h/--help, and --device-memory (with --memory-plan).
+Flag help_flag(bool& help);
+Flag device_memory_flag(size_t& bytes);
+
 // The value parsers the setters use, for flags whose values have more structure (a list of ids).
 long parse_long_flag(const std::string& flag, const std::string& v, long lo, long hi);
 float parse_float_flag(const std::string& flag, const std::string& v, float lo, float hi);

@@ -78,10 +78,8 @@ void add_profile_and_memory(FlagTable& t, InferOptions& o) {
            "the largest -b that fits, then exit (no GPU needed; prompt length from\n"
            "--prompt-len or --prompt-ids)",
            flag::on(o.memory_plan)});
-    t.add({"", "--device-memory", "SIZE",
-           "with --memory-plan: device memory to plan for, e.g. 80GiB, 40GB, 512MiB\nor bytes",
-           flag::bytes(o.device_memory), "the GPU's free memory"});
-    t.add({"-h", "--help", "", "this help", flag::on(o.help)});
+    t.add(device_memory_flag(o.device_memory));
+    t.add(help_flag(o.help));
 }
 
 FlagTable make_table(const char* program, InferOptions& opt, int& prompt_flags) {
