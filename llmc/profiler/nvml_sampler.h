@@ -18,7 +18,6 @@
  * its peak bandwidth per direction).
  */
 #pragma once
-
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
