@@ -114,9 +114,10 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-# ---- libraries: host code every program shares (the tokenizer, model and state files, the data loader); the flag tables; the training loop; the
+# ---- libraries: host code every program shares (the tokenizer, model and state files, the data loader, the
+# memory plan); the flag tables; the training loop; the
 # profiler's session, CPU source, analysis and writers ----
-HOST_OBJS := $(BUILD)/llmc/tokenizer.o $(BUILD)/llmc/checkpoint.o $(BUILD)/llmc/dataloader.o
+HOST_OBJS := $(BUILD)/llmc/tokenizer.o $(BUILD)/llmc/checkpoint.o $(BUILD)/llmc/dataloader.o $(BUILD)/llmc/memory_plan.o
 CLI_OBJS := $(BUILD)/llmc/flags.o $(BUILD)/llmc/cli.o $(BUILD)/llmc/infer_options.o
 TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/train/dist.o $(BUILD)/llmc/schedulers.o \
               $(if $(HAVE_MPI),$(BUILD)/llmc/train/dist_mpi.o)
@@ -155,7 +156,7 @@ $(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(PROFILER_LIB) $(CLI_LIB) $(HOST_L
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
 
 # The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
-$(BUILD)/sample_profile: $(BUILD)/dev/sample_profile.o $(PROFILER_LIB)
+$(BUILD)/sample_profile: $(BUILD)/dev/sample_profile.o $(PROFILER_LIB) $(HOST_LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@
 sample_profile: $(BUILD)/sample_profile
 	rm -rf test/data/sample_profile
@@ -165,8 +166,8 @@ sample_profile: $(BUILD)/sample_profile
 DEV_CUDA_SRCS := $(wildcard dev/cuda/*.cu)
 DEV_CUDA_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/cuda/%,$(DEV_CUDA_SRCS))
 dev_cuda: $(DEV_CUDA_BINS)
-$(BUILD)/dev/cuda/%: $(BUILD)/dev/cuda/%.cu.o
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS) -lgomp
+$(BUILD)/dev/cuda/%: $(BUILD)/dev/cuda/%.cu.o $(HOST_LIB)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lgomp
 
 # ---- tests: one binary; CPU tests from test/test_*.cpp, GPU tests from test/gpu/test_*.cu when nvcc exists ----
 TEST_SRCS := $(wildcard test/test_*.cpp) test/main.cpp
@@ -248,6 +249,8 @@ EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_ptx.cu test/gpu/test_att
                  test/emu/test_emulator.cu
 EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS))
 EMU_LIB_SRCS := $(wildcard test/emu/*.cpp)
+# The project's host code the kernels' headers call (the memory plan), built per variant with its flags.
+EMU_HOST_OBJS := llmc/memory_plan.o
 $(EMU_SRC)/%: % test/emu/rewrite.py
 	@mkdir -p $(dir $@)
 	python3 test/emu/rewrite.py $< $@
@@ -269,8 +272,11 @@ $(1)/obj/%.o: $(EMU_SRC)/%.cu | $(EMU_REWRITTEN)
 $(1)/main.o: test/main.cpp
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(CXXFLAGS) $(2) -c $$< -o $$@
+$(1)/host/%.o: %.cpp
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(CXXFLAGS) $(2) -c $$< -o $$@
 $(1)/emu_tests: $(patsubst test/emu/%.cpp,$(1)/lib/%.o,$(EMU_LIB_SRCS)) \
-                $(patsubst %.cu,$(1)/obj/%.o,$(EMU_TEST_SRCS)) $(1)/main.o
+                $(patsubst %.cu,$(1)/obj/%.o,$(EMU_TEST_SRCS)) $(1)/main.o $(addprefix $(1)/host/,$(EMU_HOST_OBJS))
 	$$(CXX) $$(CXXFLAGS) $(2) $$^ -o $$@ -lgtest -lboost_context -lpthread
 endef
 $(eval $(call emu_variant,$(BUILD)/emu,))
