@@ -116,7 +116,7 @@ $(BUILD)/%.cu.o: %.cu
 
 # ---- libraries: the flag tables; the training loop; the profiler's session, CPU source, analysis and writers ----
 CLI_OBJS := $(BUILD)/llmc/flags.o $(BUILD)/llmc/cli.o $(BUILD)/llmc/infer_options.o
-TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/train/dist.o $(BUILD)/llmc/schedulers.o \
+TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/train/plan.o $(BUILD)/llmc/train/dist.o $(BUILD)/llmc/schedulers.o \
               $(if $(HAVE_MPI),$(BUILD)/llmc/train/dist_mpi.o)
 PROFILER_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/profiler/*.cpp))
 CLI_LIB := $(BUILD)/libllmc_cli.a
