@@ -97,7 +97,7 @@ NCCL_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
 HAVE_NCCL := $(if $(HAVE_MPI),$(if $(HAVE_NVCC),$(wildcard $(NCCL_HOME)/include/nccl.h)))
 ifneq ($(HAVE_NCCL),)
 NCCL_LIBS := -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -lnccl
-$(BUILD)/train_gpt2.cu.o: override NVCCFLAGS += -DLLMC_HAVE_NCCL -I$(NCCL_HOME)/include
+$(BUILD)/llmc/train/gpu_backend.cu.o: override NVCCFLAGS += -DLLMC_HAVE_NCCL -I$(NCCL_HOME)/include
 endif
 
 .PHONY: all test clean tinyshakespeare deps dev_cuda sample_profile fuzz
@@ -119,7 +119,7 @@ $(BUILD)/%.cu.o: %.cu
 # profiler's session, CPU source, analysis and writers ----
 HOST_OBJS := $(BUILD)/llmc/tokenizer.o $(BUILD)/llmc/checkpoint.o $(BUILD)/llmc/dataloader.o $(BUILD)/llmc/memory_plan.o
 CLI_OBJS := $(BUILD)/llmc/flags.o $(BUILD)/llmc/cli.o $(BUILD)/llmc/infer_options.o
-TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/train/dist.o $(BUILD)/llmc/schedulers.o \
+TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/train/plan.o $(BUILD)/llmc/train/dist.o $(BUILD)/llmc/schedulers.o \
               $(if $(HAVE_MPI),$(BUILD)/llmc/train/dist_mpi.o)
 PROFILER_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/profiler/*.cpp))
 HOST_LIB := $(BUILD)/libllmc_host.a
@@ -146,7 +146,7 @@ $(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
 $(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o $(HOST_LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
-$(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(LIBS)
+$(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(BUILD)/llmc/train/gpu_backend.cu.o $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
 $(BIN)profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(LIBS)

@@ -2,7 +2,7 @@
  * The GPU trainer's communicator (llmc/train/dist.h): NCCL collectives on device buffers, queued on the
  * trainer's communication stream, bootstrapped through the process's MPI communicator (rank 0's ncclUniqueId
  * broadcast to all); and the two reductions GPT2GPU::train_step drives with it (per-layer bucketed all-reduce,
- * ZeRO-1). Only train_gpt2.cu includes it, in builds where the Makefile found NCCL and MPI (LLMC_HAVE_NCCL);
+ * ZeRO-1). Only llmc/train/gpu_backend.cu includes it, in builds where the Makefile found NCCL and MPI (LLMC_HAVE_NCCL);
  * the emulated tier never sees it: what the reductions feed the model is tested there with stand-ins.
  */
 #pragma once

@@ -2,7 +2,8 @@
  * The training driver shared by train_gpt2 (CPU) and train_gpt2cu (GPU): flags, model source (random init,
  * model file, or the latest checkpoint), data, the step loop with val loss, samples, checkpoints and
  * resume, the printed step line, and the profile session's step brackets (--profile). Compiled once
- * (loop.cpp); what runs where is the TrainBackend's business.
+ * (loop.cpp; every check before the model is allocated is the run's plan, llmc/train/plan.h); what runs where
+ * is the TrainBackend's business.
  */
 #pragma once
 #include <memory>
