@@ -28,18 +28,7 @@ struct UsageError : Error {
     using Error::Error;
 };
 
-inline std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-inline std::string strprintf(const char* fmt, ...) {
-    va_list ap, again;
-    va_start(ap, fmt);
-    va_copy(again, ap);
-    const int n = vsnprintf(nullptr, 0, fmt, ap); // the length, so no message is ever cut
-    va_end(ap);
-    std::string out(n > 0 ? (size_t)n : 0, '\0');
-    if (n > 0) vsnprintf(out.data(), (size_t)n + 1, fmt, again);
-    va_end(again);
-    return out;
-}
+std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // FNV-1a over n bytes, continuing from h: identities that must not change from one build or rank to the next
 // (a cache file's name, a run's flags and files).
@@ -50,15 +39,7 @@ inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnvOffset) {
     return h;
 }
 // The same rule over n floats' bit patterns, one multiply per float (weights: hundreds of MB).
-inline uint64_t fnv1a_floats(const float* x, size_t n) {
-    uint64_t h = kFnvOffset;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, x + i, sizeof bits);
-        h = (h ^ bits) * kFnvPrime;
-    }
-    return h;
-}
+uint64_t fnv1a_floats(const float* x, size_t n);
 
 // a * b and a + b, or an Error naming `what` when the result does not fit in size_t.
 inline size_t checked_mul(size_t a, size_t b, const char* what) {
@@ -115,21 +96,7 @@ public:
     }
 
 private:
-    static FILE* open_regular(const std::string& path, const char* mode) {
-        int fd = ::open(path.c_str(), (strchr(mode, '+') ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC);
-        if (fd < 0) return nullptr;
-        struct stat st;
-        if (fstat(fd, &st) != 0) st.st_mode = 0;
-        if (!S_ISREG(st.st_mode)) {
-            ::close(fd);
-            throw Error(strprintf("%s: cannot open (%s)", path.c_str(),
-                                  S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file"));
-        }
-        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-        FILE* f = fdopen(fd, mode);
-        if (!f) ::close(fd);
-        return f;
-    }
+    static FILE* open_regular(const std::string& path, const char* mode);
     std::string path_;
     FILE* f_;
 };
@@ -140,45 +107,12 @@ private:
  * turn a device into a file or drop a link, and writing through one would change what the link points to.
  * Programs call it for each output before their long work; AtomicFile checks again when it writes.
  */
-inline void check_output_file(const std::string& path) {
-    struct stat st;
-    if (lstat(path.c_str(), &st) != 0) {
-        if (errno == ENOENT) return; // a new name (a missing directory fails when it is written)
-        throw Error(strprintf("%s: cannot write (%s)", path.c_str(), strerror(errno))); // ENOTDIR: under a file
-    }
-    if (S_ISREG(st.st_mode)) return;
-    const char* what = S_ISLNK(st.st_mode)   ? "a symbolic link"
-                       : S_ISDIR(st.st_mode) ? "a directory"
-                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO"
-                                              : "not a regular file";
-    throw Error(strprintf("%s: exists and is %s; an output must be a regular file or a new name", path.c_str(), what));
-}
+void check_output_file(const std::string& path);
 
 // An output directory, checked before the work without creating anything: an existing path must be a directory
 // this process can write into; a new one must be creatable, i.e. its nearest existing ancestor a writable
 // directory (a path under a file is refused). Error names the path, as make_dirs's.
-inline void check_output_dir(const std::string& path) {
-    struct stat st;
-    if (stat(path.c_str(), &st) == 0) {
-        if (!S_ISDIR(st.st_mode))
-            throw Error(strprintf("%s: cannot create directory (exists and is not a directory)", path.c_str()));
-        if (access(path.c_str(), W_OK | X_OK) != 0)
-            throw Error(strprintf("%s: cannot write into the directory (%s)", path.c_str(), strerror(errno)));
-        return;
-    }
-    if (errno != ENOENT) throw Error(strprintf("%s: cannot create directory (%s)", path.c_str(), strerror(errno)));
-    std::string parent = path;
-    while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
-    const size_t slash = parent.find_last_of('/');
-    parent = slash == std::string::npos ? "." : slash == 0 ? "/" : parent.substr(0, slash);
-    try {
-        check_output_dir(parent);
-    } catch (const Error&) {
-        throw Error(strprintf("%s: cannot create directory (%s is not a writable directory)", path.c_str(),
-                              parent.c_str()));
-    }
-}
+void check_output_dir(const std::string& path);
 
 /*
  * Atomic file write: data goes to "<path>.tmp", is fsync'ed, then renamed over <path> and the directory is
@@ -193,20 +127,7 @@ public:
         if (!committed_) unlink(tmp_.c_str());
     }
     void write(const void* src, size_t n) { file_.write(src, n); }
-    void commit() {
-        if (fflush(file_.get()) != 0 || fsync(fileno(file_.get())) != 0)
-            throw Error(strprintf("%s: flush failed (%s)", tmp_.c_str(), strerror(errno)));
-        file_.close();
-        if (rename(tmp_.c_str(), path_.c_str()) != 0)
-            throw Error(strprintf("%s: rename failed (%s)", path_.c_str(), strerror(errno)));
-        committed_ = true;
-        std::string dir = path_.substr(0, path_.find_last_of('/') == std::string::npos ? 0 : path_.find_last_of('/'));
-        int fd = open(dir.empty() ? "." : dir.c_str(), O_RDONLY);
-        if (fd >= 0) {
-            fsync(fd);
-            ::close(fd);
-        }
-    }
+    void commit();
 
 private:
     static const std::string& checked(const std::string& path) {
@@ -221,17 +142,7 @@ private:
 inline bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 // mkdir -p; an error names the path.
-inline void make_dirs(const std::string& path) {
-    int err = 0;
-    for (size_t i = 1; i <= path.size() && !err; i++) {
-        if (i < path.size() && path[i] != '/') continue;
-        if (mkdir(path.substr(0, i).c_str(), 0777) != 0 && errno != EEXIST) err = errno;
-    }
-    struct stat st;
-    if (err || stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-        throw Error(strprintf("%s: cannot create directory (%s)", path.c_str(),
-                              err ? strerror(err) : "exists and is not a directory"));
-}
+void make_dirs(const std::string& path);
 
 /*
  * Data-parallel ranks other than 0 set this (llmc/train/dist.h): rank 0 prints the one error line for all of

@@ -1,0 +1,112 @@
+// Errors, formatting, hashing and files (llmc/utils.h).
+#include "llmc/utils.h"
+
+#include <cstdarg>
+#include <cerrno>
+#include <cstring>
+
+namespace llmc {
+
+std::string strprintf(const char* fmt, ...) {
+    va_list ap, again;
+    va_start(ap, fmt);
+    va_copy(again, ap);
+    const int n = vsnprintf(nullptr, 0, fmt, ap); // the length, so no message is ever cut
+    va_end(ap);
+    std::string out(n > 0 ? (size_t)n : 0, '\0');
+    if (n > 0) vsnprintf(out.data(), (size_t)n + 1, fmt, again);
+    va_end(again);
+    return out;
+}
+
+uint64_t fnv1a_floats(const float* x, size_t n) {
+    uint64_t h = kFnvOffset;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, x + i, sizeof bits);
+        h = (h ^ bits) * kFnvPrime;
+    }
+    return h;
+}
+
+void check_output_file(const std::string& path) {
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0) {
+        if (errno == ENOENT) return; // a new name (a missing directory fails when it is written)
+        throw Error(strprintf("%s: cannot write (%s)", path.c_str(), strerror(errno))); // ENOTDIR: under a file
+    }
+    if (S_ISREG(st.st_mode)) return;
+    const char* what = S_ISLNK(st.st_mode)   ? "a symbolic link"
+                       : S_ISDIR(st.st_mode) ? "a directory"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                              : "not a regular file";
+    throw Error(strprintf("%s: exists and is %s; an output must be a regular file or a new name", path.c_str(), what));
+}
+
+void check_output_dir(const std::string& path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            throw Error(strprintf("%s: cannot create directory (exists and is not a directory)", path.c_str()));
+        if (access(path.c_str(), W_OK | X_OK) != 0)
+            throw Error(strprintf("%s: cannot write into the directory (%s)", path.c_str(), strerror(errno)));
+        return;
+    }
+    if (errno != ENOENT) throw Error(strprintf("%s: cannot create directory (%s)", path.c_str(), strerror(errno)));
+    std::string parent = path;
+    while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
+    const size_t slash = parent.find_last_of('/');
+    parent = slash == std::string::npos ? "." : slash == 0 ? "/" : parent.substr(0, slash);
+    try {
+        check_output_dir(parent);
+    } catch (const Error&) {
+        throw Error(strprintf("%s: cannot create directory (%s is not a writable directory)", path.c_str(),
+                              parent.c_str()));
+    }
+}
+
+void make_dirs(const std::string& path) {
+    int err = 0;
+    for (size_t i = 1; i <= path.size() && !err; i++) {
+        if (i < path.size() && path[i] != '/') continue;
+        if (mkdir(path.substr(0, i).c_str(), 0777) != 0 && errno != EEXIST) err = errno;
+    }
+    struct stat st;
+    if (err || stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        throw Error(strprintf("%s: cannot create directory (%s)", path.c_str(),
+                              err ? strerror(err) : "exists and is not a directory"));
+}
+
+FILE* File::open_regular(const std::string& path, const char* mode) {
+    int fd = ::open(path.c_str(), (strchr(mode, '+') ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    struct stat st;
+    if (fstat(fd, &st) != 0) st.st_mode = 0;
+    if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        throw Error(strprintf("%s: cannot open (%s)", path.c_str(),
+                              S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file"));
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE* f = fdopen(fd, mode);
+    if (!f) ::close(fd);
+    return f;
+}
+
+void AtomicFile::commit() {
+    if (fflush(file_.get()) != 0 || fsync(fileno(file_.get())) != 0)
+        throw Error(strprintf("%s: flush failed (%s)", tmp_.c_str(), strerror(errno)));
+    file_.close();
+    if (rename(tmp_.c_str(), path_.c_str()) != 0)
+        throw Error(strprintf("%s: rename failed (%s)", path_.c_str(), strerror(errno)));
+    committed_ = true;
+    std::string dir = path_.substr(0, path_.find_last_of('/') == std::string::npos ? 0 : path_.find_last_of('/'));
+    int fd = open(dir.empty() ? "." : dir.c_str(), O_RDONLY);
+    if (fd >= 0) {
+        fsync(fd);
+        ::close(fd);
+    }
+}
+
+} // namespace llmc
