@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmc/profiler/memory.h"
+#include "llmc/profiler/writers.h"
 #include "test/cpu_profile_fixture.h"
 #include "test/test_util.h"
 

@@ -256,22 +256,6 @@ std::string format_fit(const MemoryPlan& plan, const FitAnswer& f) {
     return s;
 }
 
-std::string memory_csv(const MemoryPlan& plan) {
-    std::string s = "name,layer,subblock,kind,dtype,shape,allocation,offset,bytes,first_use,last_use,first_op,last_op\n";
-    for (const PlannedTensor& t : plan.tensors) {
-        std::string shape;
-        for (size_t i = 0; i < t.shape.size(); i++) shape += strprintf("%s%zu", i ? "x" : "", t.shape[i]);
-        auto op = [&](int i) { return i >= 0 && i < (int)plan.ops.size() ? plan.ops[i] : std::string(); };
-        auto num = [](int i) { return i >= 0 ? std::to_string(i) : std::string(); };
-        s += strprintf("%s,%s,%s,%s,%s,%s,%s,%zu,%zu,%s,%s,%s,%s\n", t.name.c_str(), num(t.layer).c_str(),
-                       t.subblock >= 0 ? subblock_name((SubBlock)t.subblock) : "", memory_kind_name(t.kind),
-                       t.dtype.c_str(), shape.c_str(), plan.allocations[t.allocation].name.c_str(), t.offset, t.bytes,
-                       num(t.first_use).c_str(), num(t.last_use).c_str(), op(t.first_use).c_str(),
-                       op(t.last_use).c_str());
-    }
-    return s;
-}
-
 // ------------------------------------------------------------------------------------------ pickle
 
 namespace {

@@ -263,11 +263,13 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
             printf("step %4d/%d | val loss %.6f\n", step, max_steps, vl);
             log.val(step, vl);
             eta.boundary(RunEta::val, seconds_since(t_boundary));
+            if (profile) profile->boundary_work("val", seconds_since(t_boundary));
         }
         if (do_sample && rank == 0) {
             t_boundary = Clock::now();
             print_sample(be, cfg, sample_rng, opt, tokenizer.get());
             eta.boundary(RunEta::sample, seconds_since(t_boundary));
+            if (profile) profile->boundary_work("sample", seconds_since(t_boundary));
         }
         if (do_checkpoint) {
             t_boundary = Clock::now();
@@ -286,6 +288,7 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
                 printf("checkpoint: %s\n", checkpoint_model_path(opt.output_dir, step).c_str());
             }
             eta.boundary(RunEta::checkpoint, seconds_since(t_boundary));
+            if (profile) profile->boundary_work("checkpoint", seconds_since(t_boundary));
         }
         if (last) {
             // What to do with the model just trained: its generation command, in the inference program that
