@@ -625,16 +625,23 @@ TEST(ProfilerWriters, CsvHeadersStartWithTheDocumentedColumns) {
     EXPECT_NE(sub.find(",695784701952,1250482176,695.785,1250.48,"), std::string::npos);
 }
 
+namespace {
+// A report with an inference profile's tables: a row of `phase` (4 steps, 8 tokens) and the decode bucket `b`.
+Report with_inference_tables(Report r, Phase phase, DecodeBucket b) {
+    PhaseRow p;
+    p.phase = (int)phase, p.steps = 4, p.tokens = 8;
+    r.phases.push_back(p);
+    r.decode_buckets.push_back(b);
+    return r;
+}
+} // namespace
+
 // A training profile written where an inference profile was: the inference tables go (a reader would take
 // them for this profile's), every other file is this profile's, and files the profiler does not write stay.
 TEST(ProfilerWriters, ATrainingProfileRemovesAnInferenceProfilesTables) {
     testutil::TempDir tmp;
     ProfileRecords rec = two_steps();
-    Report inference = build_report(rec, gpt2_124m_context());
-    PhaseRow prefill;
-    prefill.phase = (int)Phase::prefill, prefill.steps = 1, prefill.tokens = 8;
-    inference.phases.push_back(prefill);
-    inference.decode_buckets.push_back(DecodeBucket{});
+    Report inference = with_inference_tables(build_report(rec, gpt2_124m_context()), Phase::prefill, DecodeBucket{});
     Report training = build_report(rec, gpt2_124m_context());
     write_profile_dir(tmp.path, training, rec);
     ASSERT_TRUE(file_exists(tmp / "outside_steps.csv")); // a training profile's table
@@ -689,11 +696,7 @@ TEST(ProfilerWriters, WorkOutsideTheStepsHasItsOwnRows) {
 TEST(ProfilerWriters, CsvColumnsAreInProfileJsonUnderTheSameNames) {
     testutil::TempDir tmp;
     ProfileRecords rec = two_steps();
-    Report r = build_report(rec, gpt2_124m_context());
-    PhaseRow decode;
-    decode.phase = (int)Phase::decode, decode.steps = 4, decode.tokens = 8;
-    r.phases.push_back(decode);
-    r.decode_buckets.push_back(DecodeBucket{5, 8, 4, 8, 10, 6});
+    Report r = with_inference_tables(build_report(rec, gpt2_124m_context()), Phase::decode, DecodeBucket{5, 8, 4, 8, 10, 6});
     write_profile_dir(tmp.path, r, rec);
     json j = json::parse(testutil::slurp(tmp / "profile.json"));
     auto same = [&](const char* file, const json& rows) {
