@@ -344,7 +344,7 @@ def torch_ratios(ours, theirs):
 # ---------------------------------------------------------------- profile_gpt2cu
 
 def parse_measured_table(lines):
-    """The "Measured vs analytic" rows of the summary (llmc/counter_records.h), keyed by its header."""
+    """The "Measured vs analytic" rows of the summary (llmc/profiler/counter_records.h), keyed by its header."""
     header, rows = None, []
     for line in lines:
         t = line.split()
@@ -370,38 +370,59 @@ def parse_measured_table(lines):
     return rows
 
 
-# One value each from profile_gpt2cu's output and its summary (llmc/profiler/writers.cpp): (pattern, conversion).
-PROFILE_FIELDS = {
+# What profile_gpt2cu's output says beyond its profile directory: (pattern, conversion).
+PROFILE_LOG_FIELDS = {
     "config": (r"^profile_gpt2cu: (.*)$", str),
-    "tok_s": (r"^\s+(\S+) tokens/s over \d+ steps", fnum),
-    "ms_per_step": (r"tokens/s over \d+ steps \((\S+) ms per step\)", fnum),
-    "gpu_ms_per_step": (r"ms per step\); GPU time (\S+) ms per step", fnum),
-    "mfu": (r"MFU (\S+)% of bf16", fnum),
-    "peak_mem_gib": (r"^\s+peak GPU memory (\S+) GiB", fnum),
-    "kernels": (r"^\s+records\s+(\d+) kernels", int),
-    "dropped": (r"^\s+records\s.*?; (\d+) dropped;", int),
-    "cupti_overhead_ms": (r"^\s+records\s.*; CUPTI overhead (\S+) ms", fnum),
     "ceilings": (r"^ceilings: (.*)$", str),
     "written_to": (r"^profile written to (\S+?)/? \(", str),
     "counters": (r"^counters: (\d+) kernels counted", int),
     "counters_note": (r"^counters: (?!\d+ kernels counted)(.*)$", str),
 }
+# The numbers read from the profile directory's profile.json (llmc/profiler/writers.cpp), None without it.
+PROFILE_JSON_FIELDS = ("tok_s", "ms_per_step", "gpu_ms_per_step", "mfu", "peak_mem_gib", "kernels", "dropped",
+                       "cupti_overhead_ms", "top_kernel", "findings")
 
 
-def parse_profile(text):
+def profile_json_numbers(path):
+    """Throughput, records, the top kernel and the findings' rules of a profile.json; None when it is missing."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            j = json.load(f)
+    except (OSError, ValueError):
+        return None
+    t, rec = j["throughput"], j["records"]
+    per_step = (lambda v: round(v / t["steps"], 3)) if t["steps"] else (lambda v: None)
+    rounded = lambda v, n: round(v, n) if v is not None else None
+    top = j["kernels"][0]["kernel"] if j["kernels"] else None
+    return {"tok_s": rounded(t["tokens_per_s"], 0), "ms_per_step": per_step(t["wall_s"] * 1e3),
+            "gpu_ms_per_step": per_step(t["gpu_time_us"] / 1e3), "mfu": rounded(t["mfu_pct"], 1),
+            "peak_mem_gib": round(j["context"]["peak_memory_bytes"] / 2**30, 2), "kernels": rec["kernels"],
+            "dropped": rec["dropped"], "cupti_overhead_ms": rec["cupti_overhead_ms"],
+            "top_kernel": kernel_key(top).split("::")[-1] if top else None,
+            "findings": [f["rule"] for f in j["findings"]]}
+
+
+def parse_profile(text, report_dir=None):
+    """profile_gpt2cu's log and the profile.json it wrote: the directory of its "profile written to" line, looked for
+    in report_dir (gpu_check.sh writes it there; the log names the path on the machine that ran it). The "Measured
+    vs analytic" rows come from the log, which prints them (profile.json has the counters' totals only)."""
     lines = text.splitlines()
-    r = {"steps": [], "no_profile": False, "top_kernel": None, "findings": [], "measured": [],
-         "gemm_hw_over_analytic": None, "worst_gemm_row": None, "errors": []}
-    for key, (pattern, conv) in PROFILE_FIELDS.items():
+    r = {"steps": [], "no_profile": False, "measured": [], "gemm_hw_over_analytic": None, "worst_gemm_row": None,
+         "errors": [], "profile_json": None}
+    for key, (pattern, conv) in PROFILE_LOG_FIELDS.items():
         m = re.search(pattern, text, re.M)
         r[key] = conv(m[1]) if m else None
+    numbers = None
+    if r["written_to"] and report_dir:
+        path = os.path.join(report_dir, os.path.basename(r["written_to"]), "profile.json")
+        numbers = profile_json_numbers(path)
+        r["profile_json"] = path if numbers else None
+    r.update(numbers or {k: None for k in PROFILE_JSON_FIELDS})
+    r["findings"] = r["findings"] or []
     for m in re.finditer(r"^step (\d+)/\d+ \| loss (\S+) \| (\S+) ms \| (\d+) tok/s$", text, re.M):
         r["steps"].append({"step": int(m[1]), "loss": float(m[2]), "ms": float(m[3]), "tok_s": int(m[4])})
-    r["findings"] = re.findall(r"^\s+\d+\. \[(\w+)\]", text, re.M)
     r["no_profile"] = "profiler: no in-process profile written" in text
     for i, line in enumerate(lines):
-        if line.startswith("== Top ") and i + 2 < len(lines) and lines[i + 2].split():
-            r["top_kernel"] = lines[i + 2].split()[0]
         if line.startswith("== Measured vs analytic"):
             r["measured"] = parse_measured_table(lines[i + 1:])
         if line.startswith("error") or "CUDA error" in line:
@@ -781,7 +802,7 @@ def judge_torch(stage, rc, text, ctx):
 
 def judge_profile(stage, rc, text, ctx):
     """Throughput, records, findings; counters for profile_counters."""
-    p = PARSERS[ctx.kind](text)
+    p = parse_profile(text, ctx.report_dir)
     key = (f"{fmt(p['tok_s'], '.0f')} tok/s, {fmt(p['ms_per_step'], '.2f')} ms/step (GPU "
            f"{fmt(p['gpu_ms_per_step'], '.2f')}), MFU {fmt(p['mfu'], '.1f')}%, {fmt(p['kernels'], 'd')} kernels, "
            f"{fmt(p['dropped'], 'd')} dropped, top {p['top_kernel'] or '?'}; findings: "
@@ -789,6 +810,8 @@ def judge_profile(stage, rc, text, ctx):
     problems = []
     if not p["written_to"]:
         problems.append("no profile written")
+    elif not p["profile_json"]:
+        problems.append(f"no profile.json of {os.path.basename(p['written_to'])} in the report directory")
     if p["dropped"]:
         problems.append(f"{p['dropped']} CUPTI records dropped")
     if p["errors"]:
@@ -985,7 +1008,12 @@ def main(argv):
         except OSError as e:
             print(f"gpu_report.py: {e}", file=sys.stderr)
             return 2
-        out = parse_ncu(text, kcsv) if a.kind == "ncu" else PARSERS[a.kind](text)
+        if a.kind == "ncu":
+            out = parse_ncu(text, kcsv)
+        elif a.kind == "profile":  # the report directory: the one that holds logs/LOG
+            out = parse_profile(text, os.path.dirname(os.path.dirname(os.path.abspath(a.log))))
+        else:
+            out = PARSERS[a.kind](text)
         print(json.dumps(out, sort_keys=True))
         return 0
     if a.cmd == "versions":

@@ -339,3 +339,39 @@ TEST(CpuProfile, CalibrationShapesAndCache) {
     EXPECT_EQ(other.source.rfind("calibrated: ", 0), 0u) << other.source;
     EXPECT_EQ(fresh.source.rfind("calibrated: ", 0), 0u) << fresh.source;
 }
+
+// Validation, a sample and a checkpoint after step 2, between the profiled steps 2-4: each a row of its own with its
+// time, outside every step (steps.csv keeps its three steps), and the summary's share of the window's wall time.
+TEST(CpuProfile, WorkBetweenTheStepsIsShownOnItsOwn) {
+    CpuProfileRun r;
+    testutil::run_cpu_profile(r, 5, 1, 3, "-v 2 -s 2 -n 2 --val-batches 4 -o " + (r.dir / "out"));
+    ASSERT_EQ(r.result.exit_code, 0) << r.result.output;
+    const std::string d = r.profile_dir();
+    EXPECT_EQ(read_csv(d + "/steps.csv").size(), 3u);
+    auto rows = read_csv(d + "/outside_steps.csv");
+    ASSERT_EQ(rows.size(), 3u) << slurp(d + "/outside_steps.csv");
+    const char* kinds[] = {"val", "sample", "checkpoint"};
+    double total_ms = 0;
+    for (int i = 0; i < 3; i++) {
+        EXPECT_EQ(rows[i]["kind"], kinds[i]);
+        EXPECT_EQ(rows[i]["after_step"], "2"); // step 4's val, sample and checkpoint come after the window
+        EXPECT_GT(std::stod(rows[i]["wall_ms"]), 0) << kinds[i];
+        total_ms += std::stod(rows[i]["wall_ms"]);
+    }
+    nlohmann::json o = nlohmann::json::parse(slurp(d + "/profile.json"))["outside_steps"];
+    EXPECT_NEAR(o["total_ms"].get<double>(), total_ms, 0.002); // the CSV's cells are rounded to 3 decimals
+    ASSERT_EQ(o["by_kind"].size(), 3u);
+    EXPECT_EQ(o["by_kind"][0]["kind"], "val");
+    EXPECT_EQ(o["by_kind"][0]["count"], 1);
+    // The window runs from step 2's start to step 4's end: the three steps and the work between them.
+    double steps_ms = 0;
+    for (auto& s : read_csv(d + "/steps.csv")) steps_ms += std::stod(s["wall_ms"]);
+    EXPECT_GT(o["window_ms"].get<double>(), steps_ms + total_ms * 0.99);
+    EXPECT_NEAR(o["pct_of_window"].get<double>(), 100 * o["total_ms"].get<double>() / o["window_ms"].get<double>(),
+                1e-9);
+    const std::string summary = slurp(d + "/summary.txt");
+    EXPECT_NE(summary.find(strprintf("  time outside the training steps: %.3f ms, ", o["total_ms"].get<double>())),
+              std::string::npos)
+        << summary;
+    EXPECT_NE(summary.find("  checkpoint      1"), std::string::npos) << summary;
+}

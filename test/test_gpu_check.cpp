@@ -205,6 +205,31 @@ TEST(GpuCheckParsers, ProfileSummaryAndCounters) {
     EXPECT_TRUE(has(refused, "\"counters_note\": \"no permission to read GPU performance counters")) << refused;
 }
 
+// The profile's numbers come from the profile.json of the directory the log names, under the report directory: a
+// summary printed in the log is not read, and without that profile.json the stage fails.
+TEST(GpuCheckParsers, ProfileNumbersComeFromProfileJson) {
+    REQUIRE_PYTHON3();
+    TempDir dir;
+    ASSERT_EQ(run("mkdir -p " + dir / "logs" + " " + dir / "p").exit_code, 0);
+    write(dir / "logs/profile.log", "  999 tokens/s over 2 steps (1.000 ms per step); GPU time 1.000 ms per step\n"
+                                    "profile written to /elsewhere/p/ (summary.txt, profile.json)\n");
+    std::string none = parse("profile", dir / "logs/profile.log");
+    EXPECT_TRUE(has(none, "\"tok_s\": null")) << none;
+    EXPECT_TRUE(has(none, "\"profile_json\": null")) << none;
+    write(dir / "stages.tsv", "profile\t0\t30\t120\t\n");
+    RunResult j = run("python3 scripts/gpu_report.py judge profile " + dir.path);
+    EXPECT_TRUE(has(j.output, "no profile.json of p in the report directory")) << j.output;
+
+    std::string json = testutil::slurp("test/data/sample_profile/profile.json");
+    const std::string from = "\"tokens_per_s\": 305938.74458006286";
+    ASSERT_NE(json.find(from), std::string::npos);
+    write(dir / "p/profile.json", json.replace(json.find(from), from.size(), "\"tokens_per_s\": 1234.4"));
+    std::string p = parse("profile", dir / "logs/profile.log");
+    EXPECT_TRUE(has(p, "\"tok_s\": 1234.0")) << p;
+    EXPECT_TRUE(has(p, "\"top_kernel\": \"adamw_kernel\"")) << p;
+    EXPECT_TRUE(has(p, "\"kernels\": 572")) << p;
+}
+
 TEST(GpuCheckParsers, NcuJoinedWithTheProfilersKernelsCsv) {
     REQUIRE_PYTHON3();
     std::string j = parse("ncu", LOGS + "ncu.log", "--kernels " + SAMPLES + "/profile_1layer/kernels.csv");

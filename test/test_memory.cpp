@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmc/profiler/memory.h"
+#include "llmc/profiler/writers.h"
 #include "test/cpu_profile_fixture.h"
 #include "test/test_util.h"
 
@@ -178,6 +179,20 @@ TEST(MemoryProfile, CpuTrainerProfileHasTheMemoryFiles) {
     auto j = nlohmann::json::parse(testutil::slurp(run.dir / "prof/profile.json"));
     ASSERT_TRUE(j["memory"].is_object());
     EXPECT_EQ(j["memory"]["tensors"].size(), rows.size());
+    // One column table: each tensor's CSV columns are its JSON keys (shape: "AxB" against [A, B]); an empty cell
+    // (a whole-run tensor's uses and ops, a tensor of no layer) is null.
+    for (size_t i = 0; i < rows.size(); i++) {
+        const nlohmann::json& t = j["memory"]["tensors"][i];
+        for (auto& [name, cell] : rows[i]) {
+            ASSERT_TRUE(t.contains(name)) << name;
+            if (name == "shape") continue;
+            if (cell.empty()) EXPECT_TRUE(t[name].is_null()) << name << " of " << rows[i]["name"];
+            else EXPECT_EQ(t[name].is_string() ? t[name].get<std::string>() : t[name].dump(), cell) << name;
+        }
+        std::string shape;
+        for (auto& n : t["shape"]) shape += (shape.empty() ? "" : "x") + n.dump();
+        EXPECT_EQ(shape, rows[i]["shape"]);
+    }
     size_t total = 0;
     for (auto& a : j["memory"]["allocations"]) total += a["bytes"].get<size_t>();
     EXPECT_EQ(j["memory"]["planned_bytes"].get<size_t>(), total);

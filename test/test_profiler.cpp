@@ -625,26 +625,103 @@ TEST(ProfilerWriters, CsvHeadersStartWithTheDocumentedColumns) {
     EXPECT_NE(sub.find(",695784701952,1250482176,695.785,1250.48,"), std::string::npos);
 }
 
+namespace {
+// A report with an inference profile's tables: a row of `phase` (4 steps, 8 tokens) and the decode bucket `b`.
+Report with_inference_tables(Report r, Phase phase, DecodeBucket b) {
+    PhaseRow p;
+    p.phase = (int)phase, p.steps = 4, p.tokens = 8;
+    r.phases.push_back(p);
+    r.decode_buckets.push_back(b);
+    return r;
+}
+} // namespace
+
 // A training profile written where an inference profile was: the inference tables go (a reader would take
 // them for this profile's), every other file is this profile's, and files the profiler does not write stay.
 TEST(ProfilerWriters, ATrainingProfileRemovesAnInferenceProfilesTables) {
     testutil::TempDir tmp;
     ProfileRecords rec = two_steps();
-    Report inference = build_report(rec, gpt2_124m_context());
-    PhaseRow prefill;
-    prefill.phase = (int)Phase::prefill, prefill.steps = 1, prefill.tokens = 8;
-    inference.phases.push_back(prefill);
-    inference.decode_buckets.push_back(DecodeBucket{});
+    Report inference = with_inference_tables(build_report(rec, gpt2_124m_context()), Phase::prefill, DecodeBucket{});
+    Report training = build_report(rec, gpt2_124m_context());
+    write_profile_dir(tmp.path, training, rec);
+    ASSERT_TRUE(file_exists(tmp / "outside_steps.csv")); // a training profile's table
     write_profile_dir(tmp.path, inference, rec);
     for (const char* f : {"phases.csv", "decode_buckets.csv"}) ASSERT_TRUE(file_exists(tmp / f)) << f;
+    EXPECT_FALSE(file_exists(tmp / "outside_steps.csv"));
     std::ofstream(tmp / "notes.txt") << "mine\n";
 
-    Report training = build_report(rec, gpt2_124m_context());
     write_profile_dir(tmp.path, training, rec);
     for (const char* f : {"phases.csv", "decode_buckets.csv"}) EXPECT_FALSE(file_exists(tmp / f)) << f;
     EXPECT_EQ(testutil::slurp(tmp / "subblocks.csv"), subblocks_csv(training));
     EXPECT_EQ(testutil::slurp(tmp / "profile.json"), profile_json(training));
     EXPECT_EQ(testutil::slurp(tmp / "notes.txt"), "mine\n");
+}
+
+// A validation and a checkpoint after step 0 and a validation after step 1 of two_steps' 20 ms window: rows of
+// their own in outside_steps.csv and profile.json, totals by kind, and the summary's line with the share.
+TEST(ProfilerWriters, WorkOutsideTheStepsHasItsOwnRows) {
+    ProfileRecords rec = two_steps();
+    rec.outside_steps = {{"val", 0, 2.5}, {"checkpoint", 0, 1.5}, {"val", 1, 0.5}};
+    Report r = build_report(rec, gpt2_124m_context());
+    EXPECT_EQ(steps_csv(r), steps_csv(build_report(two_steps(), gpt2_124m_context()))); // the steps unchanged
+    EXPECT_EQ(outside_steps_csv(r), "kind,after_step,wall_ms\nval,0,2.500\ncheckpoint,0,1.500\nval,1,0.500\n");
+    json o = json::parse(profile_json(r))["outside_steps"];
+    EXPECT_DOUBLE_EQ(o["total_ms"].get<double>(), 4.5);
+    EXPECT_DOUBLE_EQ(o["window_ms"].get<double>(), 20);
+    EXPECT_DOUBLE_EQ(o["pct_of_window"].get<double>(), 22.5);
+    ASSERT_EQ(o["by_kind"].size(), 2u);
+    EXPECT_EQ(o["by_kind"][0]["kind"], "val");
+    EXPECT_EQ(o["by_kind"][0]["count"], 2);
+    EXPECT_DOUBLE_EQ(o["by_kind"][0]["total_ms"].get<double>(), 3);
+    EXPECT_DOUBLE_EQ(o["by_kind"][0]["avg_ms"].get<double>(), 1.5);
+    EXPECT_DOUBLE_EQ(o["by_kind"][0]["pct_of_window"].get<double>(), 15);
+    EXPECT_EQ(o["by_kind"][1]["kind"], "checkpoint");
+    EXPECT_EQ(o["rows"][2], json::parse(R"({"kind": "val", "after_step": 1, "wall_ms": 0.5})"));
+    const std::string s = format_summary(r);
+    EXPECT_NE(s.find("  time outside the training steps: 4.500 ms, 22.5% of the window's wall time (20.000 ms, "),
+              std::string::npos)
+        << s;
+    EXPECT_NE(s.find("  kind        count  total_ms  avg_ms  %window\n"
+                     "  val             2     3.000   1.500     15.0\n"
+                     "  checkpoint      1     1.500   1.500      7.5\n"),
+              std::string::npos)
+        << s;
+    EXPECT_NE(format_summary(build_report(two_steps(), gpt2_124m_context()))
+                  .find("  time outside the training steps: none "),
+              std::string::npos);
+}
+
+// Every column of kernels.csv, steps.csv, api.csv and decode_buckets.csv is in profile.json's rows of the same
+// table under the same name, with the same value (the CSV's rounded; an empty cell is null).
+TEST(ProfilerWriters, CsvColumnsAreInProfileJsonUnderTheSameNames) {
+    testutil::TempDir tmp;
+    ProfileRecords rec = two_steps();
+    Report r = with_inference_tables(build_report(rec, gpt2_124m_context()), Phase::decode, DecodeBucket{5, 8, 4, 8, 10, 6});
+    write_profile_dir(tmp.path, r, rec);
+    json j = json::parse(testutil::slurp(tmp / "profile.json"));
+    auto same = [&](const char* file, const json& rows) {
+        auto csv = testutil::read_csv(tmp / file);
+        ASSERT_EQ(csv.size(), rows.size()) << file;
+        ASSERT_FALSE(csv.empty()) << file;
+        for (size_t i = 0; i < csv.size(); i++)
+            for (auto& [name, cell] : csv[i]) {
+                ASSERT_TRUE(rows[i].contains(name)) << file << " " << name;
+                const json& v = rows[i][name];
+                if (v.is_null()) EXPECT_EQ(cell, "") << file << " " << name;
+                else if (v.is_boolean()) EXPECT_EQ(cell, v.get<bool>() ? "1" : "0") << file << " " << name;
+                else if (v.is_string()) EXPECT_EQ(cell, v.get<std::string>()) << file << " " << name;
+                else EXPECT_NEAR(std::stod(cell), v.get<double>(), 1e-3 + 1e-5 * std::fabs(v.get<double>())) << file << " " << name;
+            }
+    };
+    same("kernels.csv", j["kernels"]);
+    same("steps.csv", j["steps"]);
+    json calls = j["api"];
+    for (const json& x : j["syncs"]) calls.push_back(x);
+    same("api.csv", calls);
+    same("decode_buckets.csv", j["inference"]["decode_buckets"]);
+    EXPECT_DOUBLE_EQ(j["inference"]["decode_buckets"][0]["ms_per_step"].get<double>(), 2.5);
+    EXPECT_DOUBLE_EQ(j["inference"]["decode_buckets"][0]["tok_s"].get<double>(), 800);
+    EXPECT_GT(j["api"][0]["pct_of_cpu_time"].get<double>(), 0);
 }
 
 TEST(ProfilerWriters, TraceJsonIsAValidNestedTrace) {

@@ -83,6 +83,28 @@ TEST(ProfileSession, AFastSourceStartsAtOnce) {
     EXPECT_EQ(r.log, "start flush begin2 flush begin3 flush stop written ");
 }
 
+// Work between steps (validation, samples, checkpoints) is recorded between the window's first and last step only:
+// before the first (the source already armed) and after the window it is not the profile's.
+TEST(ProfileSession, RecordsWorkBetweenTheWindowsSteps) {
+    SessionRun r;
+    ProfileContext ctx;
+    ProfileSession s({r.profile(), 2, 3}, ctx, std::make_unique<ScriptedSource>(&r.log, true));
+    for (int step = 0; step < 8; step++) {
+        s.boundary_work(step % 2 ? "val" : "checkpoint", 1e-3 * step); // what the run did after step `step`
+        s.begin_step(step);
+        s.end_step(100);
+        s.step_done(step + 1 == 8);
+    }
+    auto rows = testutil::read_csv(r.profile() + "/outside_steps.csv");
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[0]["kind"], "val");
+    EXPECT_EQ(rows[0]["after_step"], "3"); // the step lines' numbers: step index 2 is step 3
+    EXPECT_EQ(rows[0]["wall_ms"], "3.000");
+    EXPECT_EQ(rows[1]["kind"], "checkpoint");
+    EXPECT_EQ(rows[1]["after_step"], "4");
+    EXPECT_EQ(rows[1]["wall_ms"], "4.000");
+}
+
 TEST(ProfileSession, ARefusedSourceRecordsNothing) {
     SessionRun r;
     drive(r, 0, 2, 0, 4, true, false);

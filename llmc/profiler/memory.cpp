@@ -256,22 +256,6 @@ std::string format_fit(const MemoryPlan& plan, const FitAnswer& f) {
     return s;
 }
 
-std::string memory_csv(const MemoryPlan& plan) {
-    std::string s = "name,layer,subblock,kind,dtype,shape,allocation,offset,bytes,first_use,last_use,first_op,last_op\n";
-    for (const PlannedTensor& t : plan.tensors) {
-        std::string shape;
-        for (size_t i = 0; i < t.shape.size(); i++) shape += strprintf("%s%zu", i ? "x" : "", t.shape[i]);
-        auto op = [&](int i) { return i >= 0 && i < (int)plan.ops.size() ? plan.ops[i] : std::string(); };
-        auto num = [](int i) { return i >= 0 ? std::to_string(i) : std::string(); };
-        s += strprintf("%s,%s,%s,%s,%s,%s,%s,%zu,%zu,%s,%s,%s,%s\n", t.name.c_str(), num(t.layer).c_str(),
-                       t.subblock >= 0 ? subblock_name((SubBlock)t.subblock) : "", memory_kind_name(t.kind),
-                       t.dtype.c_str(), shape.c_str(), plan.allocations[t.allocation].name.c_str(), t.offset, t.bytes,
-                       num(t.first_use).c_str(), num(t.last_use).c_str(), op(t.first_use).c_str(),
-                       op(t.last_use).c_str());
-    }
-    return s;
-}
-
 // ------------------------------------------------------------------------------------------ pickle
 
 namespace {
@@ -327,110 +311,131 @@ const char* torch_category(MemoryKind k) {
     }
 }
 
-} // namespace
-
-std::string memory_snapshot_pickle(const MemoryPlan& plan, const MemoryReport& r) {
-    // Each allocation at its own address, 2 MiB aligned, as a device's allocations are spread.
-    std::vector<uint64_t> base(plan.allocations.size());
-    uint64_t at = 0x7f0000000000ull;
-    for (size_t a = 0; a < plan.allocations.size(); a++) {
-        base[a] = at;
-        at += (plan.allocations[a].bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20) + (2 << 20);
+// The snapshot of a plan: each allocation a segment at its own address (2 MiB aligned, as a device's allocations
+// are spread) tiled by blocks, then the device trace of the eager order's allocs and frees.
+class SnapshotWriter {
+public:
+    SnapshotWriter(const MemoryPlan& plan, const MemoryReport& r) : plan_(plan), r_(r), base_(plan.allocations.size()) {
+        uint64_t at = 0x7f0000000000ull;
+        for (size_t a = 0; a < plan.allocations.size(); a++) {
+            base_[a] = at;
+            at += (plan.allocations[a].bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20) + (2 << 20);
+        }
     }
+    std::string str() {
+        p_.begin_dict();
+        p_.key("segments");
+        p_.begin_list();
+        for (size_t a = 0; a < plan_.allocations.size(); a++) segment(a);
+        p_.end_list();
+        p_.key("device_traces");
+        p_.begin_list();
+        device_trace();
+        p_.end_list();
+        p_.end_dict();
+        p_.stop();
+        return p_.out;
+    }
+
+private:
     // Live at the end of the trace: the whole-run tensors (the others are freed after their last use).
-    auto active = [&](const PlannedTensor& t) { return t.whole_run() && t.name != "padding"; };
-    auto frames = [&](Pickler& p, const PlannedTensor& t, int op) {
-        p.begin_list();
-        p.begin_dict();
-        p.key("filename"), p.string(op >= 0 && op < (int)plan.ops.size() ? plan.ops[op] : "setup");
-        p.key("line"), p.integer(0);
-        p.key("name"), p.string(tensor_label(t));
-        p.end_dict();
-        p.end_list();
-    };
-    Pickler p;
-    p.begin_dict();
-    p.key("segments");
-    p.begin_list();
-    for (size_t a = 0; a < plan.allocations.size(); a++) {
+    static bool active(const PlannedTensor& t) { return t.whole_run() && t.name != "padding"; }
+
+    // The stack of a tensor's allocation or free: the op that did it ("setup" before the step's ops).
+    void frames(const PlannedTensor* t, int op) {
+        p_.begin_list();
+        if (t) {
+            p_.begin_dict();
+            p_.key("filename"), p_.string(op >= 0 && op < (int)plan_.ops.size() ? plan_.ops[op] : "setup");
+            p_.key("line"), p_.integer(0);
+            p_.key("name"), p_.string(tensor_label(*t));
+            p_.end_dict();
+        }
+        p_.end_list();
+    }
+
+    void block(size_t a, size_t off, size_t n, const PlannedTensor* t) {
+        p_.begin_dict();
+        p_.key("address"), p_.integer((int64_t)(base_[a] + off));
+        p_.key("size"), p_.integer((int64_t)n);
+        p_.key("requested_size"), p_.integer(t ? (int64_t)n : 0);
+        p_.key("state"), p_.string(t ? "active_allocated" : "inactive");
+        p_.key("frames"), frames(t, -1);
+        p_.end_dict();
+    }
+
+    void segment(size_t a) {
         std::vector<const PlannedTensor*> ts;
-        for (const PlannedTensor& t : plan.tensors)
+        for (const PlannedTensor& t : plan_.tensors)
             if ((size_t)t.allocation == a && active(t) && t.bytes > 0) ts.push_back(&t);
         std::sort(ts.begin(), ts.end(), [](auto* x, auto* y) { return x->offset < y->offset; });
         size_t used = 0;
         for (auto* t : ts) used += t->bytes;
-        const size_t size = plan.allocations[a].bytes;
-        p.begin_dict();
-        p.key("device"), p.integer(0);
-        p.key("address"), p.integer((int64_t)base[a]);
-        p.key("total_size"), p.integer((int64_t)size);
-        p.key("allocated_size"), p.integer((int64_t)used);
-        p.key("active_size"), p.integer((int64_t)used);
-        p.key("requested_size"), p.integer((int64_t)used);
-        p.key("stream"), p.integer(0);
-        p.key("segment_type"), p.string(size > kSmallSegment ? "large" : "small");
-        p.key("is_expandable"), p.boolean(false);
-        p.key("frames"), p.begin_list(), p.end_list();
-        p.key("blocks");
-        p.begin_list();
-        auto block = [&](size_t off, size_t n, const PlannedTensor* t) {
-            p.begin_dict();
-            p.key("address"), p.integer((int64_t)(base[a] + off));
-            p.key("size"), p.integer((int64_t)n);
-            p.key("requested_size"), p.integer(t ? (int64_t)n : 0);
-            p.key("state"), p.string(t ? "active_allocated" : "inactive");
-            p.key("frames");
-            if (t) frames(p, *t, -1);
-            else p.begin_list(), p.end_list();
-            p.end_dict();
-        };
+        const size_t size = plan_.allocations[a].bytes;
+        p_.begin_dict();
+        p_.key("device"), p_.integer(0);
+        p_.key("address"), p_.integer((int64_t)base_[a]);
+        p_.key("total_size"), p_.integer((int64_t)size);
+        for (const char* k : {"allocated_size", "active_size", "requested_size"}) p_.key(k), p_.integer((int64_t)used);
+        p_.key("stream"), p_.integer(0);
+        p_.key("segment_type"), p_.string(size > kSmallSegment ? "large" : "small");
+        p_.key("is_expandable"), p_.boolean(false);
+        p_.key("frames"), p_.begin_list(), p_.end_list();
+        p_.key("blocks");
+        p_.begin_list();
         size_t off = 0;
         for (auto* t : ts) {
-            if (t->offset > off) block(off, t->offset - off, nullptr);
-            block(t->offset, t->bytes, t);
+            if (t->offset > off) block(a, off, t->offset - off, nullptr);
+            block(a, t->offset, t->bytes, t);
             off = t->offset + t->bytes;
         }
-        if (off < size) block(off, size - off, nullptr);
-        p.end_list();
-        p.end_dict();
+        if (off < size) block(a, off, size - off, nullptr);
+        p_.end_list();
+        p_.end_dict();
     }
-    p.end_list();
-    p.key("device_traces");
-    p.begin_list();
-    p.begin_list();
-    long time = 0;
-    auto event = [&](const char* action, uint64_t addr, size_t size, const char* category, const PlannedTensor* t,
-                     int op) {
-        p.begin_dict();
-        p.key("action"), p.string(action);
-        p.key("addr"), p.integer((int64_t)addr);
-        p.key("size"), p.integer((int64_t)size);
-        p.key("stream"), p.integer(0);
-        p.key("time_us"), p.integer(time++);
-        p.key("category"), p.string(category);
-        p.key("frames");
-        if (t) frames(p, *t, op);
-        else p.begin_list(), p.end_list();
-        p.end_dict();
-    };
-    for (size_t a = 0; a < plan.allocations.size(); a++)
-        event("segment_alloc", base[a], plan.allocations[a].bytes, "unknown", nullptr, -1);
-    for (size_t e = 0; e < r.eager_events.size(); e++) {
-        const int ev = r.eager_events[e], i = ev >= 0 ? ev : ~ev;
-        const PlannedTensor& t = plan.tensors[i];
-        const uint64_t addr = base[t.allocation] + t.offset;
-        if (ev >= 0) {
-            event("alloc", addr, t.bytes, torch_category(t.kind), &t, r.eager_event_ops[e]);
-        } else {
-            event("free_requested", addr, t.bytes, torch_category(t.kind), &t, r.eager_event_ops[e]);
-            event("free_completed", addr, t.bytes, torch_category(t.kind), &t, r.eager_event_ops[e]);
+
+    void event(const char* action, uint64_t addr, size_t size, const char* category, const PlannedTensor* t, int op) {
+        p_.begin_dict();
+        p_.key("action"), p_.string(action);
+        p_.key("addr"), p_.integer((int64_t)addr);
+        p_.key("size"), p_.integer((int64_t)size);
+        p_.key("stream"), p_.integer(0);
+        p_.key("time_us"), p_.integer(time_++);
+        p_.key("category"), p_.string(category);
+        p_.key("frames"), frames(t, op);
+        p_.end_dict();
+    }
+
+    void device_trace() {
+        p_.begin_list();
+        for (size_t a = 0; a < plan_.allocations.size(); a++)
+            event("segment_alloc", base_[a], plan_.allocations[a].bytes, "unknown", nullptr, -1);
+        for (size_t e = 0; e < r_.eager_events.size(); e++) {
+            const int ev = r_.eager_events[e], i = ev >= 0 ? ev : ~ev, op = r_.eager_event_ops[e];
+            const PlannedTensor& t = plan_.tensors[i];
+            const uint64_t addr = base_[t.allocation] + t.offset;
+            const char* category = torch_category(t.kind);
+            if (ev >= 0) {
+                event("alloc", addr, t.bytes, category, &t, op);
+            } else {
+                event("free_requested", addr, t.bytes, category, &t, op);
+                event("free_completed", addr, t.bytes, category, &t, op);
+            }
         }
+        p_.end_list();
     }
-    p.end_list();
-    p.end_list();
-    p.end_dict();
-    p.stop();
-    return p.out;
+
+    const MemoryPlan& plan_;
+    const MemoryReport& r_;
+    std::vector<uint64_t> base_;
+    Pickler p_;
+    long time_ = 0;
+};
+
+} // namespace
+
+std::string memory_snapshot_pickle(const MemoryPlan& plan, const MemoryReport& r) {
+    return SnapshotWriter(plan, r).str();
 }
 
 } // namespace llmc::prof

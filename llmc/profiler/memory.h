@@ -78,8 +78,6 @@ MemoryReport analyze_memory(const MemoryPlan& plan, int top_n = 10);
 // What --memory-plan prints and summary.txt's memory section: the allocations, the totals by kind, the live
 // peak, the caching allocator's peaks beside the plan's and the largest tensors.
 std::string format_memory_report(const MemoryPlan& plan, const MemoryReport& r);
-// memory.csv: one row per tensor (columns in doc/profiling.md).
-std::string memory_csv(const MemoryPlan& plan);
 // memory_snapshot.pickle (pickle protocol 2): a segment per allocation of the plan with blocks that tile it,
 // and a device trace of alloc/free events in the eager order, each with its category (the tensor's kind).
 std::string memory_snapshot_pickle(const MemoryPlan& plan, const MemoryReport& r);

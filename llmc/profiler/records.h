@@ -105,6 +105,15 @@ struct StepRecord {
     long tokens = 0;
 };
 
+// Work of a training run between two profiled steps that is not a step: a validation, a sample or a checkpoint
+// write (what the trainer reports "at step N", after step N). Timed by the run on its own clock; only its length
+// is kept.
+struct OutsideStepRecord {
+    std::string kind; // "val", "sample" or "checkpoint"
+    int after_step = 0; // the step it came after, as the step lines print it
+    double wall_ms = 0;
+};
+
 // A power/clock sample (NVML, filled by the power sampler; empty without NVML).
 struct PowerSample {
     uint64_t t_ns = 0;
@@ -194,6 +203,7 @@ struct ProfileRecords {
     std::vector<StepRecord> steps;
     std::vector<PowerSample> power;
     std::vector<EnergyReading> energy;
+    std::vector<OutsideStepRecord> outside_steps; // between the first and the last profiled step
     std::string power_reading; // "instantaneous" or "1 s average": what NVML's power samples are
     std::string power_status;  // why there is no power data ("NVML not available (...)"), "" when there is
     std::string energy_counter = "NVML energy counter"; // what the energy readings count

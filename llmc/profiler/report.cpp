@@ -474,6 +474,23 @@ void fill_throughput(Report& r) {
     if (ctx.ceilings.bf16_tflops > 0) r.mfu = 100 * r.model_tflops / ctx.ceilings.bf16_tflops;
 }
 
+void fill_outside_steps(Report& r, const ProfileRecords& rec, const StepWindow& w) {
+    OutsideSteps& o = r.outside_steps;
+    o.rows = rec.outside_steps;
+    if (!w.steps().empty()) o.window_ms = (w.steps().back().end_ns - w.steps().front().start_ns) / 1e6;
+    for (const OutsideStepRecord& x : o.rows) {
+        auto it = std::find_if(o.by_kind.begin(), o.by_kind.end(), [&](const NamedTime& n) { return n.name == x.kind; });
+        NamedTime& k = it != o.by_kind.end() ? *it : o.by_kind.emplace_back(NamedTime{x.kind});
+        k.calls++, k.total_us += x.wall_ms * 1e3;
+        o.total_ms += x.wall_ms;
+    }
+    for (NamedTime& k : o.by_kind) {
+        k.avg_us = k.total_us / k.calls;
+        k.pct = o.window_ms > 0 ? 100 * k.total_us / 1e3 / o.window_ms : NAN;
+    }
+    o.pct = o.window_ms > 0 ? 100 * o.total_ms / o.window_ms : NAN;
+}
+
 void raise_ceilings_to_measured(Report& r) {
     // A factor a hair above the ratio, so that rounding leaves every row at or below 100%.
     constexpr double MARGIN = 1 + 1e-9;
@@ -613,6 +630,7 @@ Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
     fill_step_table(r, rec, w, acts, busy, gaps);
     fill_idle_tables(r, rec, w, gaps);
     fill_api_tables(r, rec, w);
+    fill_outside_steps(r, rec, w);
     fill_throughput(r);
     raise_ceilings_to_measured(r);
     fill_power(r, rec, w);

@@ -220,6 +220,16 @@ struct CeilingRaise {
     bool raised() const { return compute > 1 || memory > 1; }
 };
 
+// A training window's work between its steps that is not a step (validation, samples, checkpoint writes): the
+// steps' throughput leaves it out, the run's wall time does not.
+struct OutsideSteps {
+    std::vector<OutsideStepRecord> rows; // in the order they ran
+    std::vector<NamedTime> by_kind;      // name: the kind; calls: how many; pct: share of window_ms
+    double total_ms = 0;
+    double window_ms = NAN; // wall time from the first step's start to the last step's end
+    double pct = NAN;       // total_ms over window_ms
+};
+
 // How many records of each kind were collected (the whole run, not only the window).
 struct RecordCounts {
     size_t kernels = 0, memcpys = 0, memsets = 0, api = 0, syncs = 0, ranges = 0, power = 0;
@@ -238,6 +248,7 @@ struct Report {
     std::vector<SubBlockRow> subblocks;         // by phase, then sub-block order; "(none)" last
     SubBlockRow total;                          // every row summed; roofline of the whole step
     std::vector<StepRow> steps;
+    OutsideSteps outside_steps;
     // GPU idle inside the steps: gaps in the union of activity, step edges included (sum = wall - busy).
     double idle_us = 0;
     long idle_gaps = 0;
@@ -281,6 +292,7 @@ void fill_step_table(Report& r, const ProfileRecords& rec, const StepWindow& w, 
 void fill_idle_tables(Report& r, const ProfileRecords& rec, const StepWindow& w, std::vector<StepGap> gaps);
 void fill_api_tables(Report& r, const ProfileRecords& rec, const StepWindow& w);  // after the step table
 void fill_throughput(Report& r);                                                 // after the step table
+void fill_outside_steps(Report& r, const ProfileRecords& rec, const StepWindow& w);
 // Raises the ceilings so that no sub-block, the total and MFU exceed 100% of them, and recomputes those.
 void raise_ceilings_to_measured(Report& r);                                      // after throughput
 void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w);      // after throughput

@@ -81,6 +81,10 @@ void ProfileSession::end_step(long tokens) {
     in_window_ = false;
 }
 
+void ProfileSession::boundary_work(const char* kind, double seconds) {
+    if (armed() && schedule_.num_recorded() > 0) outside_steps_.push_back({kind, step_ + 1, seconds * 1e3});
+}
+
 bool ProfileSession::step_done(bool last_step) {
     if (armed()) {
         // Off the step's clock but not free: the run's throughput pays it, so it is reported at the end.
@@ -108,6 +112,7 @@ void ProfileSession::write() {
     stop();
     ProfileRecords records = source_->take();
     if (power_) power_->take_into(records);
+    records.outside_steps = std::move(outside_steps_);
     power_.reset();
     source_->complete_context(ctx_);
     CounterReport counters;

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "llmc/profiler/counter_records.h"
 #include "llmc/profiler/records.h"
@@ -71,6 +72,9 @@ public:
     // profile call it step + 1.
     void begin_step(int step);
     void end_step(long tokens);
+    // Work between two steps that is not a step ("val", "sample", "checkpoint"), timed by the run: recorded as a
+    // row of its own when it falls between the window's first and last step, else ignored.
+    void boundary_work(const char* kind, double seconds);
     // After the step has been timed and printed. Returns true when this call wrote the profile.
     bool step_done(bool last_step);
     // At the end of the run: where the summary is and the top findings (format_outcome); nothing when no
@@ -106,6 +110,7 @@ private:
     bool source_running_ = false, in_window_ = false;
     int step_ = -1;
     int64_t flush_ns_ = 0; // summed time of the between-step flushes
+    std::vector<OutsideStepRecord> outside_steps_; // boundary_work inside the window
     std::string outcome_;  // print_outcome's lines, kept from write()
     double written_avg_w_ = NAN, written_j_per_token_ = NAN;
     std::string write_error_;

@@ -2,8 +2,8 @@
 #include "llmc/profiler/writers.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "llmc/profiler/columns.h"
 #include "llmc/profiler/findings.h"
 #include "llmc/utils.h"
 
@@ -20,63 +21,12 @@ namespace llmc::prof {
 
 namespace {
 
+using columns::TextTable;
 
-// printf-style number; NaN becomes `none` ("-" in text tables, "" in CSV).
-std::string num(double v, const char* fmt, const char* none = "-") {
-    if (!std::isfinite(v)) return none;
-    char buf[64];
-    snprintf(buf, sizeof(buf), fmt, v);
-    return buf;
-}
-
-// A plain-text table: columns padded to their widest cell, text left-aligned, numbers right-aligned.
-class TextTable {
-public:
-    TextTable(std::vector<std::string> headers, std::string align) : align_(std::move(align)) {
-        rows_.push_back(std::move(headers));
-    }
-    void row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
-    std::string str() const {
-        std::vector<size_t> w(rows_[0].size(), 0);
-        for (const auto& r : rows_)
-            for (size_t i = 0; i < r.size(); i++) w[i] = std::max(w[i], r[i].size());
-        std::string out;
-        for (const auto& r : rows_) {
-            std::string line = "  ";
-            for (size_t i = 0; i < r.size(); i++) {
-                std::string pad(w[i] - r[i].size(), ' ');
-                line += align_[i] == 'l' ? r[i] + pad : pad + r[i];
-                if (i + 1 < r.size()) line += "  ";
-            }
-            while (!line.empty() && line.back() == ' ') line.pop_back();
-            out += line + "\n";
-        }
-        return out;
-    }
-
-private:
-    std::string align_;
-    std::vector<std::vector<std::string>> rows_;
-};
+// printf-style number; NaN becomes `none` ("-" in text, "" in CSV).
+std::string num(double v, const char* fmt, const char* none = "-") { return columns::number(v, fmt, none); }
 
 std::string truncate(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
-
-std::string csv_field(const std::string& s) {
-    if (s.find_first_of(",\"\n") == std::string::npos) return s;
-    std::string q = "\"";
-    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return q + "\"";
-}
-
-// A rate or a ratio in a CSV (TFLOP/s, GB/s, FLOP/B, percentages, ceilings): six significant digits, since a
-// CPU's rates are thousandths of a TFLOP/s and fixed decimals would round them away. Unknown: empty.
-std::string csv_rate(double v) { return num(v, "%.6g", ""); }
-
-std::string csv_line(const std::vector<std::string>& cells) {
-    std::string line;
-    for (size_t i = 0; i < cells.size(); i++) line += (i ? "," : "") + csv_field(cells[i]);
-    return line + "\n";
-}
 
 void write_file(const std::string& path, const std::string& text) {
     AtomicFile f(path);
@@ -89,20 +39,12 @@ std::string trace_us(uint64_t ns) {
     return strprintf("%llu.%03llu", (unsigned long long)(ns / 1000), (unsigned long long)(ns % 1000));
 }
 
-nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+// TFLOP/s in text (columns.h, TFLOPS).
+std::string tflops_text(double v) { return columns::cell(v, {"", TFLOPS}, "-"); }
 
-nlohmann::json spread_json(const StepSpread& s) {
-    return {{"median", finite_or_null(s.median_ms)}, {"min", finite_or_null(s.min_ms)}, {"max", finite_or_null(s.max_ms)}};
-}
-
-// TFLOP/s in text: one decimal, or three significant digits below 1 (a CPU's rates would all read 0.0).
-std::string tflops_text(double v) { return num(v, std::fabs(v) >= 1 ? "%.1f" : "%.3g"); }
-
-
-
-} // namespace
-
-namespace {
+long long count(long n) { return n; }
+// A ceiling in a table: unknown where not positive.
+double known(double ceiling) { return ceiling > 0 ? ceiling : NAN; }
 
 // What a summary section needs besides the report: the CPU trainer's profile has no GPU, no CUDA calls and
 // no device memory; its "kernels" are sub-block executions on the CPU, so the report speaks of CPU time and
@@ -116,6 +58,354 @@ struct SummaryStyle {
     const char* pct_col;
     const char* matmul; // the compute ceiling MFU and GEMMs are measured against
 };
+
+// The busy-time column: the union of GPU activity, or on the CPU of sub-block executions.
+const char* busy_column(const Report& r) {
+    return r.context.device_kind == DeviceKind::CPU ? "busy_ms" : "gpu_busy_ms";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The column tables (llmc/profiler/columns.h): each table's columns in CSV order, with their CSV header, JSON key
+// and summary.txt heading (doc/profiling.md lists them).
+
+// kernels.csv, profile.json "kernels", summary.txt's top kernels.
+Columns<KernelRow> kernel_columns(const SummaryStyle& st) {
+    using K = KernelRow;
+    return {
+        {[](const K& k) -> Value { return truncate(short_kernel_name(k.name), 60); }, {}, {}, {st.on_gpu ? "kernel" : "op"}},
+        {[](const K& k) -> Value { return k.name; }, {"kernel"}, {"kernel"}, {}},
+        {[](const K& k) -> Value { return subblock_label(k.subblock); }, {"subblock"}, {"subblock"}, {"subblock"}},
+        {[](const K& k) -> Value { return phase_label(k.phase); }, {"phase"}, {"phase"}, {"phase"}},
+        {[](const K& k) -> Value { return std::string(category_name(k.category)); }, {"category"}, {"category"},
+         {"category"}},
+        {[](const K& k) -> Value { return count(k.calls); }, {"calls"}, {"calls"}, {"calls"}},
+        {[](const K& k) -> Value { return k.total_us; }, {"total_us"}, {"total_us"}, {"total_ms", "%.3f", 1, 1e3}},
+        {[](const K& k) -> Value { return k.avg_us; }, {"avg_us"}, {"avg_us"}, {"avg_us", "%.1f"}},
+        {[](const K& k) -> Value { return k.pct; }, {"pct", RATE}, {"pct"}, {st.pct_col, "%.1f"}},
+    };
+}
+
+// One row of roofline.csv, and the "roofline" object of profile.json's sub-blocks, phases and total: the
+// analytic cost of a step against its measured time, or (scope kernel_replay) one kernel's replayed counters.
+struct RooflineLine {
+    std::string scope, subblock, phase, kernel;
+    double gemm_flops = NAN, other_flops = NAN, flops = NAN, bytes = NAN;
+    double intensity = NAN, time_s = NAN, floor_s = NAN, compute_floor_s = NAN, memory_floor_s = NAN;
+    double bf16_tflops = NAN, fp32_tflops = NAN, dram_gbps = NAN; // the ceilings
+    double tflops = NAN, gbps = NAN, pct_of_roofline = NAN;
+    std::string bound;
+    double replay_flops = NAN, replay_bytes = NAN; // hardware counters (kernel replay)
+};
+
+RooflineLine roofline_line(const OpCost& c, const RooflinePoint& p, const Ceilings& ce) {
+    RooflineLine l;
+    l.gemm_flops = c.gemm_flops, l.other_flops = c.other_flops, l.flops = c.flops(), l.bytes = c.bytes;
+    l.intensity = p.intensity, l.time_s = p.time_s, l.floor_s = p.floor_s;
+    l.compute_floor_s = p.compute_floor_s, l.memory_floor_s = p.memory_floor_s;
+    l.bf16_tflops = known(ce.bf16_tflops), l.fp32_tflops = known(ce.fp32_tflops), l.dram_gbps = known(ce.dram_gbps);
+    l.tflops = p.tflops, l.gbps = p.gbps, l.pct_of_roofline = p.pct_of_roofline, l.bound = p.bound;
+    return l;
+}
+
+RooflineLine replay_line(const CounterRow& k) {
+    RooflineLine l;
+    l.scope = "kernel_replay", l.subblock = subblock_label(k.subblock), l.phase = phase_label(k.phase);
+    l.kernel = k.kernel, l.intensity = k.intensity(), l.time_s = k.time_ns / 1e9, l.floor_s = k.floor_s();
+    l.compute_floor_s = k.compute_floor_s(), l.memory_floor_s = k.memory_floor_s;
+    l.bf16_tflops = k.tensor_ceiling_tflops(), l.fp32_tflops = k.fp32_ceiling_tflops();
+    l.dram_gbps = k.dram_ceiling_gbps(), l.tflops = k.tflops(), l.gbps = k.gbps();
+    l.pct_of_roofline = k.pct_of_roofline(), l.bound = k.bound(), l.replay_flops = k.flops();
+    l.replay_bytes = k.dram_bytes;
+    return l;
+}
+
+Columns<RooflineLine> roofline_columns() {
+    using L = RooflineLine;
+    auto text = [](std::string L::*f) { return [f](const L& l) -> Value { return l.*f; }; };
+    auto number = [](double L::*f) { return [f](const L& l) -> Value { return l.*f; }; };
+    const char* FLOPS = "%.0f";
+    return {
+        {text(&L::scope), {"scope"}, {}, {}},
+        {text(&L::subblock), {"subblock"}, {}, {}},
+        {text(&L::phase), {"phase"}, {}, {}},
+        {text(&L::kernel), {"kernel"}, {}, {}},
+        {number(&L::gemm_flops), {"gemm_flops", FLOPS}, {"gemm_flops"}, {}},
+        {number(&L::other_flops), {"other_flops", FLOPS}, {"other_flops"}, {}},
+        {number(&L::flops), {"flops", FLOPS}, {"flops"}, {}},
+        {number(&L::bytes), {"bytes", FLOPS}, {"bytes"}, {}},
+        {number(&L::intensity), {"intensity", RATE}, {"intensity"}, {}},
+        {number(&L::time_s), {"time_us", "%.3f", 1e6}, {"time_per_step_s"}, {}},
+        {number(&L::floor_s), {"floor_us", "%.3f", 1e6}, {"floor_s"}, {}},
+        {number(&L::compute_floor_s), {"compute_floor_us", "%.3f", 1e6}, {"compute_floor_s"}, {}},
+        {number(&L::memory_floor_s), {"memory_floor_us", "%.3f", 1e6}, {"memory_floor_s"}, {}},
+        {number(&L::bf16_tflops), {"bf16_tflops", RATE}, {}, {}},
+        {number(&L::fp32_tflops), {"fp32_tflops", RATE}, {}, {}},
+        {number(&L::dram_gbps), {"dram_gbps", RATE}, {}, {}},
+        {number(&L::tflops), {"tflops", RATE}, {"tflops"}, {}},
+        {number(&L::gbps), {"gbps", RATE}, {"gbps"}, {}},
+        {number(&L::pct_of_roofline), {"pct_of_roofline", RATE}, {"pct_of_roofline"}, {}},
+        {text(&L::bound), {"bound"}, {"bound"}, {}},
+        {number(&L::replay_flops), {"replay_flops", FLOPS}, {}, {}},
+        {number(&L::replay_bytes), {"replay_bytes", FLOPS}, {}, {}},
+    };
+}
+
+nlohmann::json roofline_json(const OpCost& c, const RooflinePoint& p, const Ceilings& ce) {
+    return json_object(roofline_columns(), roofline_line(c, p, ce));
+}
+
+// A sub-block row as the tables show it: the report's rows, and the total ("total", no phase) in summary.txt.
+struct SubBlockLine {
+    const SubBlockRow* b;
+    std::string subblock, phase;
+    const Ceilings* ceilings;
+    bool modelled() const { return b->cost.flops() > 0 || b->cost.bytes > 0; }
+};
+
+std::string spread_text(const StepSpread& sp) {
+    return std::isfinite(sp.median_ms) ? strprintf("%.3f [%.3f, %.3f]", sp.median_ms, sp.min_ms, sp.max_ms) : "-";
+}
+
+// subblocks.csv, profile.json "subblocks" (and "total"), summary.txt's sub-blocks and roofline. The time per
+// step, the floors and the rates are in profile.json's "roofline" object (roofline_columns).
+Columns<SubBlockLine> subblock_columns(const SummaryStyle& st) {
+    using S = SubBlockLine;
+    auto roof = [](double RooflinePoint::*f) { return [f](const S& s) -> Value { return s.b->roof.*f; }; };
+    auto spread = [](double StepSpread::*f) { return [f](const S& s) -> Value { return s.b->per_step.*f; }; };
+    return {
+        {[](const S& s) -> Value { return s.subblock; }, {"subblock"}, {"subblock"}, {"subblock"}},
+        {[](const S& s) -> Value { return s.phase; }, {"phase"}, {"phase"}, {"phase", "", 1, 1, 'l'}},
+        {[](const S& s) -> Value { return count(s.b->calls); }, {"calls"}, {"calls"}, {"calls"}},
+        {[](const S& s) -> Value { return s.b->time_us; }, {"time_us"}, {"time_us"}, {}},
+        {[](const S& s) -> Value { return s.b->pct; }, {"pct", RATE}, {"pct"}, {st.pct_col, "%.1f"}, 5},
+        {[](const S& s) -> Value { return s.modelled() ? s.b->cost.flops() : NAN; }, {"flops", "%.0f"}, {},
+         {"GFLOP", "%.1f", 1, 1e9}, 6},
+        {[](const S& s) -> Value { return s.modelled() ? s.b->cost.bytes : NAN; }, {"bytes", "%.0f"}, {},
+         {"MB", "%.1f", 1, 1e6}, 7},
+        {roof(&RooflinePoint::tflops), {"tflops", RATE}, {}, {"TFLOP/s", TFLOPS}, 10},
+        {roof(&RooflinePoint::gbps), {"gbps", RATE}, {}, {"GB/s", "%.0f"}, 11},
+        {roof(&RooflinePoint::intensity), {"intensity", RATE}, {}, {"FLOP/B", "%.1f"}, 8},
+        {[](const S& s) -> Value { return std::string(s.b->roof.bound); }, {"bound"}, {}, {"bound"}, 13},
+        {roof(&RooflinePoint::time_s), {"time_per_step_us", "%.3f", 1e6}, {}, {"ms/step", "%.3f", 1e3}, 3},
+        {roof(&RooflinePoint::floor_s), {"floor_us", "%.3f", 1e6}, {}, {"floor_ms", "%.3f", 1e3}, 9},
+        {roof(&RooflinePoint::pct_of_roofline), {"pct_of_roofline", RATE}, {}, {"%roof", "%.0f"}, 12},
+        {spread(&StepSpread::median_ms), {"step_median_us", "%.3f", 1e3}, {"per_step_ms/median"}, {}},
+        {spread(&StepSpread::min_ms), {"step_min_us", "%.3f", 1e3}, {"per_step_ms/min"}, {}},
+        {spread(&StepSpread::max_ms), {"step_max_us", "%.3f", 1e3}, {"per_step_ms/max"}, {}},
+        {[](const S& s) -> Value { return spread_text(s.b->per_step); }, {}, {},
+         {"median [min, max]", "", 1, 1, 'r'}, 4},
+        {[](const S& s) -> Value { return roofline_json(s.b->cost, s.b->roof, *s.ceilings); }, {}, {"roofline"}, {}},
+    };
+}
+
+std::vector<SubBlockLine> subblock_lines(const Report& r) {
+    std::vector<SubBlockLine> v;
+    for (const SubBlockRow& b : r.subblocks)
+        v.push_back({&b, subblock_label(b.subblock), phase_label(b.phase), &r.context.ceilings});
+    return v;
+}
+
+// steps.csv, profile.json "steps", summary.txt's steps (a training profile's by phase, an inference profile's
+// with their phase and tokens).
+Columns<StepRow> step_columns(const Report& r) {
+    using S = StepRow;
+    const bool infer = r.context.inference.active();
+    auto ms = [](double S::*f) { return [f](const S& x) -> Value { return x.*f; }; };
+    auto phase_ms = [&](const char* name, double S::*f, int at) -> Column<S> {
+        return {ms(f), {name, "%.6f"}, {name}, {infer ? "" : name, "%.3f"}, at};
+    };
+    Columns<S> c = {
+        {[](const S& x) -> Value { return (long long)x.step; }, {"step"}, {"step"}, {"step"}, 0},
+        {[](const S& x) -> Value { return std::string(x.step == PREFILL_STEP ? "prefill" : "decode"); }, {}, {},
+         {infer ? "phase" : ""}, 1},
+        {ms(&S::wall_ms), {"wall_ms", "%.6f"}, {"wall_ms"}, {"wall_ms", "%.3f"}, 2},
+        {ms(&S::gpu_busy_ms), {busy_column(r), "%.6f"}, {busy_column(r)}, {"busy_ms", "%.3f"}, 3},
+        phase_ms("fwd_ms", &S::fwd_ms, 5), phase_ms("bwd_ms", &S::bwd_ms, 6), phase_ms("opt_ms", &S::opt_ms, 7),
+        phase_ms("other_ms", &S::other_ms, 8),
+        {ms(&S::tok_s), {"tok_s", "%.1f"}, {"tok_s"}, {"tok/s", "%.0f"}, 9},
+        {ms(&S::energy_j), {"energy_j", "%.6f"}, {"energy_j"}, {"energy_J", "%.2f"}, 10},
+        {ms(&S::avg_power_w), {"avg_power_w", "%.3f"}, {"avg_power_w"}, {"power_W", "%.0f"}, 11},
+        {ms(&S::idle_ms), {"idle_ms", "%.6f"}, {"idle_ms"}, {"idle_ms", "%.3f"}, 4},
+        {[](const S& x) -> Value { return count(x.gaps); }, {"idle_gaps"}, {"idle_gaps"}, {}},
+        {[](const S& x) -> Value { return count(x.tokens); }, {"tokens"}, {"tokens"}, {infer ? "tokens" : ""}, 8},
+        {ms(&S::j_per_token), {"j_per_token", "%.9f"}, {"j_per_token"}, {}},
+        {ms(&S::tokens_per_j), {"tokens_per_j", "%.3f"}, {"tokens_per_j"}, {}},
+        {ms(&S::flops_per_w), {"flops_per_w", "%.6g"}, {"flops_per_w"}, {}},
+        {[](const S& x) -> Value { return std::string(energy_source_name(x.energy_source)); }, {"energy_source"},
+         {"energy_source"}, {}},
+        {[](const S& x) -> Value { return x.below_counter_period; }, {"below_counter_period"},
+         {"below_counter_period"}, {}},
+    };
+    if (!r.phases.empty()) // inference: the time in each of its phases
+        for (auto [name, f] : {std::make_pair("prefill_ms", &S::prefill_ms), std::make_pair("decode_ms", &S::decode_ms)})
+            c.push_back({ms(f), {}, {name}, {}});
+    return c;
+}
+
+// A CUDA call or a synchronisation type, with its share of the CPU window (api.csv, profile.json "api" and
+// "syncs", summary.txt's CUDA API and synchronisation tables).
+struct CallLine {
+    const NamedTime* t;
+    std::string kind; // "api" or "sync"
+};
+
+Columns<CallLine> call_columns(const char* heading) {
+    using C = CallLine;
+    return {
+        {[](const C& c) -> Value { return c.t->name; }, {"api"}, {"api"}, {heading}},
+        {[](const C& c) -> Value { return count(c.t->calls); }, {"calls"}, {"calls"}, {"calls"}},
+        {[](const C& c) -> Value { return c.t->total_us; }, {"total_us"}, {"total_us"}, {"total_ms", "%.3f", 1, 1e3}},
+        {[](const C& c) -> Value { return c.t->avg_us; }, {"avg_us"}, {"avg_us"}, {"avg_us", "%.2f"}},
+        {[](const C& c) -> Value { return c.t->pct; }, {"pct_of_cpu_time", RATE}, {"pct_of_cpu_time"}, {"%cpu", "%.1f"}},
+        {[](const C& c) -> Value { return c.kind; }, {"kind"}, {"kind"}, {}},
+    };
+}
+
+std::vector<CallLine> call_lines(const std::vector<NamedTime>& rows, const char* kind) {
+    std::vector<CallLine> v;
+    for (const NamedTime& t : rows) v.push_back({&t, kind});
+    return v;
+}
+
+// GPU idle time by gap size or by what the CPU was doing (profile.json "gpu_idle", summary.txt).
+Columns<NamedTime> idle_columns(const char* heading, const char* time_heading) {
+    using N = NamedTime;
+    return {
+        {[](const N& n) -> Value { return n.name; }, {}, {"name"}, {heading}},
+        {[](const N& n) -> Value { return count(n.calls); }, {}, {"gaps"}, {"gaps"}},
+        {[](const N& n) -> Value { return n.total_us; }, {}, {"total_us"}, {time_heading, "%.3f", 1, 1e3}},
+        {[](const N& n) -> Value { return n.avg_us; }, {}, {"avg_us"}, {}},
+        {[](const N& n) -> Value { return n.pct; }, {}, {"pct"}, {"%idle", "%.1f"}},
+    };
+}
+
+// The largest GPU idle gaps (profile.json "gpu_idle" "largest", summary.txt).
+Columns<IdleGap> gap_columns() {
+    using G = IdleGap;
+    return {
+        {[](const G& g) -> Value { return (long long)g.step; }, {}, {"step"}, {"step"}},
+        {[](const G& g) -> Value { return g.offset_us; }, {}, {"offset_us"}, {"at_ms", "%.3f", 1, 1e3}},
+        {[](const G& g) -> Value { return g.dur_us; }, {}, {"dur_us"}, {"gap_us", "%.1f"}},
+        {[](const G& g) -> Value { return g.api; }, {}, {"api"}, {"main CUDA call in the gap", "", 1, 1, 'l', "(none)"}},
+        {[](const G& g) -> Value { return g.api_us; }, {}, {"api_overlap_us"}, {"its_us", "%.1f"}},
+        {[](const G& g) -> Value { return g.outside_api_us; }, {}, {"outside_api_us"}, {"no_call_us", "%.1f"}},
+        {[](const G& g) -> Value { return g.range; }, {}, {"range"}, {"CPU range", "", 1, 1, 'l', "-"}},
+    };
+}
+
+// phases.csv, profile.json "inference" "phases", summary.txt's prefill and decode: costs over the whole window.
+Columns<PhaseRow> phase_columns(const Report& r, const SummaryStyle& st) {
+    using P = PhaseRow;
+    const double steps = std::max(1, r.num_steps); // the costs are per step of the window
+    const Ceilings* ce = &r.context.ceilings;
+    return {
+        {[](const P& p) -> Value { return phase_label(p.phase); }, {"phase"}, {"phase"}, {"phase"}},
+        {[](const P& p) -> Value { return count(p.steps); }, {"steps"}, {"steps"}, {"steps"}},
+        {[](const P& p) -> Value { return count(p.tokens); }, {"tokens"}, {"tokens"}, {"tokens"}},
+        {[](const P& p) -> Value { return p.wall_ms; }, {"wall_ms", "%.6f"}, {"wall_ms"}, {"wall_ms", "%.3f"}},
+        {[](const P& p) -> Value { return p.wall_ms > 0 ? p.tokens / (p.wall_ms / 1e3) : NAN; }, {}, {},
+         {"tok/s", "%.1f"}},
+        {[](const P& p) -> Value { return p.time_us; }, {"time_us"}, {"time_us"},
+         {std::string(st.dev) + "_ms", "%.3f", 1, 1e3}},
+        {[steps](const P& p) -> Value { return p.cost.flops() * steps; }, {"flops", "%.0f"}, {}, {"GFLOP", "%.2f", 1, 1e9}},
+        {[steps](const P& p) -> Value { return p.cost.bytes * steps; }, {"bytes", "%.0f"}, {}, {"MB", "%.1f", 1, 1e6}},
+        {[](const P& p) -> Value { return p.roof.intensity; }, {"intensity", RATE}, {}, {"FLOP/B", "%.2f"}},
+        {[](const P& p) -> Value { return std::string(p.roof.bound); }, {"bound"}, {}, {"bound"}, 1},
+        {[](const P& p) -> Value { return p.roof.pct_of_roofline; }, {"pct_of_roofline", RATE}, {}, {"%roof", "%.0f"}},
+        {[ce](const P& p) -> Value { return roofline_json(p.cost, p.roof, *ce); }, {}, {"roofline"}, {}},
+    };
+}
+
+// decode_buckets.csv, profile.json "inference" "decode_buckets", summary.txt's decode by context length.
+Columns<DecodeBucket> decode_bucket_columns() {
+    using B = DecodeBucket;
+    return {
+        {[](const B& b) -> Value { return strprintf("%d-%d", b.first_pos, b.last_pos); }, {}, {}, {"context"}},
+        {[](const B& b) -> Value { return (long long)b.first_pos; }, {"first_pos"}, {"first_pos"}, {}},
+        {[](const B& b) -> Value { return (long long)b.last_pos; }, {"last_pos"}, {"last_pos"}, {}},
+        {[](const B& b) -> Value { return count(b.steps); }, {"steps"}, {"steps"}, {"steps"}},
+        {[](const B& b) -> Value { return count(b.tokens); }, {"tokens"}, {"tokens"}, {"tokens"}},
+        {[](const B& b) -> Value { return b.wall_ms; }, {"wall_ms", "%.6f"}, {"wall_ms"}, {}},
+        {[](const B& b) -> Value { return b.time_ms; }, {"time_ms", "%.6f"}, {"time_ms"}, {}},
+        {[](const B& b) -> Value { return b.ms_per_step(); }, {"ms_per_step", "%.6f"}, {"ms_per_step"},
+         {"ms/step", "%.3f"}},
+        {[](const B& b) -> Value { return b.tok_s(); }, {"tok_s", "%.3f"}, {"tok_s"}, {"tok/s", "%.1f"}},
+    };
+}
+
+// outside_steps.csv and profile.json "outside_steps" "rows": each validation, sample or checkpoint write between
+// the profiled steps.
+Columns<OutsideStepRecord> outside_step_columns() {
+    using O = OutsideStepRecord;
+    return {
+        {[](const O& o) -> Value { return o.kind; }, {"kind"}, {"kind"}, {}},
+        {[](const O& o) -> Value { return (long long)o.after_step; }, {"after_step"}, {"after_step"}, {}},
+        {[](const O& o) -> Value { return o.wall_ms; }, {"wall_ms"}, {"wall_ms"}, {}},
+    };
+}
+
+// Their time by kind: profile.json "outside_steps" "by_kind" and summary.txt.
+Columns<NamedTime> outside_kind_columns() {
+    using N = NamedTime;
+    return {
+        {[](const N& n) -> Value { return n.name; }, {}, {"kind"}, {"kind"}},
+        {[](const N& n) -> Value { return count(n.calls); }, {}, {"count"}, {"count"}},
+        {[](const N& n) -> Value { return n.total_us; }, {}, {"total_ms", "", 1, 1e3}, {"total_ms", "%.3f", 1, 1e3}},
+        {[](const N& n) -> Value { return n.avg_us; }, {}, {"avg_ms", "", 1, 1e3}, {"avg_ms", "%.3f", 1, 1e3}},
+        {[](const N& n) -> Value { return n.pct; }, {}, {"pct_of_window"}, {"%window", "%.1f"}},
+    };
+}
+
+std::string shape_text(const std::vector<size_t>& shape) {
+    std::string s;
+    for (size_t i = 0; i < shape.size(); i++) s += strprintf("%s%zu", i ? "x" : "", shape[i]);
+    return s;
+}
+
+// memory.csv and profile.json "memory" "tensors": the plan's tensors (llmc/memory_plan.h).
+struct TensorLine {
+    const PlannedTensor* t;
+    const MemoryPlan* plan;
+};
+
+// An index that may be "none" (negative): null, so an empty CSV cell and a JSON null.
+Value index_or_none(int i) { return i >= 0 ? Value((long long)i) : Value(nlohmann::json()); }
+
+Columns<TensorLine> tensor_columns() {
+    using T = TensorLine;
+    auto op = [](bool first) {
+        return [first](const T& x) -> Value {
+            const int i = first ? x.t->first_use : x.t->last_use;
+            return i >= 0 && i < (int)x.plan->ops.size() ? Value(x.plan->ops[i]) : Value(nlohmann::json());
+        };
+    };
+    return {
+        {[](const T& x) -> Value { return x.t->name; }, {"name"}, {"name"}, {}},
+        {[](const T& x) -> Value { return index_or_none(x.t->layer); }, {"layer"}, {"layer"}, {}},
+        {[](const T& x) -> Value {
+             return x.t->subblock >= 0 ? Value(std::string(subblock_name((SubBlock)x.t->subblock))) : Value(nlohmann::json());
+         },
+         {"subblock"}, {"subblock"}, {}},
+        {[](const T& x) -> Value { return std::string(memory_kind_name(x.t->kind)); }, {"kind"}, {"kind"}, {}},
+        {[](const T& x) -> Value { return x.t->dtype; }, {"dtype"}, {"dtype"}, {}},
+        {[](const T& x) -> Value { return shape_text(x.t->shape); }, {"shape"}, {}, {}},
+        {[](const T& x) -> Value { return nlohmann::json(x.t->shape); }, {}, {"shape"}, {}},
+        {[](const T& x) -> Value { return x.plan->allocations[x.t->allocation].name; }, {"allocation"}, {"allocation"}, {}},
+        {[](const T& x) -> Value { return (long long)x.t->offset; }, {"offset"}, {"offset"}, {}},
+        {[](const T& x) -> Value { return (long long)x.t->bytes; }, {"bytes"}, {"bytes"}, {}},
+        {[](const T& x) -> Value { return index_or_none(x.t->first_use); }, {"first_use"}, {"first_use"}, {}},
+        {[](const T& x) -> Value { return index_or_none(x.t->last_use); }, {"last_use"}, {"last_use"}, {}},
+        {op(true), {"first_op"}, {"first_op"}, {}},
+        {op(false), {"last_op"}, {"last_op"}, {}},
+    };
+}
+
+std::vector<TensorLine> tensor_lines(const MemoryPlan& plan) {
+    std::vector<TensorLine> v;
+    for (const PlannedTensor& t : plan.tensors) v.push_back({&t, &plan});
+    return v;
+}
+
 
 std::string summary_header(const Report& r, const SummaryStyle& style) {
     const ProfileContext& c = r.context;
@@ -189,41 +479,19 @@ std::string summary_throughput(const Report& r, const SummaryStyle& style) {
     return s;
 }
 
+
 std::string summary_top_kernels(const Report& r, const SummaryStyle& style, int top_n) {
-    std::string s;
-    s += strprintf("\n== Top %d %s (of %zu rows; %% of %s time) ==\n", top_n, style.on_gpu ? "kernels" : "ops",
-                   r.kernels.size(), style.dev);
-    TextTable kt({style.on_gpu ? "kernel" : "op", "subblock", "phase", "category", "calls", "total_ms", "avg_us", style.pct_col},
-                 "llllrrrr");
-    for (int i = 0; i < top_n && i < (int)r.kernels.size(); i++) {
-        const KernelRow& k = r.kernels[i];
-        kt.row({truncate(short_kernel_name(k.name), 60), subblock_label(k.subblock), phase_label(k.phase), category_name(k.category),
-                std::to_string(k.calls), num(k.total_us / 1e3, "%.3f"), num(k.avg_us, "%.1f"), num(k.pct, "%.1f")});
-    }
-    s += kt.str();
-    return s;
+    std::string s = strprintf("\n== Top %d %s (of %zu rows; %% of %s time) ==\n", top_n, style.on_gpu ? "kernels" : "ops",
+                              r.kernels.size(), style.dev);
+    return s + text_table(kernel_columns(style), r.kernels, std::max(0, top_n));
 }
 
 std::string summary_subblocks(const Report& r, const SummaryStyle& style) {
     std::string s;
     s += "\n== Sub-blocks and roofline (analytic FLOPs and bytes, time per step) ==\n";
-    TextTable st({"subblock", "phase", "calls", "ms/step", "median [min, max]", style.pct_col, "GFLOP", "MB", "FLOP/B",
-                  "floor_ms", "TFLOP/s", "GB/s", "%roof", "bound"},
-                 "llrrrrrrrrrrrl");
-    auto sub_row = [&](const SubBlockRow& b, const std::string& name, const std::string& phase) {
-        bool modelled = b.cost.flops() > 0 || b.cost.bytes > 0;
-        const StepSpread& sp = b.per_step;
-        std::string spread = std::isfinite(sp.median_ms) ? strprintf("%.3f [%.3f, %.3f]", sp.median_ms, sp.min_ms,
-                                                                     sp.max_ms)
-                                                         : "-";
-        st.row({name, phase, std::to_string(b.calls), num(b.roof.time_s * 1e3, "%.3f"), spread, num(b.pct, "%.1f"),
-                modelled ? num(b.cost.flops() / 1e9, "%.1f") : "-", modelled ? num(b.cost.bytes / 1e6, "%.1f") : "-",
-                num(b.roof.intensity, "%.1f"), num(b.roof.floor_s * 1e3, "%.3f"), tflops_text(b.roof.tflops),
-                num(b.roof.gbps, "%.0f"), num(b.roof.pct_of_roofline, "%.0f"), b.roof.bound});
-    };
-    for (const SubBlockRow& b : r.subblocks) sub_row(b, subblock_label(b.subblock), phase_label(b.phase));
-    sub_row(r.total, "total", "");
-    s += st.str();
+    std::vector<SubBlockLine> lines = subblock_lines(r);
+    lines.push_back({&r.total, "total", "", &r.context.ceilings});
+    s += text_table(subblock_columns(style), lines);
     s += "  ms/step: the mean over the profiled steps; median [min, max]: the sub-block's time in each step.\n"
          "  %roof = floor / time: achieved over the ceiling that bounds the sub-block. ";
     s += style.on_gpu ? "GEMM FLOPs against bf16,\n  elementwise FLOPs against fp32 (bf16 when unknown); "
@@ -239,88 +507,45 @@ std::string summary_inference(const Report& r, const SummaryStyle& style) {
     std::string s = "\n== Inference: prefill and decode ==\n";
     s += strprintf("  %ld sequences, %ld prompt tokens, %ld decode steps (%ld tokens); KV cache %.2f MiB\n", in.sequences,
                    in.prompt_tokens, in.decode_steps, in.decode_tokens, in.kv_cache_bytes / 1048576.0);
-    TextTable pt({"phase", "steps", "tokens", "wall_ms", "tok/s", std::string(style.dev) + "_ms", "GFLOP", "MB", "FLOP/B",
-                  "%roof", "bound"},
-                 "lrrrrrrrrrl");
-    for (const PhaseRow& p : r.phases) {
-        const double steps = std::max(1, r.num_steps); // costs are per step of the window
-        pt.row({phase_label(p.phase), std::to_string(p.steps), std::to_string(p.tokens), num(p.wall_ms, "%.3f"),
-                num(p.wall_ms > 0 ? p.tokens / (p.wall_ms / 1e3) : NAN, "%.1f"), num(p.time_us / 1e3, "%.3f"),
-                num(p.cost.flops() * steps / 1e9, "%.2f"), num(p.cost.bytes * steps / 1e6, "%.1f"),
-                num(p.roof.intensity, "%.2f"), num(p.roof.pct_of_roofline, "%.0f"), p.roof.bound});
-    }
-    s += pt.str();
+    s += text_table(phase_columns(r, style), r.phases);
     s += "  decode bytes per step: every weight plus the KV cache positions attended (doc/profiling.md, \"Inference\")\n";
-    if (!r.decode_buckets.empty()) {
-        s += "  decode by context length:\n";
-        TextTable bt({"context", "steps", "tokens", "ms/step", "tok/s"}, "lrrrr");
-        for (const DecodeBucket& b : r.decode_buckets)
-            bt.row({strprintf("%d-%d", b.first_pos, b.last_pos), std::to_string(b.steps), std::to_string(b.tokens),
-                    num(b.ms_per_step(), "%.3f"), num(b.tok_s(), "%.1f")});
-        s += bt.str();
-    }
+    if (!r.decode_buckets.empty())
+        s += "  decode by context length:\n" + text_table(decode_bucket_columns(), r.decode_buckets);
     return s;
 }
 
-std::string summary_steps(const Report& r, const SummaryStyle& style) {
-    std::string s;
-    if (r.context.inference.active()) { // no forward/backward/optimizer split: each step is a prefill or a decode
-        s += strprintf("\n== Steps (%s time) ==\n", style.dev);
-        TextTable pt({"step", "phase", "wall_ms", "busy_ms", "idle_ms", "tokens", "tok/s", "energy_J", "power_W"},
-                     "rlrrrrrrr");
-        for (const StepRow& x : r.steps)
-            pt.row({std::to_string(x.step), x.step == 1 ? "prefill" : "decode", num(x.wall_ms, "%.3f"),
-                    num(x.gpu_busy_ms, "%.3f"), num(x.idle_ms, "%.3f"), std::to_string(x.tokens), num(x.tok_s, "%.0f"),
-                    num(x.energy_j, "%.2f"), num(x.avg_power_w, "%.0f")});
-        return s + pt.str();
-    }
-    s += strprintf("\n== Steps (%s time by phase) ==\n", style.dev);
-    TextTable pt({"step", "wall_ms", "busy_ms", "idle_ms", "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok/s",
-                  "energy_J", "power_W"},
-                 "rrrrrrrrrrr");
-    for (const StepRow& x : r.steps)
-        pt.row({std::to_string(x.step), num(x.wall_ms, "%.3f"), num(x.gpu_busy_ms, "%.3f"), num(x.idle_ms, "%.3f"),
-                num(x.fwd_ms, "%.3f"), num(x.bwd_ms, "%.3f"), num(x.opt_ms, "%.3f"), num(x.other_ms, "%.3f"),
-                num(x.tok_s, "%.0f"), num(x.energy_j, "%.2f"), num(x.avg_power_w, "%.0f")});
-    s += pt.str();
+// Validation, samples and checkpoint writes between the profiled steps: in the run's wall time, not in the steps'.
+std::string summary_outside_steps(const Report& r) {
+    const OutsideSteps& o = r.outside_steps;
+    if (o.rows.empty())
+        return "  time outside the training steps: none (no validation, sample or checkpoint between the profiled "
+               "steps)\n";
+    std::string s = strprintf("  time outside the training steps: %.3f ms, %s%% of the window's wall time (%s ms, "
+                              "first step's start to last step's end)\n",
+                              o.total_ms, num(o.pct, "%.1f").c_str(), num(o.window_ms, "%.3f").c_str());
+    return s + text_table(outside_kind_columns(), o.by_kind);
+}
 
-    return s;
+std::string summary_steps(const Report& r, const SummaryStyle& style) {
+    const bool infer = r.context.inference.active(); // each step a prefill or a decode: no fwd/bwd/opt split
+    std::string s = strprintf("\n== Steps (%s time%s) ==\n", style.dev, infer ? "" : " by phase");
+    s += text_table(step_columns(r), r.steps);
+    return infer ? s : s + summary_outside_steps(r);
 }
 
 std::string summary_gpu_idle_and_api(const Report& r) {
     std::string s = "\n== GPU idle ==\n";
     s += strprintf("  %.3f ms idle in %ld gaps over %d steps (%s%% of wall time)\n", r.idle_us / 1e3, r.idle_gaps,
                    r.num_steps, num(r.wall_s > 0 ? 100 * r.idle_us / (r.wall_s * 1e6) : NAN, "%.1f").c_str());
-    TextTable gs({"gap size", "gaps", "total_ms", "%idle"}, "lrrr");
-    for (const NamedTime& g : r.gap_sizes)
-        gs.row({g.name, std::to_string(g.calls), num(g.total_us / 1e3, "%.3f"), num(g.pct, "%.1f")});
-    s += gs.str();
+    s += text_table(idle_columns("gap size", "total_ms"), r.gap_sizes);
     s += "  idle time by what the CPU thread was doing:\n";
-    TextTable ic({"CPU in", "gaps", "idle_ms", "%idle"}, "lrrr");
-    for (const NamedTime& g : r.idle_by_cpu)
-        ic.row({g.name, std::to_string(g.calls), num(g.total_us / 1e3, "%.3f"), num(g.pct, "%.1f")});
-    s += ic.str();
+    s += text_table(idle_columns("CPU in", "idle_ms"), r.idle_by_cpu);
     s += "  largest gaps:\n";
-    TextTable lg({"step", "at_ms", "gap_us", "main CUDA call in the gap", "its_us", "no_call_us", "CPU range"},
-                 "rrrlrrl");
-    for (const IdleGap& g : r.largest_gaps)
-        lg.row({std::to_string(g.step), num(g.offset_us / 1e3, "%.3f"), num(g.dur_us, "%.1f"),
-                g.api.empty() ? "(none)" : g.api, num(g.api_us, "%.1f"), num(g.outside_api_us, "%.1f"),
-                g.range.empty() ? "-" : g.range});
-    s += lg.str();
-
+    s += text_table(gap_columns(), r.largest_gaps);
     s += strprintf("\n== CUDA API (CPU thread; %.1f%% of the window in CUDA calls) ==\n", r.api_pct);
-    auto time_row = [&](TextTable& t, const NamedTime& a) {
-        t.row({a.name, std::to_string(a.calls), num(a.total_us / 1e3, "%.3f"), num(a.avg_us, "%.2f"),
-               num(a.pct, "%.1f")});
-    };
-    TextTable at({"api", "calls", "total_ms", "avg_us", "%cpu"}, "lrrrr");
-    for (const NamedTime& a : r.api) time_row(at, a);
-    s += at.str();
+    s += text_table(call_columns("api"), call_lines(r.api, "api"));
     s += strprintf("\n== Synchronisation (CPU blocked; %.1f%% of the window) ==\n", r.sync_pct);
-    TextTable yt({"type", "calls", "total_ms", "avg_us", "%cpu"}, "lrrrr");
-    for (const NamedTime& a : r.syncs) time_row(yt, a);
-    s += yt.str();
+    s += text_table(call_columns("type"), call_lines(r.syncs, "sync"));
     return s;
 }
 
@@ -407,87 +632,29 @@ std::string format_outcome(const Report& r, const std::string& dir, int max_find
     return s;
 }
 
-std::string kernels_csv(const Report& r) {
-    std::string s = csv_line({"kernel", "subblock", "phase", "category", "calls", "total_us", "avg_us", "pct"});
-    for (const KernelRow& k : r.kernels)
-        s += csv_line({k.name, subblock_label(k.subblock), phase_label(k.phase), category_name(k.category),
-                       std::to_string(k.calls),
-                       num(k.total_us, "%.3f", ""), num(k.avg_us, "%.3f", ""), csv_rate(k.pct)});
-    return s;
-}
+std::string kernels_csv(const Report& r) { return csv_table(kernel_columns(SummaryStyle(r)), r.kernels); }
 
 // time_us and pct over the window; flops, bytes, rates and the floor per step (the mean); the median, minimum
 // and maximum of the sub-block's time in each profiled step.
-std::string subblocks_csv(const Report& r) {
-    std::string s = csv_line({"subblock", "phase", "calls", "time_us", "pct", "flops", "bytes", "tflops", "gbps",
-                              "intensity", "bound", "time_per_step_us", "floor_us", "pct_of_roofline",
-                              "step_median_us", "step_min_us", "step_max_us"});
-    for (const SubBlockRow& b : r.subblocks) {
-        bool modelled = b.cost.flops() > 0 || b.cost.bytes > 0;
-        s += csv_line({subblock_label(b.subblock), phase_label(b.phase), std::to_string(b.calls),
-                       num(b.time_us, "%.3f", ""), csv_rate(b.pct),
-                       modelled ? num(b.cost.flops(), "%.0f", "") : "", modelled ? num(b.cost.bytes, "%.0f", "") : "",
-                       csv_rate(b.roof.tflops), csv_rate(b.roof.gbps), csv_rate(b.roof.intensity), b.roof.bound,
-                       num(b.roof.time_s * 1e6, "%.3f", ""), num(b.roof.floor_s * 1e6, "%.3f", ""),
-                       csv_rate(b.roof.pct_of_roofline), num(b.per_step.median_ms * 1e3, "%.3f", ""),
-                       num(b.per_step.min_ms * 1e3, "%.3f", ""), num(b.per_step.max_ms * 1e3, "%.3f", "")});
-    }
-    return s;
-}
+std::string subblocks_csv(const Report& r) { return csv_table(subblock_columns(SummaryStyle(r)), subblock_lines(r)); }
 
-namespace {
-// The busy-time column: the union of GPU activity, or on the CPU of sub-block executions.
-const char* busy_column(const Report& r) {
-    return r.context.device_kind == DeviceKind::CPU ? "busy_ms" : "gpu_busy_ms";
-}
-} // namespace
+std::string steps_csv(const Report& r) { return csv_table(step_columns(r), r.steps); }
 
-std::string steps_csv(const Report& r) {
-    std::string s = csv_line({"step", "wall_ms", busy_column(r), "fwd_ms", "bwd_ms", "opt_ms", "other_ms", "tok_s",
-                              "energy_j", "avg_power_w", "idle_ms", "idle_gaps", "tokens", "j_per_token",
-                              "tokens_per_j", "flops_per_w", "energy_source", "below_counter_period"});
-    for (const StepRow& x : r.steps)
-        s += csv_line({std::to_string(x.step), num(x.wall_ms, "%.6f", ""), num(x.gpu_busy_ms, "%.6f", ""),
-                       num(x.fwd_ms, "%.6f", ""), num(x.bwd_ms, "%.6f", ""), num(x.opt_ms, "%.6f", ""),
-                       num(x.other_ms, "%.6f", ""), num(x.tok_s, "%.1f", ""), num(x.energy_j, "%.6f", ""),
-                       num(x.avg_power_w, "%.3f", ""), num(x.idle_ms, "%.6f", ""), std::to_string(x.gaps),
-                       std::to_string(x.tokens), num(x.j_per_token, "%.9f", ""), num(x.tokens_per_j, "%.3f", ""),
-                       num(x.flops_per_w, "%.6g", ""), energy_source_name(x.energy_source),
-                       x.below_counter_period ? "1" : "0"});
-    return s;
-}
+std::string outside_steps_csv(const Report& r) { return csv_table(outside_step_columns(), r.outside_steps.rows); }
+
+// Inference only: one row per phase, costs over the whole window.
+std::string phases_csv(const Report& r) { return csv_table(phase_columns(r, SummaryStyle(r)), r.phases); }
+
+std::string decode_buckets_csv(const Report& r) { return csv_table(decode_bucket_columns(), r.decode_buckets); }
 
 // CUDA API rows (kind "api"), then the synchronisation types (kind "sync"), shares of the CPU window.
-// Inference only: one row per phase, costs over the whole window.
-std::string phases_csv(const Report& r) {
-    std::string s = csv_line({"phase", "steps", "tokens", "wall_ms", "time_us", "flops", "bytes", "intensity", "bound",
-                              "pct_of_roofline"});
-    const double steps = std::max(1, r.num_steps);
-    for (const PhaseRow& p : r.phases)
-        s += csv_line({phase_label(p.phase), std::to_string(p.steps), std::to_string(p.tokens), num(p.wall_ms, "%.6f", ""),
-                       num(p.time_us, "%.3f", ""), num(p.cost.flops() * steps, "%.0f", ""),
-                       num(p.cost.bytes * steps, "%.0f", ""), csv_rate(p.roof.intensity), p.roof.bound,
-                       csv_rate(p.roof.pct_of_roofline)});
-    return s;
-}
-
-std::string decode_buckets_csv(const Report& r) {
-    std::string s = csv_line({"first_pos", "last_pos", "steps", "tokens", "wall_ms", "time_ms", "ms_per_step", "tok_s"});
-    for (const DecodeBucket& b : r.decode_buckets)
-        s += csv_line({std::to_string(b.first_pos), std::to_string(b.last_pos), std::to_string(b.steps),
-                       std::to_string(b.tokens), num(b.wall_ms, "%.6f", ""), num(b.time_ms, "%.6f", ""),
-                       num(b.ms_per_step(), "%.6f", ""), num(b.tok_s(), "%.3f", "")});
-    return s;
-}
-
 std::string api_csv(const Report& r) {
-    std::string s = csv_line({"api", "calls", "total_us", "avg_us", "pct_of_cpu_time", "kind"});
-    for (const auto* rows : {&r.api, &r.syncs})
-        for (const NamedTime& a : *rows)
-            s += csv_line({a.name, std::to_string(a.calls), num(a.total_us, "%.3f", ""), num(a.avg_us, "%.3f", ""),
-                           csv_rate(a.pct), rows == &r.api ? "api" : "sync"});
-    return s;
+    std::vector<CallLine> rows = call_lines(r.api, "api");
+    for (CallLine& c : call_lines(r.syncs, "sync")) rows.push_back(c);
+    return csv_table(call_columns("api"), rows);
 }
+
+std::string memory_csv(const MemoryPlan& plan) { return csv_table(tensor_columns(), tensor_lines(plan)); }
 
 /*
  * One row per (sub-block, phase) (scope "subblock") and the whole step (scope "total"), per step:
@@ -497,39 +664,22 @@ std::string api_csv(const Report& r) {
  * sub-block) follows, with the counted time and the ceilings it ran at: all figures of kernel replay (REPLAY_NOTE).
  */
 std::string roofline_csv(const Report& r) {
-    const Ceilings& c = r.context.ceilings;
-    std::string s = csv_line({"scope", "subblock", "phase", "kernel", "gemm_flops", "other_flops", "flops", "bytes",
-                              "intensity", "time_us", "floor_us", "compute_floor_us", "memory_floor_us", "bf16_tflops",
-                              "fp32_tflops", "dram_gbps", "tflops", "gbps", "pct_of_roofline", "bound",
-                              "replay_flops", "replay_bytes"});
-    auto line = [&](const char* scope, const std::string& sub, const std::string& phase, const SubBlockRow& b,
-                    const CounterRow* m) {
-        s += csv_line({scope, sub, phase, "", num(b.cost.gemm_flops, "%.0f", ""), num(b.cost.other_flops, "%.0f", ""),
-                       num(b.cost.flops(), "%.0f", ""), num(b.cost.bytes, "%.0f", ""),
-                       csv_rate(b.roof.intensity),
-                       num(b.roof.time_s * 1e6, "%.3f", ""), num(b.roof.floor_s * 1e6, "%.3f", ""),
-                       num(b.roof.compute_floor_s * 1e6, "%.3f", ""), num(b.roof.memory_floor_s * 1e6, "%.3f", ""),
-                       csv_rate(c.bf16_tflops > 0 ? c.bf16_tflops : NAN),
-                       csv_rate(c.fp32_tflops > 0 ? c.fp32_tflops : NAN),
-                       csv_rate(c.dram_gbps > 0 ? c.dram_gbps : NAN), csv_rate(b.roof.tflops),
-                       csv_rate(b.roof.gbps), csv_rate(b.roof.pct_of_roofline), b.roof.bound,
-                       m ? num(m->flops(), "%.0f", "") : "", m ? num(m->dram_bytes, "%.0f", "") : ""});
-    };
     const CounterReport& hw = r.counters;
+    std::vector<RooflineLine> lines;
+    auto add = [&](const char* scope, const std::string& sub, const std::string& phase, const SubBlockRow& b,
+                   const CounterRow* m) {
+        RooflineLine l = roofline_line(b.cost, b.roof, r.context.ceilings);
+        l.scope = scope, l.subblock = sub, l.phase = phase;
+        if (m) l.replay_flops = m->flops(), l.replay_bytes = m->dram_bytes;
+        lines.push_back(l);
+    };
     for (const SubBlockRow& b : r.subblocks)
         if (b.cost.flops() > 0 || b.cost.bytes > 0)
-            line("subblock", subblock_label(b.subblock), phase_label(b.phase), b,
-                 hw.collected ? find_counter_row(hw, b.subblock, b.phase) : nullptr);
-    line("total", "", "", r.total, hw.collected ? &hw.total : nullptr);
-    for (const CounterRow& k : hw.per_kernel)
-        s += csv_line({"kernel_replay", subblock_label(k.subblock), phase_label(k.phase), k.kernel, "", "", "", "",
-                       csv_rate(k.intensity()), num(k.time_ns / 1e3, "%.3f", ""),
-                       num(k.floor_s() * 1e6, "%.3f", ""), num(k.compute_floor_s() * 1e6, "%.3f", ""),
-                       num(k.memory_floor_s * 1e6, "%.3f", ""), csv_rate(k.tensor_ceiling_tflops()),
-                       csv_rate(k.fp32_ceiling_tflops()), csv_rate(k.dram_ceiling_gbps()),
-                       csv_rate(k.tflops()), csv_rate(k.gbps()), csv_rate(k.pct_of_roofline()),
-                       k.bound(), num(k.flops(), "%.0f", ""), num(k.dram_bytes, "%.0f", "")});
-    return s;
+            add("subblock", subblock_label(b.subblock), phase_label(b.phase), b,
+                hw.collected ? find_counter_row(hw, b.subblock, b.phase) : nullptr);
+    add("total", "", "", r.total, hw.collected ? &hw.total : nullptr);
+    for (const CounterRow& k : hw.per_kernel) lines.push_back(replay_line(k));
+    return csv_table(roofline_columns(), lines);
 }
 
 namespace {
@@ -787,11 +937,13 @@ std::string trace_json(const Report& r, const ProfileRecords& rec) {
     return ev.str(trace_header(r.context, devices));
 }
 
+
 namespace {
 
+using nlohmann::json;
+
 // profile.json's memory section: the plan's allocations, totals by kind, peaks and every tensor.
-nlohmann::json memory_json(const Report& r) {
-    using nlohmann::json;
+json memory_json(const Report& r) {
     const MemoryPlan& plan = r.context.memory;
     const MemoryReport& m = r.memory;
     if (!m.present) return nullptr;
@@ -810,36 +962,12 @@ nlohmann::json memory_json(const Report& r) {
                               {"small_pool_reserved_bytes", m.caching.small_reserved},
                               {"large_pool_reserved_bytes", m.caching.large_reserved}};
     j["top_tensors"] = m.top_tensors;
-    json& tj = j["tensors"] = json::array();
-    for (const PlannedTensor& t : plan.tensors)
-        tj.push_back({{"name", t.name}, {"layer", t.layer},
-                      {"subblock", t.subblock >= 0 ? json(subblock_name((SubBlock)t.subblock)) : json(nullptr)},
-                      {"kind", memory_kind_name(t.kind)}, {"dtype", t.dtype}, {"shape", t.shape},
-                      {"allocation", plan.allocations[t.allocation].name}, {"offset", t.offset}, {"bytes", t.bytes},
-                      {"first_use", t.first_use}, {"last_use", t.last_use}});
+    j["tensors"] = json_array(tensor_columns(), tensor_lines(plan));
     return j;
 }
 
-nlohmann::json named_times_json(const std::vector<NamedTime>& rows, const char* count_name) {
-    nlohmann::json a = nlohmann::json::array();
-    for (const NamedTime& n : rows)
-        a.push_back(
-            {{"name", n.name}, {count_name, n.calls}, {"total_us", n.total_us}, {"avg_us", n.avg_us}, {"pct", n.pct}});
-    return a;
-}
-
-nlohmann::json cost_json(const OpCost& c, const RooflinePoint& p) {
-    return {{"gemm_flops", c.gemm_flops}, {"other_flops", c.other_flops}, {"flops", c.flops()}, {"bytes", c.bytes},
-            {"intensity", finite_or_null(p.intensity)}, {"time_per_step_s", finite_or_null(p.time_s)},
-            {"tflops", finite_or_null(p.tflops)}, {"gbps", finite_or_null(p.gbps)},
-            {"compute_floor_s", finite_or_null(p.compute_floor_s)},
-            {"memory_floor_s", finite_or_null(p.memory_floor_s)},
-            {"floor_s", finite_or_null(p.floor_s)}, {"pct_of_roofline", finite_or_null(p.pct_of_roofline)},
-            {"bound", p.bound}};
-}
-
 // null when the ceilings stand as measured; else the factors, what beat the ceilings, and the measured ones.
-nlohmann::json raised_json(const CeilingRaise& up) {
+json raised_json(const CeilingRaise& up) {
     if (!up.raised()) return nullptr;
     return {{"compute_factor", up.compute}, {"memory_factor", up.memory}, {"compute_by", up.compute_by},
             {"memory_by", up.memory_by},
@@ -847,98 +975,87 @@ nlohmann::json raised_json(const CeilingRaise& up) {
                           {"dram_gbps", up.before.dram_gbps}, {"source", up.before.source}}}};
 }
 
-} // namespace
-
-std::string profile_json(const Report& r) {
-    using nlohmann::json;
+json context_json(const Report& r) {
     const ProfileContext& c = r.context;
     const GPT2Config& m = c.model;
-    json j;
-    j["context"] = {{"program", c.program}, {"device", c.device}, {"device_kind", device_kind_name(c.device_kind)}, {"build", c.build},
-                    {"model", {{"num_layers", m.num_layers}, {"num_heads", m.num_heads}, {"channels", m.channels},
-                               {"max_seq_len", m.max_seq_len}, {"vocab_size", m.vocab_size},
-                               {"padded_vocab_size", m.padded_vocab_size}, {"num_parameters", c.num_parameters}}},
-                    {"batch", {{"B", c.B}, {"T", c.T}, {"grad_accum", c.grad_accum}}},
-                    {"ceilings", {{"bf16_tflops", c.ceilings.bf16_tflops}, {"fp32_tflops", c.ceilings.fp32_tflops},
-                                  {"dram_gbps", c.ceilings.dram_gbps}, {"source", c.ceilings.source},
-                                  {"raised", raised_json(r.ceiling_raise)}}},
-                    {"peak_memory_bytes", c.peak_memory_bytes}, {"rank", c.rank}, {"world_size", c.world_size}};
+    return {{"program", c.program}, {"device", c.device}, {"device_kind", device_kind_name(c.device_kind)},
+            {"build", c.build},
+            {"model", {{"num_layers", m.num_layers}, {"num_heads", m.num_heads}, {"channels", m.channels},
+                       {"max_seq_len", m.max_seq_len}, {"vocab_size", m.vocab_size},
+                       {"padded_vocab_size", m.padded_vocab_size}, {"num_parameters", c.num_parameters}}},
+            {"batch", {{"B", c.B}, {"T", c.T}, {"grad_accum", c.grad_accum}}},
+            {"ceilings", {{"bf16_tflops", c.ceilings.bf16_tflops}, {"fp32_tflops", c.ceilings.fp32_tflops},
+                          {"dram_gbps", c.ceilings.dram_gbps}, {"source", c.ceilings.source},
+                          {"raised", raised_json(r.ceiling_raise)}}},
+            {"peak_memory_bytes", c.peak_memory_bytes}, {"rank", c.rank}, {"world_size", c.world_size}};
+}
+
+// The record counts and the throughput.
+void add_totals_json(json& j, const Report& r) {
     j["records"] = {{"kernels", r.records.kernels}, {"memcpys", r.records.memcpys}, {"memsets", r.records.memsets},
                     {"api", r.records.api}, {"syncs", r.records.syncs}, {"ranges", r.records.ranges},
                     {"power", r.records.power}, {"dropped", r.dropped_records},
                     {"cupti_overhead_ms", r.cupti_overhead_ms}};
     j["throughput"] = {{"steps", r.num_steps}, {"tokens", r.tokens}, {"wall_s", r.wall_s},
-                       {"tokens_per_s", finite_or_null(r.tokens_per_s)}, {"flops_per_token", r.flops_per_token},
-                       {"model_tflops", finite_or_null(r.model_tflops)}, {"mfu_pct", finite_or_null(r.mfu)},
+                       {"tokens_per_s", r.tokens_per_s}, {"flops_per_token", r.flops_per_token},
+                       {"model_tflops", r.model_tflops}, {"mfu_pct", r.mfu},
                        {"gpu_time_us", r.gpu_time_us}, {"kernel_time_us", r.kernel_time_us}};
-    json& k = j["kernels"] = json::array();
-    for (const KernelRow& x : r.kernels)
-        k.push_back({{"kernel", x.name}, {"subblock", subblock_label(x.subblock)}, {"phase", phase_label(x.phase)},
-                     {"category", category_name(x.category)}, {"calls", x.calls}, {"total_us", x.total_us}, {"avg_us", x.avg_us},
-                     {"pct", x.pct}});
-    json& sb = j["subblocks"] = json::array();
-    for (const SubBlockRow& x : r.subblocks)
-        sb.push_back({{"subblock", subblock_label(x.subblock)}, {"phase", phase_label(x.phase)}, {"calls", x.calls},
-                      {"time_us", x.time_us}, {"pct", x.pct}, {"per_step_ms", spread_json(x.per_step)},
-                      {"roofline", cost_json(x.cost, x.roof)}});
-    j["total"] = {{"calls", r.total.calls}, {"time_us", r.total.time_us}, {"per_step_ms", spread_json(r.total.per_step)},
-                  {"roofline", cost_json(r.total.cost, r.total.roof)}};
-    json& st = j["steps"] = json::array();
-    for (const StepRow& x : r.steps) {
-        st.push_back({{"step", x.step}, {"tokens", x.tokens}, {"wall_ms", x.wall_ms}, {busy_column(r), x.gpu_busy_ms},
-                      {"idle_ms", x.idle_ms}, {"fwd_ms", x.fwd_ms}, {"bwd_ms", x.bwd_ms}, {"opt_ms", x.opt_ms},
-                      {"other_ms", x.other_ms}, {"tok_s", x.tok_s}, {"energy_j", finite_or_null(x.energy_j)},
-                      {"avg_power_w", finite_or_null(x.avg_power_w)}, {"j_per_token", finite_or_null(x.j_per_token)},
-                      {"tokens_per_j", finite_or_null(x.tokens_per_j)}, {"flops_per_w", finite_or_null(x.flops_per_w)},
-                      {"energy_source", energy_source_name(x.energy_source)},
-                      {"below_counter_period", x.below_counter_period}, {"idle_gaps", x.gaps}});
-        if (!r.phases.empty()) st.back()["prefill_ms"] = x.prefill_ms, st.back()["decode_ms"] = x.decode_ms;
-    }
-    json gaps = json::array();
-    for (const IdleGap& g : r.largest_gaps)
-        gaps.push_back({{"step", g.step}, {"offset_us", g.offset_us}, {"dur_us", g.dur_us}, {"api", g.api},
-                        {"api_overlap_us", g.api_us},
-                        {"outside_api_us", g.outside_api_us}, {"range", g.range}});
-    j["gpu_idle"] = {{"idle_us", r.idle_us}, {"gaps", r.idle_gaps}, {"by_size", named_times_json(r.gap_sizes, "gaps")},
-                     {"by_cpu_activity", named_times_json(r.idle_by_cpu, "gaps")}, {"largest", gaps}};
-    const CounterReport& hw = r.counters;
-    if (hw.collected || !hw.note.empty())
-        j["counters"] = {{"collected", hw.collected}, {"method", REPLAY_NOTE}, {"note", hw.note},
-                         {"tensor_flops_per_op", hw.tensor_flops_per_op}, {"kernels", hw.kernels.size()},
-                         {"replay_time_us", hw.total.time_ns / 1e3}, {"replay_flops", hw.total.flops()},
-                         {"replay_dram_bytes", hw.total.dram_bytes}};
-    j["api"] = named_times_json(r.api, "calls");
-    j["syncs"] = named_times_json(r.syncs, "calls");
+}
+
+// The tables of the column descriptions: kernels, sub-blocks and their total, steps and what ran between them,
+// GPU idle, CUDA calls and synchronisation.
+void add_tables_json(json& j, const Report& r) {
+    const SummaryStyle st(r);
+    j["kernels"] = json_array(kernel_columns(st), r.kernels);
+    const Columns<SubBlockLine> sub = subblock_columns(st);
+    j["subblocks"] = json_array(sub, subblock_lines(r));
+    j["total"] = json_object(sub, SubBlockLine{&r.total, "", "", &r.context.ceilings});
+    for (const char* key : {"subblock", "phase", "pct"}) j["total"].erase(key); // the total has none of these
+    j["steps"] = json_array(step_columns(r), r.steps);
+    const OutsideSteps& o = r.outside_steps;
+    j["outside_steps"] = {{"total_ms", o.total_ms}, {"window_ms", o.window_ms}, {"pct_of_window", o.pct},
+                          {"by_kind", json_array(outside_kind_columns(), o.by_kind)},
+                          {"rows", json_array(outside_step_columns(), o.rows)}};
+    j["gpu_idle"] = {{"idle_us", r.idle_us}, {"gaps", r.idle_gaps},
+                     {"by_size", json_array(idle_columns("", ""), r.gap_sizes)},
+                     {"by_cpu_activity", json_array(idle_columns("", ""), r.idle_by_cpu)},
+                     {"largest", json_array(gap_columns(), r.largest_gaps)}};
+    j["api"] = json_array(call_columns(""), call_lines(r.api, "api"));
+    j["syncs"] = json_array(call_columns(""), call_lines(r.syncs, "sync"));
     j["api_pct_of_cpu_time"] = r.api_pct;
     j["sync_pct_of_cpu_time"] = r.sync_pct;
-    const PowerSummary& p = r.power;
-    j["power"] = {{"samples", p.samples}, {"energy_j", finite_or_null(p.energy_j)}, {"avg_w", finite_or_null(p.avg_w)},
-                  {"peak_w", finite_or_null(p.peak_w)}, {"joules_per_token", finite_or_null(p.joules_per_token)},
-                  {"max_temperature_c", p.max_temperature_c}, {"min_sm_clock_mhz", p.min_sm_clock_mhz},
-                  {"max_sm_clock_mhz", p.max_sm_clock_mhz}, {"throttle_reasons", p.throttle_reasons},
-                  {"tokens_per_j", finite_or_null(p.tokens_per_j)}, {"flops_per_w", finite_or_null(p.flops_per_w)},
-                  {"counter_steps", p.counter_steps}, {"integrated_steps", p.integrated_steps},
-                  {"window_energy_source", energy_source_name(p.window_source)},
-                  {"counter_still_ms", finite_or_null(p.counter_still_ms)},
-                  {"below_counter_period_steps", p.below_counter_period_steps},
-                  {"max_sm_clock_limit_mhz", p.max_sm_clock_limit_mhz}, {"reading", p.reading}, {"status", p.status}};
-    if (!r.phases.empty()) {
-        const InferenceShape& in = c.inference;
-        json& ij = j["inference"] = {{"sequences", in.sequences}, {"prompt_tokens", in.prompt_tokens},
-                                     {"decode_steps", in.decode_steps}, {"decode_tokens", in.decode_tokens},
-                                     {"decode_context", in.decode_context}, {"kv_cache_bytes", in.kv_cache_bytes},
-                                     {"elem_bytes", in.elem_bytes}};
-        json& pj = ij["phases"] = json::array();
-        for (const PhaseRow& p : r.phases)
-            pj.push_back({{"phase", phase_label(p.phase)}, {"steps", p.steps}, {"tokens", p.tokens},
-                          {"wall_ms", p.wall_ms}, {"time_us", p.time_us}, {"roofline", cost_json(p.cost, p.roof)}});
-        json& bj = ij["decode_buckets"] = json::array();
-        for (const DecodeBucket& b : r.decode_buckets)
-            bj.push_back({{"first_pos", b.first_pos}, {"last_pos", b.last_pos}, {"steps", b.steps}, {"tokens", b.tokens},
-                          {"wall_ms", b.wall_ms}, {"time_ms", b.time_ms}});
-    }
-    json& gj = j["gemm_algorithms"] = json::array();
-    for (const GemmTuning& g : c.gemm_algorithms) {
+}
+
+json counters_json(const CounterReport& hw) {
+    return {{"collected", hw.collected}, {"method", REPLAY_NOTE}, {"note", hw.note},
+            {"tensor_flops_per_op", hw.tensor_flops_per_op}, {"kernels", hw.kernels.size()},
+            {"replay_time_us", hw.total.time_ns / 1e3}, {"replay_flops", hw.total.flops()},
+            {"replay_dram_bytes", hw.total.dram_bytes}};
+}
+
+json power_json(const PowerSummary& p) {
+    return {{"samples", p.samples}, {"energy_j", p.energy_j}, {"avg_w", p.avg_w}, {"peak_w", p.peak_w},
+            {"joules_per_token", p.joules_per_token}, {"max_temperature_c", p.max_temperature_c},
+            {"min_sm_clock_mhz", p.min_sm_clock_mhz}, {"max_sm_clock_mhz", p.max_sm_clock_mhz},
+            {"throttle_reasons", p.throttle_reasons}, {"tokens_per_j", p.tokens_per_j}, {"flops_per_w", p.flops_per_w},
+            {"counter_steps", p.counter_steps}, {"integrated_steps", p.integrated_steps},
+            {"window_energy_source", energy_source_name(p.window_source)}, {"counter_still_ms", p.counter_still_ms},
+            {"below_counter_period_steps", p.below_counter_period_steps},
+            {"max_sm_clock_limit_mhz", p.max_sm_clock_limit_mhz}, {"reading", p.reading}, {"status", p.status}};
+}
+
+json inference_json(const Report& r) {
+    const InferenceShape& in = r.context.inference;
+    return {{"sequences", in.sequences}, {"prompt_tokens", in.prompt_tokens}, {"decode_steps", in.decode_steps},
+            {"decode_tokens", in.decode_tokens}, {"decode_context", in.decode_context},
+            {"kv_cache_bytes", in.kv_cache_bytes}, {"elem_bytes", in.elem_bytes},
+            {"phases", json_array(phase_columns(r, SummaryStyle(r)), r.phases)},
+            {"decode_buckets", json_array(decode_bucket_columns(), r.decode_buckets)}};
+}
+
+json gemm_algorithms_json(const std::vector<GemmTuning>& algorithms) {
+    json gj = json::array();
+    for (const GemmTuning& g : algorithms) {
         json cands = json::array();
         for (const GemmCandidate& x : g.candidates)
             cands.push_back({{"index", x.index}, {"algo_id", x.algo_id}, {"tile_id", x.tile_id}, {"splitk", x.splitk},
@@ -949,10 +1066,36 @@ std::string profile_json(const Report& r) {
                                            {"bias", g.align[3]}, {"aux", g.align[4]}}},
                       {"autotuned", g.autotuned}, {"restored", g.restored}, {"chosen", g.chosen}, {"candidates", cands}});
     }
-    json& fj = j["findings"] = json::array();
-    for (const Finding& f : r.findings)
+    return gj;
+}
+
+json findings_json(const std::vector<Finding>& findings) {
+    json fj = json::array();
+    for (const Finding& f : findings)
         fj.push_back({{"rule", f.rule}, {"what", f.what}, {"evidence", f.evidence}, {"next_step", f.next_step},
                       {"ms_per_step", f.ms_per_step}});
+    return fj;
+}
+
+// Removes the file at `path` left by an earlier profile; none there is fine.
+void remove_stale(const std::string& path) {
+    if (unlink(path.c_str()) != 0 && errno != ENOENT)
+        throw Error(strprintf("%s: cannot remove the previous profile's file (%s)", path.c_str(), strerror(errno)));
+}
+
+} // namespace
+
+std::string profile_json(const Report& r) {
+    json j;
+    j["context"] = context_json(r);
+    add_totals_json(j, r);
+    add_tables_json(j, r);
+    const CounterReport& hw = r.counters;
+    if (hw.collected || !hw.note.empty()) j["counters"] = counters_json(hw);
+    j["power"] = power_json(r.power);
+    if (!r.phases.empty()) j["inference"] = inference_json(r);
+    j["gemm_algorithms"] = gemm_algorithms_json(r.context.gemm_algorithms);
+    j["findings"] = findings_json(r.findings);
     j["memory"] = memory_json(r);
     return j.dump(1) + "\n";
 }
@@ -965,14 +1108,15 @@ void write_profile_dir(const std::string& dir, const Report& r, const ProfileRec
     write_file(dir + "/steps.csv", steps_csv(r));
     write_file(dir + "/api.csv", api_csv(r));
     write_file(dir + "/roofline.csv", roofline_csv(r));
-    // The inference tables; a training profile removes files of their names, so that a directory that held an
-    // inference profile keeps none of its files (every other file is rewritten; files of other names stay).
-    for (const auto& [name, table] : {std::make_pair("phases.csv", &phases_csv),
-                                      std::make_pair("decode_buckets.csv", &decode_buckets_csv)}) {
+    // The tables of one kind of profile; the other kind removes files of their names, so that a directory that held
+    // another profile keeps none of its files (every other file is rewritten; files of other names stay).
+    const bool infer = !r.phases.empty();
+    for (const auto& [name, table, mine] : {std::make_tuple("phases.csv", &phases_csv, infer),
+                                            std::make_tuple("decode_buckets.csv", &decode_buckets_csv, infer),
+                                            std::make_tuple("outside_steps.csv", &outside_steps_csv, !infer)}) {
         const std::string path = dir + "/" + name;
-        if (!r.phases.empty()) write_file(path, table(r));
-        else if (unlink(path.c_str()) != 0 && errno != ENOENT)
-            throw Error(strprintf("%s: cannot remove the previous profile's file (%s)", path.c_str(), strerror(errno)));
+        if (mine) write_file(path, table(r));
+        else remove_stale(path);
     }
     write_file(dir + "/trace.json", trace_json(r, rec));
     write_file(dir + "/profile.json", profile_json(r));
@@ -980,15 +1124,13 @@ void write_profile_dir(const std::string& dir, const Report& r, const ProfileRec
 }
 
 void write_memory_files(const std::string& dir, const Report& r) {
-    const std::string pickle = dir + "/memory_snapshot.pickle";
+    const std::string csv = dir + "/memory.csv", pickle = dir + "/memory_snapshot.pickle";
     if (!r.memory.present) {
-        if (unlink((dir + "/memory.csv").c_str()) != 0 && errno != ENOENT)
-            throw Error(strprintf("%s/memory.csv: cannot remove the previous profile's file (%s)", dir.c_str(), strerror(errno)));
-        if (unlink(pickle.c_str()) != 0 && errno != ENOENT)
-            throw Error(strprintf("%s: cannot remove the previous profile's file (%s)", pickle.c_str(), strerror(errno)));
+        remove_stale(csv);
+        remove_stale(pickle);
         return;
     }
-    write_file(dir + "/memory.csv", memory_csv(r.context.memory));
+    write_file(csv, memory_csv(r.context.memory));
     write_file(pickle, memory_snapshot_pickle(r.context.memory, r.memory));
 }
 

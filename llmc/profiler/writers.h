@@ -1,11 +1,14 @@
 /*
  * The writers: a Report (llmc/profiler/report.h) into the profile directory (doc/profiling.md, "Profile
  * directory"): summary.txt (the human report, format_summary), kernels.csv, subblocks.csv, steps.csv,
- * api.csv, roofline.csv, for inference profiles phases.csv and decode_buckets.csv, trace.json (Chrome trace event format, for Perfetto and chrome://tracing) and
- * profile.json (the whole report, machine-readable). Every file is written atomically. CSV headers begin
- * with the minimum columns doc/profiling.md lists, in its order; extra columns follow. Empty CSV cells and
- * JSON nulls mean "unknown" (no ceiling, no power samples, no steps). Compiled once (writers.cpp): the JSON
- * library stays out of every program's main translation unit.
+ * api.csv, roofline.csv, for training profiles outside_steps.csv, for inference profiles phases.csv and
+ * decode_buckets.csv, trace.json (Chrome trace event format, for Perfetto and chrome://tracing) and profile.json
+ * (the whole report, machine-readable). Each table is described once, as a column table
+ * (llmc/profiler/columns.h), from which its CSV file, its rows in profile.json and its table in summary.txt are
+ * all written. Every file is written atomically. CSV headers begin with the minimum columns doc/profiling.md
+ * lists, in its order; extra columns follow. Empty CSV cells and JSON nulls mean "unknown" (no ceiling, no power
+ * samples, no steps). Compiled once (writers.cpp): the JSON library stays out of every program's main
+ * translation unit.
  */
 #pragma once
 #include <string>
@@ -26,12 +29,16 @@ std::string format_outcome(const Report& r, const std::string& dir, int max_find
 std::string kernels_csv(const Report& r);
 std::string subblocks_csv(const Report& r);
 std::string steps_csv(const Report& r);
+std::string outside_steps_csv(const Report& r); // training profiles only
 std::string api_csv(const Report& r);
 std::string roofline_csv(const Report& r);
 std::string phases_csv(const Report& r);         // inference profiles only
 std::string decode_buckets_csv(const Report& r); // inference profiles only
 std::string trace_json(const Report& r, const ProfileRecords& rec);
 std::string profile_json(const Report& r);
+
+// memory.csv: one row per tensor of the plan (columns in doc/profiling.md).
+std::string memory_csv(const MemoryPlan& plan);
 
 // memory.csv and memory_snapshot.pickle (llmc/profiler/memory.h) from the report's plan; without a plan, removes
 // files of those names.

@@ -153,23 +153,29 @@ Boundary TrainRun::boundary_work(int step) {
     due.val = plan.has_val && (step % opt.val_every == 0 || last);
     due.sample = opt.sample_every > 0 && step > plan.start_step && (step % opt.sample_every == 0 || last);
     due.checkpoint = opt.checkpoint_every > 0 && step > plan.start_step && (step % opt.checkpoint_every == 0 || last);
+    // Each piece's time goes to the ETA and, inside a profile window, to the profile's rows of work outside the steps.
     auto t_boundary = Clock::now();
+    auto account = [&](RunEta::Kind kind, const char* name) {
+        const double s = seconds_since(t_boundary);
+        eta.boundary(kind, s);
+        if (profile) profile->boundary_work(name, s);
+    };
     if (due.val && plan.val) {
         Progress progress(strprintf("step %d/%d | val loss", step, max_steps), "batch");
         float vl = be.val_loss(*plan.val, plan.val_batches, progress);
         printf("step %4d/%d | val loss %.6f\n", step, max_steps, vl);
         log.val(step, vl);
-        eta.boundary(RunEta::val, seconds_since(t_boundary));
+        account(RunEta::val, "val");
     }
     if (due.sample && plan.rank == 0) {
         t_boundary = Clock::now();
         print_sample(be, plan.cfg, sample_rng, opt, plan.tokenizer.get());
-        eta.boundary(RunEta::sample, seconds_since(t_boundary));
+        account(RunEta::sample, "sample");
     }
     if (due.checkpoint) {
         t_boundary = Clock::now();
         save_checkpoint(step);
-        eta.boundary(RunEta::checkpoint, seconds_since(t_boundary));
+        account(RunEta::checkpoint, "checkpoint");
     }
     return due;
 }
