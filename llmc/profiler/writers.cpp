@@ -951,7 +951,7 @@ json memory_json(const Report& r) {
               {"planned_bytes", m.planned_bytes}, {"notes", plan.notes}};
     json& aj = j["allocations"] = json::array();
     for (const PlannedAllocation& a : plan.allocations)
-        aj.push_back({{"name", a.name}, {"bytes", a.bytes}, {"per_process", a.per_process}});
+        aj.push_back({{"name", a.name}, {"bytes", a.bytes}, {"per_process", a.per_process}, {"transient", a.transient}});
     json& kj = j["kinds"] = json::array();
     for (const KindTotal& k : m.kinds) kj.push_back({{"kind", memory_kind_name(k.kind)}, {"bytes", k.bytes}, {"tensors", k.tensors}});
     j["live_peak"] = {{"bytes", m.live_peak},
