@@ -636,7 +636,7 @@ TEST(GpuCheckTorchBaseline, TinyModelOnTheCpu) {
 
 // ---- gpu_bundle/ (make gpu_bundle): what a GPU machine gets. Its programs may load glibc's, the C++ runtime's,
 // OpenMP's and the CUDA toolkit's libraries only (the machine may have no MPI, NCCL or pcre2), and the whole
-// bundle is at most 40 MiB. Skipped where the bundle is not built (.ci/run builds it before make test).
+// bundle is at most 48 MiB. Skipped where the bundle is not built (.ci/run builds it before make test).
 
 namespace {
 // The sonames in `ldd` output that a bundle program may not need ("=> not found" ones included).
@@ -704,7 +704,7 @@ TEST(GpuBundle, LibraryCheckNamesWhatAGpuMachineMayLack) {
     EXPECT_TRUE(disallowed_libraries("\tstatically linked\n").empty());
 }
 
-TEST(GpuBundle, EveryProgramLoadsOnlyAllowedLibrariesWithin40MiB) {
+TEST(GpuBundle, EveryProgramLoadsOnlyAllowedLibrariesWithin48MiB) {
     REQUIRE_BUNDLE();
     std::vector<std::string> expected = {"train_gpt2cu", "infer_gpt2cu", "profile_gpt2cu", "train_gpt2", "infer_gpt2",
                                          "gpu_tests"};
@@ -724,7 +724,7 @@ TEST(GpuBundle, EveryProgramLoadsOnlyAllowedLibrariesWithin40MiB) {
     EXPECT_EQ(programs, expected.size());
     long bytes = std::stol("0" + run("du -sb " + BUNDLE + " | cut -f1").output);
     EXPECT_GT(bytes, 0);
-    EXPECT_LE(bytes, 40L << 20) << "gpu_bundle/ is " << bytes << " bytes; the limit is 40 MiB";
+    EXPECT_LE(bytes, 48L << 20) << "gpu_bundle/ is " << bytes << " bytes; the limit is 48 MiB";
 }
 
 TEST(GpuBundle, Sm90CodeAndPtxDataAndTheCpuReference) {
