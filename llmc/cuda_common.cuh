@@ -58,6 +58,17 @@ inline int cuda_device_count() {
     return n;
 }
 
+// The device memory --memory-plan checks a plan against: `given` (--device-memory) when not 0, else the present
+// GPU's free memory, else 0 (unknown: no GPU here). *source says which.
+inline size_t device_memory_to_plan(size_t given, std::string* source) {
+    if (given) return *source = "--device-memory", given;
+    if (cuda_device_count() == 0) return 0;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    *source = "free on this GPU";
+    return free_b;
+}
+
 /*
  * The GPU programs' first check, before anything prints or touches the device: a usable GPU (one at all, sm_80 or
  * newer for bf16 tensor cores), else one line naming the program and, where there is one, what runs on the CPU.
