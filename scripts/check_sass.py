@@ -11,8 +11,9 @@ dK/dV and dQ kernels:
   - its SASS (cuobjdump -sass) has ldmatrix (LDSM), cp.async (LDGSTS) and m16n8k16 tensor-core MMAs (HMMA.16816);
   - its SASS has no generic loads (LD.E: a pointer the compiler could not prove shared or global) and no
     local-memory traffic (LDL/STL).
-cuobjdump is looked for on PATH, in $CUDA_HOME/bin, then in the pip package nvidia-cuda-cuobjdump (which
-scripts/deps.sh installs where the toolkit lacks it).
+cuobjdump is looked for on PATH, in $CUDA_HOME/bin, then in the pip package nvidia-cuda-cuobjdump; it runs nvdisasm,
+which it finds beside itself (pip package nvidia-cuda-nvdisasm). scripts/deps.sh installs both where the toolkit
+lacks them.
 """
 import glob
 import importlib.util
@@ -115,7 +116,8 @@ def main():
                      "nvidia-cuda-cuobjdump`; scripts/deps.sh installs it)")
         run = subprocess.run([tool, "-sass", obj], capture_output=True, text=True)
         if run.returncode != 0:
-            sys.exit(f"check_sass.py: {tool} -sass {obj} failed: {run.stderr.strip()}")
+            hint = " (`pip install nvidia-cuda-nvdisasm`; scripts/deps.sh installs it)" if "nvdisasm" in run.stderr else ""
+            sys.exit(f"check_sass.py: {tool} -sass {obj} failed: {run.stderr.strip()}{hint}")
         sass = run.stdout
     with open(report_path, encoding="utf-8") as f:
         report = f.read()

@@ -75,15 +75,17 @@ if [ -n "$py_need" ]; then
 fi
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-    # cuobjdump reads the attention kernels' SASS (make sass_check, part of make test); some toolkit installs
-    # lack it, and NVIDIA publishes it alone on PyPI.
+    # cuobjdump reads the attention kernels' SASS (make sass_check, part of make test) and runs nvdisasm, found
+    # beside it; some toolkit installs lack them, and NVIDIA publishes each alone on PyPI (into one bin directory).
     if [ -x .venv/bin/python3 ]; then py=.venv/bin/python3; else py=python3; fi
     cuda_bin="${CUDA_HOME:-/usr/local/cuda}/bin"
-    if ! command -v cuobjdump >/dev/null 2>&1 && [ ! -x "$cuda_bin/cuobjdump" ] &&
-        ! "$py" -c 'import glob, nvidia, sys; sys.exit(not any(glob.glob(p + "/*/bin/cuobjdump") for p in nvidia.__path__))' 2>/dev/null; then
-        echo "deps: pip installing nvidia-cuda-cuobjdump (cuobjdump, for make sass_check)"
-        "$py" -m pip install --quiet --root-user-action=ignore nvidia-cuda-cuobjdump
-    fi
+    for tool in cuobjdump nvdisasm; do
+        if ! command -v "$tool" >/dev/null 2>&1 && [ ! -x "$cuda_bin/$tool" ] &&
+            ! "$py" -c 'import glob, nvidia, sys; sys.exit(not any(glob.glob(p + "/*/bin/" + sys.argv[1]) for p in nvidia.__path__))' "$tool" 2>/dev/null; then
+            echo "deps: pip installing nvidia-cuda-$tool ($tool, for make sass_check)"
+            "$py" -m pip install --quiet --root-user-action=ignore "nvidia-cuda-$tool"
+        fi
+    done
 else
     echo "deps: no nvcc (CUDA toolkit): the GPU programs will not be built (the emulated GPU tests still are)"
 fi
