@@ -73,6 +73,20 @@ inline void require_gpu(const char* program, const char* cpu_alternative = nullp
                               program));
 }
 
+// The device memory --memory-plan fits its plan in: --device-memory's bytes when given (flag_bytes > 0), else the
+// present GPU's free memory, else 0 (no GPU); `source` says which ("--device-memory", "free on this GPU").
+inline size_t memory_to_plan_for(size_t flag_bytes, std::string& source) {
+    if (flag_bytes) {
+        source = "--device-memory";
+        return flag_bytes;
+    }
+    if (cuda_device_count() == 0) return 0;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    source = "free on this GPU";
+    return free_b;
+}
+
 inline __host__ __device__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 inline __host__ __device__ size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 // Device buffers are carved at 256-byte boundaries (what cuBLASLt's algorithms assume by default).

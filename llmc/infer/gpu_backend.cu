@@ -85,13 +85,7 @@ int print_gpu_memory_plan(const InferOptions& opt) {
     printf("%s", prof::format_memory_report(plan, prof::analyze_memory(plan)).c_str());
     prof::FitAnswer fit;
     fit.largest_what = strprintf("number of sequences at %d tokens each", max_len);
-    if (opt.device_memory) {
-        fit.device_bytes = opt.device_memory, fit.source = "--device-memory";
-    } else if (cuda_device_count() > 0) {
-        size_t free_b = 0, total_b = 0;
-        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-        fit.device_bytes = free_b, fit.source = "free on this GPU";
-    }
+    fit.device_bytes = memory_to_plan_for(opt.device_memory, fit.source);
     if (fit.device_bytes) {
         fit.budget = plan_decoder_memory(cfg, B, longest, max_len, fit.device_bytes).budget();
         fit.largest = largest_decode_batch(cfg, longest, max_len, fit.budget);
