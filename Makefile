@@ -17,9 +17,9 @@
 #   make deps            installs the missing build and test dependencies (scripts/deps.sh; Debian or Ubuntu)
 #
 # Objects go to build/ with their header dependencies (-MMD -MP): touching a header rebuilds only what
-# includes it. The training loop and the profiler's analysis and writers are compiled once, into
-# build/libllmc_cli.a (the flag tables), build/libllmc_train.a and build/libllmc_profiler.a, and linked into
-# every program that uses them.
+# includes it. The training loop, the inference driver and the profiler's analysis and writers are compiled once,
+# into build/libllmc_cli.a (the flag tables), build/libllmc_train.a, build/libllmc_infer.a and
+# build/libllmc_profiler.a, and linked into every program that uses them.
 
 # Parallel by default (one job per CPU); an explicit -jN (or -j1) wins.
 ifeq ($(filter -j%,$(MAKEFLAGS))$(findstring j,$(firstword -$(MAKEFLAGS))),)
@@ -121,23 +121,28 @@ $(BUILD)/%.cu.o: %.cu
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 # ---- libraries: host code every program shares (utilities, the tokenizer, model and state files, the data
-# loader, the memory plan); the flag tables; the training loop; the
-# profiler's session, CPU source, analysis and writers ----
+# loader, the memory plan); the flag tables; the training loop; the inference driver; the profiler's session,
+# CPU source, analysis and writers ----
 HOST_OBJS := $(BUILD)/llmc/utils.o $(BUILD)/llmc/tokenizer.o $(BUILD)/llmc/checkpoint.o $(BUILD)/llmc/dataloader.o \
              $(BUILD)/llmc/memory_plan.o
 CLI_OBJS := $(BUILD)/llmc/flags.o $(BUILD)/llmc/cli.o $(BUILD)/llmc/infer_options.o
 TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/train/plan.o $(BUILD)/llmc/train/dist.o $(BUILD)/llmc/schedulers.o \
               $(if $(HAVE_MPI),$(BUILD)/llmc/train/dist_mpi.o)
+INFER_OBJS := $(BUILD)/llmc/infer/driver.o $(BUILD)/llmc/infer/inputs.o $(BUILD)/llmc/infer/results.o \
+              $(BUILD)/llmc/infer/profile.o
 PROFILER_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/profiler/*.cpp))
 HOST_LIB := $(BUILD)/libllmc_host.a
 CLI_LIB := $(BUILD)/libllmc_cli.a
 TRAIN_LIB := $(BUILD)/libllmc_train.a
+INFER_LIB := $(BUILD)/libllmc_infer.a
 PROFILER_LIB := $(BUILD)/libllmc_profiler.a
 $(HOST_LIB): $(HOST_OBJS)
 	$(AR) rcs $@ $^
 $(CLI_LIB): $(CLI_OBJS)
 	$(AR) rcs $@ $^
 $(TRAIN_LIB): $(TRAIN_OBJS)
+	$(AR) rcs $@ $^
+$(INFER_LIB): $(INFER_OBJS)
 	$(AR) rcs $@ $^
 $(PROFILER_LIB): $(PROFILER_OBJS)
 	$(AR) rcs $@ $^
@@ -147,7 +152,7 @@ LIBS := $(TRAIN_LIB) $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
 $(BIN)train_gpt2: $(BUILD)/train_gpt2.o $(BUILD)/llmc/train/cpu_backend.o $(LIBS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE) $(MPI_LIBS)
 
-$(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
+$(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(BUILD)/llmc/infer/cpu_backend.o $(INFER_LIB) $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
 $(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o $(HOST_LIB)
@@ -159,7 +164,7 @@ $(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(BUILD)/llmc/train/gpu_backend.cu.
 $(BIN)profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) -lgomp
 
-$(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
+$(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(BUILD)/llmc/infer/gpu_backend.cu.o $(INFER_LIB) $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
 
 # The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
@@ -184,10 +189,10 @@ ifneq ($(HAVE_NVCC),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
 $(BUILD)/test/test_counters.o: override CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
 GPU_TEST_OBJS := $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard test/gpu/test_*.cu))
-$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS) $(LIBS)
+$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS) $(INFER_LIB) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) $(MPI_LIBS) -lgomp -lpthread
 else
-$(BUILD)/run_tests: $(TEST_OBJS) $(LIBS)
+$(BUILD)/run_tests: $(TEST_OBJS) $(INFER_LIB) $(LIBS)
 	@echo "note: nvcc not found; building the CPU tests only"
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(MPI_LIBS) -lpthread
 endif

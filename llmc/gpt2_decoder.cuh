@@ -230,7 +230,7 @@ public:
         if (B < 1 || longest < 1 || max_len < longest || max_len > c.max_seq_len)
             throw Error(strprintf("decoder: bad shape B=%d longest=%d max_len=%d (maxT=%d)", B, longest, max_len,
                                   c.max_seq_len));
-        if (B > kMaxDecodeRows) // infer.h's kMaxInferBatch is the same limit
+        if (B > kMaxDecodeRows) // llmc/infer_options.h's kMaxInferBatch is the same limit
             throw Error(strprintf("-b %d: the GPU decoder runs at most %d sequences", B, kMaxDecodeRows));
         size_t free_bytes = 0, total = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));

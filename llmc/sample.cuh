@@ -1,6 +1,7 @@
 /*
  * Token choice on the GPU for infer_gpt2cu: one block per logits row reads the row and writes the chosen id of
- * the row's sequence, so only the ids cross to the host per step. Same rule as the CPU's pick_token (llmc/infer.h):
+ * the row's sequence, so only the ids cross to the host per step. Same rule as the CPU's pick_token
+ * (llmc/infer/pick_token.h):
  *
  *   a logit that is not finite (NaN, inf) among the row's V: kNotFinite (-1), which the programs stop on;
  *   temperature 0: the argmax, the lowest id among equal maxima;

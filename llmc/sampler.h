@@ -14,8 +14,8 @@
 namespace llmc {
 
 // The id given for a row of logits that is not all finite (a model with NaN or infinite weights, or one that
-// diverged), by the inference programs' pick_token (llmc/infer.h) and the GPU's sample_tokens (llmc/sample.cuh):
-// the programs stop on it (check_token) instead of printing tokens drawn from nothing.
+// diverged), by the CPU's pick_token (llmc/infer/pick_token.h) and the GPU's sample_tokens (llmc/sample.cuh):
+// the inference driver (llmc/infer/driver.cpp) stops on it instead of printing tokens drawn from nothing.
 constexpr int kNotFinite = -1;
 
 struct SamplerConfig {

@@ -1,5 +1,5 @@
 // CPU inference: the KV-cache decoder (llmc/cpu/gpt2_decoder.h) against the training forward's full
-// recomputation, ragged batches against each sequence alone, the host plumbing of llmc/infer.h, and infer_gpt2
+// recomputation, ragged batches against each sequence alone, the host plumbing of llmc/infer/, and infer_gpt2
 // as a user runs it.
 #include <gtest/gtest.h>
 
@@ -11,8 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "llmc/checkpoint.h"
 #include "llmc/cpu/gpt2_decoder.h"
-#include "llmc/infer.h"
+#include "llmc/infer/pick_token.h"
+#include "llmc/infer/profile.h"
+#include "llmc/infer/results.h"
 #include "llmc/profiler/findings.h"
 #include "llmc/profiler/report.h"
 #include "test/infer_profile_check.h"

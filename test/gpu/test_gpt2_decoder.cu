@@ -25,7 +25,7 @@
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2_decoder.cuh"
 #include "llmc/gpt2_init.h"
-#include "llmc/infer.h"
+#include "llmc/infer/pick_token.h"
 #include "llmc/nvtx.h"
 #include "test/gpu/gpu_test_util.cuh"
 
