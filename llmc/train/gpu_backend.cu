@@ -244,8 +244,7 @@ private:
 /*
  * Data parallelism over NCCL (doc/distributed.md): one GPU per rank, chosen by local rank; each layer's gradients
  * are all-reduced on a stream of their own as soon as backward has finished them, or with -z 1 (ZeRO-1)
- * reduce-scattered after backward, each rank updating its shard and all-gathering the parameters. None of this
- * has run on GPUs.
+ * reduce-scattered after backward, each rank updating its shard and all-gathering the parameters.
  */
 std::unique_ptr<TrainBackend> make_gpu_backend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm) {
     if (comm.world() > 1) {
