@@ -161,8 +161,8 @@ $(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o $(HOST_LIB)
 $(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(BUILD)/llmc/train/gpu_backend.cu.o $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
-$(BIN)profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(LIBS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) -lgomp
+$(BIN)profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(BUILD)/llmc/train/gpu_backend.cu.o $(LIBS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
 $(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(BUILD)/llmc/infer/gpu_backend.cu.o $(INFER_LIB) $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp

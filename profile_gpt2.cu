@@ -1,16 +1,17 @@
 /*
  * profile_gpt2cu: a few GPT-2 training steps on the GPU, fully traced in-process with CUPTI, turned into a
  * profile directory (summary.txt, kernels.csv, subblocks.csv, steps.csv, api.csv, roofline.csv, trace.json,
- * profile.json; see doc/profiling.md). The steps are train_gpt2cu's: forward, backward, global norm and
- * AdamW, on random token ids unless -i gives data. Warmup steps run untraced first (cuBLASLt heuristics,
- * lazy module loading), then each traced step is flushed after its loss read, outside its timing.
+ * profile.json; see doc/profiling.md). The steps are train_gpt2cu's: its GPU backend and the training driver's
+ * step loop (llmc/train/gpu_backend.h, llmc/train/loop.h) run forward, backward, global norm and AdamW, on random
+ * token ids unless -i gives data. Warmup steps run untraced first (cuBLASLt heuristics, lazy module loading),
+ * then each traced step is flushed after its loss read, outside its timing. What is this program's own: its
+ * flags, the random batches, the replay-sized run under ncu, the --counters step and the ceilings, measured at
+ * the end with the model freed.
  *
  *   make profile_gpt2cu && ./profile_gpt2cu                 # GPT-2 124M, B=8, T=1024 -> profile/
  *   ncu --set full ./profile_gpt2cu                         # under ncu: 1 layer, 1 step (explicit flags win)
  *   nsys profile ./profile_gpt2cu                           # the steps as given, NVTX ranges per sub-block
  */
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -20,13 +21,15 @@
 #include "llmc/checkpoint.h"
 #include "llmc/cli.h"
 #include "llmc/dataloader.h"
-#include "llmc/gpt2.cuh"
-#include "llmc/gpt2_init.h"
-#include "llmc/optimizer.h"
+#include "llmc/memory_plan.h"
 #include "llmc/profiler/calibrate.cuh"
 #include "llmc/profiler/cupti_counters.cuh"
 #include "llmc/profiler/cupti_source.cuh"
 #include "llmc/rand.h"
+#include "llmc/train/dist.h"
+#include "llmc/train/gpu_backend.h"
+#include "llmc/train/loop.h"
+#include "llmc/train/plan.h"
 
 using namespace llmc;
 
@@ -90,35 +93,52 @@ Options parse_options(int argc, char** argv) {
     return o;
 }
 
-// Token ids for each step: the next batch of the -i shards, or fresh uniform ids from a seeded Rng (kernel
-// times do not depend on the values).
-class Batches {
+// Fresh uniform token ids for each step from a seeded Rng (kernel times do not depend on the values).
+class RandomBatches : public TokenBatches {
 public:
-    Batches(const std::string& data, int B, int T, int vocab_size) : vocab_(vocab_size) {
-        if (!data.empty()) loader_ = std::make_unique<DataLoader>(data, "train", B, T, vocab_size);
-        else tokens_.resize((size_t)B * T + 1);
-    }
-    void next() {
-        if (loader_) return loader_->next_batch();
+    RandomBatches(int B, int T, int vocab_size) : vocab_(vocab_size), tokens_((size_t)B * T + 1) {}
+    void next_batch() override {
         for (int& t : tokens_) t = (int)(rng_.next_u32() % vocab_);
     }
-    const int* inputs() const { return loader_ ? loader_->inputs() : tokens_.data(); }
-    const int* targets() const { return loader_ ? loader_->targets() : tokens_.data() + 1; }
+    const int* inputs() const override { return tokens_.data(); }
+    const int* targets() const override { return tokens_.data() + 1; }
 
 private:
     int vocab_;
-    std::unique_ptr<DataLoader> loader_;
     std::vector<int> tokens_;
     Rng rng_{1337};
 };
 
-// One step as train_gpt2cu runs it (GPT2GPU::train_step, no gradient accumulation).
-float train_step(GPT2GPU& m, Batches& data, int B, int T, int t) {
-    auto next = [&data] {
-        data.next();
-        return std::make_pair(data.inputs(), data.targets());
-    };
-    return m.train_step(next, B, T, 1, 3e-4f, AdamWConfig{}, t).first;
+// Token ids for each step: the next batch of the -i shards, or random ones.
+struct StepBatches {
+    StepBatches(const std::string& data, int B, int T, int vocab_size) {
+        if (data.empty()) {
+            batches = std::make_unique<RandomBatches>(B, T, vocab_size);
+            return;
+        }
+        loader = std::make_unique<DataLoader>(data, "train", B, T, vocab_size);
+        batches = std::make_unique<LoaderBatches>(*loader);
+    }
+    std::unique_ptr<DataLoader> loader;
+    std::unique_ptr<TokenBatches> batches;
+};
+
+// The run as the training driver's plan: the warmup and profiled steps at a constant learning rate of 3e-4 with
+// AdamW's defaults, one micro-batch each; no val loss, samples, checkpoints or log.
+RunPlan plan_profile_run(const Options& o, const GPT2Config& cfg) {
+    RunPlan p;
+    TrainOptions& t = p.opt;
+    t.model = o.model;
+    t.B = o.B, t.T = o.T;
+    t.total_batch = (long)o.B * o.T, t.grad_accum = 1;
+    t.lr = 3e-4f, t.schedule = Schedule::constant, t.warmup = 0;
+    t.adam = AdamWConfig{};
+    t.output_dir = "", t.val_every = 0, t.sample_every = 0, t.checkpoint_every = 0;
+    t.max_steps = o.warmup + o.steps;
+    p.source = o.model;
+    p.cfg = cfg;
+    p.max_steps = t.max_steps;
+    return p;
 }
 
 /*
@@ -224,6 +244,35 @@ prof::CounterReport count_last_step(const prof::ProfileRecords& records, bool wa
     return counters;
 }
 
+/*
+ * The run's profile session, handed to the backend: CUPTI over the steps after the warmup ones, the summary printed
+ * when it is written. At write time, --counters' step, then the ceilings, measured with the model freed (the GEMM
+ * and the copy need ~2.4 GiB) and untraced.
+ */
+void attach_profile_session(GpuTrainBackend& be, const Options& opt, const RunPlan& plan, const std::string& device,
+                            TokenBatches& batches) {
+    prof::ProfileContext pctx = prof::gpu_profile_context("profile_gpt2cu", plan.cfg, opt.B, opt.T, 1);
+    pctx.memory = be.memory_plan(); // what the model allocated
+    auto session = std::make_unique<prof::ProfileSession>(
+        prof::SessionOptions{opt.output, opt.warmup, opt.steps, opt.top, true, "-o"}, std::move(pctx),
+        std::make_unique<prof::CuptiEventSource>());
+    const float lr = plan.opt.lr;
+    const int counted_step = plan.max_steps + 1; // the AdamW step after the run's
+    session->before_report([&be, &batches, opt, device, lr, counted_step](const prof::ProfileRecords& records,
+                                                                         prof::ProfileContext& ctx) {
+        prof::CounterReport counters =
+            count_last_step(records, opt.counters, [&] { be.train_step(batches, 1, lr, counted_step); });
+        be.free_model();
+        // Under ncu the calibration kernels would be replayed too, and under nsys they would crowd the timeline.
+        ctx.ceilings = opt.calibrate && !under_cuda_tool() ? prof::measure_ceilings(true)
+                                                           : prof::spec_ceilings(device.c_str());
+        printf("ceilings: bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n", ctx.ceilings.bf16_tflops, ctx.ceilings.dram_gbps,
+               ctx.ceilings.source.c_str());
+        return counters;
+    });
+    be.set_profile_session(std::move(session));
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -251,61 +300,29 @@ int main(int argc, char** argv) {
         // ---- model: dN (optionally with fewer layers) or a model file ----
         ModelSource src = load_model_source(opt.model, 1337, true, opt.layers);
         const GPT2Config cfg = src.cfg;
-        std::vector<float> weights = std::move(src.params);
         if (opt.T > cfg.max_seq_len)
             throw UsageError(
                 strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));
-        Batches data(opt.data, opt.B, opt.T, cfg.vocab_size);
-
-        auto model = std::make_unique<GPT2GPU>(cfg, opt.B, opt.T);
-        model->set_parameters(weights.data());
-        weights = std::vector<float>();
+        StepBatches data(opt.data, opt.B, opt.T, cfg.vocab_size);
+        RunPlan plan = plan_profile_run(opt, cfg);
+        const std::unique_ptr<Communicator> comm = single_process_communicator();
+        std::unique_ptr<GpuTrainBackend> be = make_gpu_train_backend(cfg, plan.opt, *comm);
+        be->load_weights(src.params);
+        src.params = std::vector<float>();
         printf("profile_gpt2cu: %s, L=%d NH=%d C=%d (%.1fM parameters), B=%d T=%d, %d warmup + %d profiled steps\n",
                prop.name, cfg.num_layers, cfg.num_heads, cfg.channels, num_parameters(cfg) / 1e6, opt.B, opt.T,
                opt.warmup, opt.steps);
 
-        int t = 0; // AdamW step
-        prof::ProfileContext pctx = prof::gpu_profile_context("profile_gpt2cu", cfg, opt.B, opt.T, 1);
-        pctx.memory = model->memory.plan; // what the model allocated
-        prof::ProfileSession session({opt.output, opt.warmup, opt.steps, opt.top, true, "-o"}, std::move(pctx),
-                                     std::make_unique<prof::CuptiEventSource>());
-        session.before_report([&](const prof::ProfileRecords& records, prof::ProfileContext& ctx) {
-            prof::CounterReport counters = count_last_step(records, opt.counters, [&] {
-                train_step(*model, data, opt.B, opt.T, ++t);
-            });
-            // The ceilings are measured with the model freed (the GEMM and the copy need ~2.4 GiB) and untraced.
-            model.reset();
-            // Under ncu the calibration kernels would be replayed too, and under nsys they would crowd the timeline.
-            ctx.ceilings =
-                opt.calibrate && !under_cuda_tool() ? prof::measure_ceilings(true) : prof::spec_ceilings(prop.name);
-            printf("ceilings: bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n", ctx.ceilings.bf16_tflops,
-                   ctx.ceilings.dram_gbps, ctx.ceilings.source.c_str());
-            return counters;
-        });
+        attach_profile_session(*be, opt, plan, prop.name, *data.batches);
         if (attached_cuda_tool() == CudaTool::nsys)
             printf("profile_gpt2cu: under nsys: the steps as given, with their NVTX ranges; in-process CUPTI off\n");
         // Warmup steps run untraced (the session arms the collector after the last of them), then the traced ones.
-        const long tokens = (long)opt.B * opt.T;
-        const int total = opt.warmup + opt.steps;
-        bool written = false;
-        for (int i = 0; i < total; i++) {
-            session.begin_step(i);
-            // The step's own time: the session's power readings at its edges (NVML calls) stay outside it.
-            auto t0 = std::chrono::steady_clock::now();
-            float loss = train_step(*model, data, opt.B, opt.T, ++t);
-            double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            session.end_step(tokens);
-            // Numbered as the profile numbers them: the warmup steps first.
-            printf("step %d/%d%s | loss %.6f | %.2f ms | %.0f tok/s\n", i + 1, total,
-                   i < opt.warmup ? " (warmup, untraced)" : "", loss, ms, tokens / (ms / 1e3));
-            written = session.step_done(i + 1 == total);
-        }
-        if (!written) {
+        run_steps("profile_gpt2cu", plan, *be, *comm, *data.batches);
+        if (!be->profile_session()->written()) {
             printf("profiler: no in-process profile written%s\n",
                    under_cuda_tool() ? " (the attached tool has the trace)" : "");
             return 0;
         }
-        session.throw_if_not_written();
         printf("profile written to %s/ (summary.txt, kernels.csv, subblocks.csv, steps.csv, api.csv, roofline.csv, "
                "trace.json, profile.json)\n",
                opt.output.c_str());

@@ -104,6 +104,7 @@ bool ProfileSession::step_done(bool last_step) {
 }
 
 void ProfileSession::print_outcome() const {
+    if (opt_.print_summary) return;
     printf("%s", outcome_.c_str());
     fflush(stdout);
 }
@@ -129,6 +130,7 @@ void ProfileSession::write() {
         return;
     }
     outcome_ = format_outcome(report, opt_.dir);
+    written_ = true;
     written_avg_w_ = report.power.avg_w, written_j_per_token_ = report.power.joules_per_token;
     std::string dropped = records.dropped_records ? strprintf(" (%llu CUPTI records dropped: incomplete)",
                                                              (unsigned long long)records.dropped_records)

@@ -78,8 +78,9 @@ public:
     // After the step has been timed and printed. Returns true when this call wrote the profile.
     bool step_done(bool last_step);
     // At the end of the run: where the summary is and the top findings (format_outcome); nothing when no
-    // profile was written.
+    // profile was written, or when the whole summary was printed as it was written (print_summary).
     void print_outcome() const;
+    bool written() const { return written_; } // the profile directory was written
 
     // Runs at write time after the records are taken, before the report is built: may finish the context
     // (profile_gpt2cu measures its ceilings there, with the model freed) and returns hardware counters.
@@ -114,6 +115,7 @@ private:
     std::string outcome_;  // print_outcome's lines, kept from write()
     double written_avg_w_ = NAN, written_j_per_token_ = NAN;
     std::string write_error_;
+    bool written_ = false;
 };
 
 // The profile directory checked before a run's work, nothing created (check_output_dir): Error naming `flag` when

@@ -72,7 +72,7 @@ public:
         return {LinkKind::shared_memory, profile_ ? profile_->context().ceilings.dram_gbps / 2 : 0.0};
     }
 
-    StepStats train_step(DataLoader& train, int grad_accum, float lr, int t) override {
+    StepStats train_step(TokenBatches& train, int grad_accum, float lr, int t) override {
         model_.timings = &timings_;
         model_.zero_grad();
         // Each micro-batch of every rank weighs 1/(all of them): the ranks' gradients then sum to the mean.

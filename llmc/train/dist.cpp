@@ -53,9 +53,11 @@ std::unique_ptr<Communicator> make_communicator() {
         throw UsageError(strprintf("started as %d ranks, but this build has no MPI: data-parallel runs need "
                                    "libopenmpi-dev at build time (doc/distributed.md); run one process instead", n));
     }
-    return std::make_unique<SingleProcess>();
+    return single_process_communicator();
 #endif
 }
+
+std::unique_ptr<Communicator> single_process_communicator() { return std::make_unique<SingleProcess>(); }
 
 void check_same_on_every_rank(Communicator& comm, uint64_t mine, const std::string& what) {
     uint64_t root = mine;

@@ -173,6 +173,9 @@ private:
  */
 std::unique_ptr<Communicator> make_communicator();
 
+// One process, whatever the build and the launcher: for a program that never runs data-parallel (profile_gpt2cu).
+std::unique_ptr<Communicator> single_process_communicator();
+
 /*
  * A value every rank must share (a hash of what it was started with, or found): compared with rank 0's, and
  * when any rank's differs, UsageError on every rank: "K of N ranks <what>" (rank 0 prints it, so `what` may

@@ -22,6 +22,10 @@
 
 namespace llmc {
 
+void LoaderBatches::next_batch() { loader_.next_batch(); }
+const int* LoaderBatches::inputs() const { return loader_.inputs(); }
+const int* LoaderBatches::targets() const { return loader_.targets(); }
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -99,8 +103,9 @@ struct Boundary {
  * 0: before training).
  */
 struct TrainRun {
-    TrainRun(RunPlan& plan, TrainBackend& be, Communicator& comm, Rng sample_rng)
-        : plan(plan), opt(plan.opt), be(be), comm(comm), profile(be.profile_session()), sample_rng(sample_rng),
+    TrainRun(RunPlan& plan, TrainBackend& be, Communicator& comm, TokenBatches& batches, Rng sample_rng)
+        : plan(plan), opt(plan.opt), be(be), comm(comm), batches(batches), profile(be.profile_session()),
+          sample_rng(sample_rng),
           log(plan.rank == 0 ? opt.output_dir : "", plan.resume_step),
           sched{opt.schedule, opt.lr, opt.warmup, opt.final_lr_frac, plan.max_steps},
           every{plan.has_val ? opt.val_every : 0, opt.sample_every, opt.checkpoint_every} {}
@@ -117,6 +122,7 @@ struct TrainRun {
     const TrainOptions& opt;
     TrainBackend& be;
     Communicator& comm;
+    TokenBatches& batches;         // what the steps train on
     prof::ProfileSession* profile; // with --profile
     Rng sample_rng;
     TrainLog log;
@@ -212,7 +218,7 @@ void TrainRun::train_step(int step) {
     const CommStats comm_before = plan.world > 1 ? be.comm_stats(comm) : CommStats{};
     // The step's own time: the profile session's readings at its edges (NVML power) stay outside it.
     auto t0 = Clock::now();
-    StepStats s = be.train_step(*plan.train, plan.grad_accum, lr, step + 1);
+    StepStats s = be.train_step(batches, plan.grad_accum, lr, step + 1);
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (plan.world > 1) step_comm += be.comm_stats(comm).since(comm_before);
     if (profile) profile->end_step((long)plan.grad_accum * opt.B * opt.T);
@@ -267,12 +273,18 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
     if (!opt.output_dir.empty() && plan.rank == 0) make_dirs(opt.output_dir);
     // ---- the model ----
     backend = make_backend(plan.cfg, plan.opt, *comm);
-    TrainRun run(plan, *backend, *comm, start_backend(*backend, plan, std::move(weights)));
+    LoaderBatches batches(*plan.train);
+    TrainRun run(plan, *backend, *comm, batches, start_backend(*backend, plan, std::move(weights)));
     print_banner(*backend, plan);
     return run.loop(program);
 }
 
 } // namespace
+
+void run_steps(const char* program, RunPlan& plan, TrainBackend& be, Communicator& comm, TokenBatches& batches) {
+    TrainRun run(plan, be, comm, batches, Rng(plan.opt.seed));
+    run.loop(program);
+}
 
 int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
                  BackendFactory make_backend) {

@@ -3,7 +3,8 @@
  * model file, or the latest checkpoint), data, the step loop with val loss, samples, checkpoints and
  * resume, the printed step line, and the profile session's step brackets (--profile). Compiled once
  * (loop.cpp; every check before the model is allocated is the run's plan, llmc/train/plan.h); what runs where
- * is the TrainBackend's business.
+ * is the TrainBackend's business. profile_gpt2cu plans and starts its own run and hands it to the same step
+ * loop (run_steps).
  */
 #pragma once
 #include <memory>
@@ -23,6 +24,27 @@ namespace prof {
 class ProfileSession;
 }
 
+// The token batches the steps train on, B*T positions each: the train DataLoader's (LoaderBatches), or what a
+// program hands run_steps (profile_gpt2cu's random token ids).
+class TokenBatches {
+public:
+    virtual ~TokenBatches() = default;
+    virtual void next_batch() = 0;
+    virtual const int* inputs() const = 0;
+    virtual const int* targets() const = 0;
+};
+
+class LoaderBatches : public TokenBatches {
+public:
+    explicit LoaderBatches(DataLoader& loader) : loader_(loader) {}
+    void next_batch() override;
+    const int* inputs() const override;
+    const int* targets() const override;
+
+private:
+    DataLoader& loader_;
+};
+
 struct StepStats {
     float loss;
     float grad_norm;
@@ -41,7 +63,7 @@ public:
     virtual void get_moments(std::vector<float>& m, std::vector<float>& v) = 0;
     virtual void set_moments(const std::vector<float>& m, const std::vector<float>& v) = 0;
     // grad_accum: this rank's micro-batches; t: 1-based AdamW step
-    virtual StepStats train_step(DataLoader& train, int grad_accum, float lr, int t) = 0;
+    virtual StepStats train_step(TokenBatches& train, int grad_accum, float lr, int t) = 0;
     virtual float val_loss(DataLoader& val, int batches, Progress& progress) = 0; // progress: ticked per batch
     virtual std::vector<float> next_token_probs(const std::vector<int>& ids) = 0; // softmax at the last position
     virtual const SubBlockTimes* timings() const { return nullptr; }  // per-sub-block wall time, or null
@@ -65,5 +87,15 @@ using BackendFactory = std::unique_ptr<TrainBackend> (*)(const GPT2Config&, cons
 // The whole run of a trainer: returns the exit code (errors are thrown, for main_guard).
 int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
                  BackendFactory make_backend);
+
+struct RunPlan;
+
+/*
+ * The step loop of a run its program has planned and started itself (profile_gpt2cu): steps 1..plan.max_steps of
+ * `be`, already holding its weights, on `batches` (plan.train is not read), each bracketed by the backend's
+ * profile session and printed as run_training prints it; then the session's outcome. plan.opt's val loss, samples
+ * and checkpoints should be off (-v 0 -s 0 -n 0, no -o) and plan.world 1. Errors are thrown, for main_guard.
+ */
+void run_steps(const char* program, RunPlan& plan, TrainBackend& be, Communicator& comm, TokenBatches& batches);
 
 } // namespace llmc
