@@ -323,9 +323,9 @@ int main(int argc, char** argv) {
                    under_cuda_tool() ? " (the attached tool has the trace)" : "");
             return 0;
         }
-        printf("profile written to %s/ (summary.txt, kernels.csv, subblocks.csv, steps.csv, api.csv, roofline.csv, "
-               "trace.json, profile.json)\n",
-               opt.output.c_str());
+        std::string files;
+        for (const std::string& f : be->profile_session()->written_files()) files += (files.empty() ? "" : ", ") + f;
+        printf("profile written to %s/ (%s)\n", opt.output.c_str(), files.c_str());
         return 0;
     });
 }

@@ -343,33 +343,6 @@ def torch_ratios(ours, theirs):
 
 # ---------------------------------------------------------------- profile_gpt2cu
 
-def parse_measured_table(lines):
-    """The "Measured vs analytic" rows of the summary (llmc/profiler/counter_records.h), keyed by its header."""
-    header, rows = None, []
-    for line in lines:
-        t = line.split()
-        if not t:
-            break
-        if header is None:
-            if t[0] == "subblock":
-                header = t
-            continue
-        if t[0].startswith("_an:") or t[0] in ("2·ffma,", "note:"):
-            break
-        if len(t) > 2 and re.fullmatch(r"\d+", t[1]):  # the total row and "(none)" rows have no phase
-            t.insert(1, "")
-        if len(t) == len(header) - 1:  # no bound
-            t.append("")
-        if len(t) != len(header):
-            continue
-        row = dict(zip(header, t))
-        for k in header:
-            if k not in ("subblock", "phase", "bound"):
-                row[k] = fnum(row[k]) if row[k] != "-" else None
-        rows.append(row)
-    return rows
-
-
 # What profile_gpt2cu's output says beyond its profile directory: (pattern, conversion).
 PROFILE_LOG_FIELDS = {
     "config": (r"^profile_gpt2cu: (.*)$", str),
@@ -380,11 +353,12 @@ PROFILE_LOG_FIELDS = {
 }
 # The numbers read from the profile directory's profile.json (llmc/profiler/writers.cpp), None without it.
 PROFILE_JSON_FIELDS = ("tok_s", "ms_per_step", "gpu_ms_per_step", "mfu", "peak_mem_gib", "kernels", "dropped",
-                       "cupti_overhead_ms", "top_kernel", "findings")
+                       "cupti_overhead_ms", "top_kernel", "findings", "measured")
 
 
 def profile_json_numbers(path):
-    """Throughput, records, the top kernel and the findings' rules of a profile.json; None when it is missing."""
+    """Throughput, records, the top kernel, the findings' rules and the "Measured vs analytic" rows (counters
+    "subblocks", --counters only) of a profile.json; None when it is missing."""
     try:
         with open(path, encoding="utf-8") as f:
             j = json.load(f)
@@ -399,13 +373,13 @@ def profile_json_numbers(path):
             "peak_mem_gib": round(j["context"]["peak_memory_bytes"] / 2**30, 2), "kernels": rec["kernels"],
             "dropped": rec["dropped"], "cupti_overhead_ms": rec["cupti_overhead_ms"],
             "top_kernel": kernel_key(top).split("::")[-1] if top else None,
-            "findings": [f["rule"] for f in j["findings"]]}
+            "findings": [f["rule"] for f in j["findings"]],
+            "measured": (j.get("counters") or {}).get("subblocks", [])}
 
 
 def parse_profile(text, report_dir=None):
     """profile_gpt2cu's log and the profile.json it wrote: the directory of its "profile written to" line, looked for
-    in report_dir (gpu_check.sh writes it there; the log names the path on the machine that ran it). The "Measured
-    vs analytic" rows come from the log, which prints them (profile.json has the counters' totals only)."""
+    in report_dir (gpu_check.sh writes it there; the log names the path on the machine that ran it)."""
     lines = text.splitlines()
     r = {"steps": [], "no_profile": False, "measured": [], "gemm_hw_over_analytic": None, "worst_gemm_row": None,
          "errors": [], "profile_json": None}
@@ -419,21 +393,21 @@ def parse_profile(text, report_dir=None):
         r["profile_json"] = path if numbers else None
     r.update(numbers or {k: None for k in PROFILE_JSON_FIELDS})
     r["findings"] = r["findings"] or []
-    for m in re.finditer(r"^step (\d+)/\d+ \| loss (\S+) \| (\S+) ms \| (\d+) tok/s$", text, re.M):
-        r["steps"].append({"step": int(m[1]), "loss": float(m[2]), "ms": float(m[3]), "tok_s": int(m[4])})
+    r["measured"] = r["measured"] or []
+    for m in map(STEP_RE.match, lines):  # the training driver's step lines, warmup steps first
+        if m:
+            r["steps"].append({"step": int(m[1]), "loss": float(m[3]), "ms": float(m[6]), "tok_s": int(m[7])})
     r["no_profile"] = "profiler: no in-process profile written" in text
-    for i, line in enumerate(lines):
-        if line.startswith("== Measured vs analytic"):
-            r["measured"] = parse_measured_table(lines[i + 1:])
+    for line in lines:
         if line.startswith("error") or "CUDA error" in line:
             r["errors"].append(line.strip())
     total = next((x for x in r["measured"] if x["subblock"] == "total"), None)
-    if total and total.get("gemm_an") and total.get("tensor_hw") is not None:
-        r["gemm_hw_over_analytic"] = round(total["tensor_hw"] / total["gemm_an"], 4)
+    if total and total.get("gemm_flops_analytic") and total.get("tensor_flops_counted") is not None:
+        r["gemm_hw_over_analytic"] = round(total["tensor_flops_counted"] / total["gemm_flops_analytic"], 4)
     worst = None
     for x in r["measured"]:
-        if x["subblock"] != "total" and x.get("gemm_an") and x.get("tensor_hw") is not None:
-            ratio = x["tensor_hw"] / x["gemm_an"]
+        if x["subblock"] != "total" and x.get("gemm_flops_analytic") and x.get("tensor_flops_counted") is not None:
+            ratio = x["tensor_flops_counted"] / x["gemm_flops_analytic"]
             if worst is None or abs(ratio - 1) > abs(worst[1] - 1):
                 worst = (f"{x['subblock']} {x['phase']}".strip(), ratio)
     if worst:

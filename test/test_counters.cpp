@@ -1,6 +1,8 @@
 // Hardware counters without a GPU: CUPTI's host API on chip "GH100" (llmc/profiler/cupti_counters.cuh; built with the
 // CUDA toolkit only) and the join and aggregation of synthetic counter records (llmc/profiler/counter_records.h).
 #include <cmath>
+#include <iterator>
+#include <sstream>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -225,7 +227,34 @@ TEST(ProfilerCounters, MeasuredVsAnalyticTable) {
     size_t qkv = t.find("  qkv ");
     ASSERT_NE(qkv, std::string::npos) << t;
     std::string row = t.substr(qkv, t.find('\n', qkv) - qkv);
-    EXPECT_NE(row.find(gflop + std::string(12 - gflop.size(), ' ') + gflop), std::string::npos) << row;
+    // subblock phase kern ms gemm_an tensor_hw ...: the analytic and the counted GFLOP side by side.
+    std::istringstream cells(row);
+    std::vector<std::string> c{std::istream_iterator<std::string>(cells), {}};
+    ASSERT_GE(c.size(), 6u) << row;
+    EXPECT_EQ(c[4], gflop) << row;
+    EXPECT_EQ(c[5], gflop) << row;
+    // The same rows in counters.csv and profile.json, unscaled.
+    Report rep;
+    rep.counters = r;
+    rep.costs = costs;
+    rep.has_model = true;
+    const std::string csv = counters_csv(rep);
+    EXPECT_EQ(csv.substr(0, csv.find('\n')),
+              "subblock,phase,kernels,time_us,gemm_flops_analytic,tensor_flops_counted,elementwise_flops_analytic,"
+              "fp32_flops_counted,dram_bytes_analytic,dram_bytes_counted,l2_bytes_counted,tflops,intensity,"
+              "pct_of_roofline,bound");
+    const nlohmann::json j = nlohmann::json::parse(profile_json(rep));
+    const nlohmann::json& rows = j["counters"]["subblocks"];
+    ASSERT_EQ(rows.size(), r.subblocks.size() + 1) << rows; // and the total
+    EXPECT_EQ(rows.back()["subblock"], "total");
+    bool seen = false;
+    for (const auto& x : rows)
+        if (x["subblock"] == "qkv" && x["phase"] == "fwd") {
+            seen = true;
+            EXPECT_EQ(x["gemm_flops_analytic"].get<double>(), 2 * 2.0 * 512 * 768 * 2304);
+            EXPECT_EQ(x["tensor_flops_counted"].get<double>(), find_counter_row(r, (int)SubBlock::qkv, (int)Phase::fwd)->tensor_flops);
+        }
+    EXPECT_TRUE(seen) << rows;
     CounterReport none;
     none.note = "no permission to read GPU performance counters";
     EXPECT_NE(measured_vs_analytic(none, costs, true).find("counters: no permission"), std::string::npos);

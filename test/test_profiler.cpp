@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
 #include <map>
@@ -643,11 +644,21 @@ TEST(ProfilerWriters, ATrainingProfileRemovesAnInferenceProfilesTables) {
     ProfileRecords rec = two_steps();
     Report inference = with_inference_tables(build_report(rec, gpt2_124m_context()), Phase::prefill, DecodeBucket{});
     Report training = build_report(rec, gpt2_124m_context());
-    write_profile_dir(tmp.path, training, rec);
+    // The names it returns are the directory's files, whatever was there before.
+    auto files_in_dir = [&] {
+        std::set<std::string> names;
+        for (const auto& e : std::filesystem::directory_iterator(tmp.path)) names.insert(e.path().filename().string());
+        return names;
+    };
+    auto as_set = [](const std::vector<std::string>& v) { return std::set<std::string>(v.begin(), v.end()); };
+    std::vector<std::string> written = write_profile_dir(tmp.path, training, rec);
     ASSERT_TRUE(file_exists(tmp / "outside_steps.csv")); // a training profile's table
-    write_profile_dir(tmp.path, inference, rec);
+    EXPECT_EQ(as_set(written), files_in_dir());
+    EXPECT_EQ(written.size(), as_set(written).size());
+    written = write_profile_dir(tmp.path, inference, rec);
     for (const char* f : {"phases.csv", "decode_buckets.csv"}) ASSERT_TRUE(file_exists(tmp / f)) << f;
     EXPECT_FALSE(file_exists(tmp / "outside_steps.csv"));
+    EXPECT_EQ(as_set(written), files_in_dir());
     std::ofstream(tmp / "notes.txt") << "mine\n";
 
     write_profile_dir(tmp.path, training, rec);

@@ -64,36 +64,19 @@ const CounterRow* find_counter_row(const CounterReport& r, int subblock, int pha
     return nullptr;
 }
 
-std::string measured_vs_analytic(const CounterReport& r, const CostTable& costs, bool has_model) {
-    if (!r.collected) return r.note.empty() ? "" : "\n== Measured vs analytic ==\n  counters: " + r.note + "\n";
-    auto g = [](double v) { return std::isfinite(v) ? strprintf("%.3f", v) : std::string("-"); };
-    std::string s = "\n== Measured vs analytic (hardware counters of one extra step under kernel replay; GFLOP, MB) ==\n";
-    s += strprintf("  %-11s %-5s %5s %9s %11s %11s %10s %10s %9s %9s %9s %8s %8s %6s %s\n", "subblock", "phase",
-                   "kern", "ms", "gemm_an", "tensor_hw", "elem_an", "fp32_hw", "MB_an", "MB_dram", "MB_L2",
-                   "TFLOP/s", "FLOP/B", "%roof", "bound");
-    auto row = [&](const CounterRow& c, const std::string& sub, const std::string& phase, const OpCost* a) {
-        s += strprintf("  %-11s %-5s %5ld %9.3f %11s %11.3f %10s %10.3f %9s %9.1f %9.1f %8s %8s %6s %s\n",
-                       sub.c_str(), phase.c_str(), c.kernels, c.time_ns / 1e6, a ? g(a->gemm_flops / 1e9).c_str() : "-",
-                       c.tensor_flops / 1e9, a ? g(a->other_flops / 1e9).c_str() : "-", c.fp32_flops / 1e9,
-                       a ? g(a->bytes / 1e6).c_str() : "-", c.dram_bytes / 1e6, c.l2_bytes / 1e6,
-                       g(c.tflops()).c_str(), g(c.intensity()).c_str(),
-                       std::isfinite(c.pct_of_roofline()) ? strprintf("%.0f", c.pct_of_roofline()).c_str() : "-",
-                       c.bound());
-    };
+std::vector<MeasuredRow> measured_rows(const CounterReport& r, const CostTable& costs, bool has_model) {
+    std::vector<MeasuredRow> rows;
     OpCost total_cost;
     for (const CounterRow& c : r.subblocks) {
-        bool known = has_model && c.subblock >= 0 && c.subblock < NUM_SUBBLOCKS && c.phase >= 0 && c.phase < NUM_PHASES;
-        const OpCost* a = known ? &costs[c.subblock][c.phase] : nullptr;
-        if (a) total_cost += *a;
-        row(c, c.subblock >= 0 ? subblock_name((SubBlock)c.subblock) : "(none)",
-            c.phase >= 0 ? phase_name((Phase)c.phase) : "", a);
+        const bool known =
+            has_model && c.subblock >= 0 && c.subblock < NUM_SUBBLOCKS && c.phase >= 0 && c.phase < NUM_PHASES;
+        MeasuredRow m{c.subblock >= 0 ? subblock_name((SubBlock)c.subblock) : "(none)",
+                      c.phase >= 0 ? phase_name((Phase)c.phase) : "", c, known, {}};
+        if (known) total_cost += m.analytic = costs[c.subblock][c.phase];
+        rows.push_back(std::move(m));
     }
-    row(r.total, "total", "", has_model ? &total_cost : nullptr);
-    s += "  _an: analytic model; _hw: counters (tensor = sm__ops_path_tensor_src_bf16_dst_fp32, fp32 = fadd + fmul +\n"
-         "  2·ffma, MB_dram = read + write). Rates from summed counts; %roof = summed per-kernel floors / time.\n"
-         "  " + std::string(REPLAY_NOTE) + "\n";
-    if (!r.note.empty()) s += "  note: " + r.note + "\n";
-    return s;
+    rows.push_back({"total", "", r.total, has_model, total_cost});
+    return rows;
 }
 
 } // namespace llmc::prof

@@ -135,10 +135,17 @@ constexpr const char* REPLAY_NOTE = "replay figures: CUPTI ran each kernel alone
                                     "between passes, the L2 disturbed; times and bytes are not the traced steps'";
 
 /*
- * The summary's "Measured vs analytic" table, per step: for each sub-block the counted tensor FLOPs next to
- * the analytic GEMM FLOPs (equal for cuBLAS GEMMs: both are 2·M·N·K), the counted FP32 FLOPs next to the
- * analytic elementwise FLOPs (rough per-element counts), and the DRAM bytes next to the analytic minimum.
+ * A row of the "Measured vs analytic" table (summary.txt, counters.csv, profile.json "counters/subblocks"), per
+ * step: a sub-block's counted tensor FLOPs next to its analytic GEMM FLOPs (equal for cuBLAS GEMMs: both are
+ * 2·M·N·K), the counted FP32 FLOPs next to the analytic elementwise FLOPs (rough per-element counts), and the
+ * DRAM bytes next to the analytic minimum. The last row is the total ("total", no phase).
  */
-std::string measured_vs_analytic(const CounterReport& r, const CostTable& costs, bool has_model);
+struct MeasuredRow {
+    std::string subblock, phase; // "(none)" for kernels outside every sub-block
+    CounterRow hw;
+    bool has_analytic = false; // the model has a cost for this row
+    OpCost analytic;
+};
+std::vector<MeasuredRow> measured_rows(const CounterReport& r, const CostTable& costs, bool has_model);
 
 } // namespace llmc::prof

@@ -122,7 +122,7 @@ void ProfileSession::write() {
     report.counters = std::move(counters);
     if (opt_.print_summary) printf("%s", format_summary(report, opt_.summary_top).c_str());
     try {
-        write_profile_dir(opt_.dir, report, records, opt_.summary_top);
+        written_files_ = write_profile_dir(opt_.dir, report, records, opt_.summary_top);
     } catch (const std::exception& e) {
         // The run's own results (checkpoints, tokens) come first: it goes on, and ends with this error.
         write_error_ = e.what();
@@ -130,7 +130,6 @@ void ProfileSession::write() {
         return;
     }
     outcome_ = format_outcome(report, opt_.dir);
-    written_ = true;
     written_avg_w_ = report.power.avg_w, written_j_per_token_ = report.power.joules_per_token;
     std::string dropped = records.dropped_records ? strprintf(" (%llu CUPTI records dropped: incomplete)",
                                                              (unsigned long long)records.dropped_records)

@@ -80,7 +80,8 @@ public:
     // At the end of the run: where the summary is and the top findings (format_outcome); nothing when no
     // profile was written, or when the whole summary was printed as it was written (print_summary).
     void print_outcome() const;
-    bool written() const { return written_; } // the profile directory was written
+    bool written() const { return !written_files_.empty(); } // the profile directory was written
+    const std::vector<std::string>& written_files() const { return written_files_; } // their names, once written
 
     // Runs at write time after the records are taken, before the report is built: may finish the context
     // (profile_gpt2cu measures its ceilings there, with the model freed) and returns hardware counters.
@@ -115,7 +116,7 @@ private:
     std::string outcome_;  // print_outcome's lines, kept from write()
     double written_avg_w_ = NAN, written_j_per_token_ = NAN;
     std::string write_error_;
-    bool written_ = false;
+    std::vector<std::string> written_files_;
 };
 
 // The profile directory checked before a run's work, nothing created (check_output_dir): Error naming `flag` when

@@ -344,6 +344,41 @@ Columns<OutsideStepRecord> outside_step_columns() {
     };
 }
 
+// counters.csv, profile.json "counters" "subblocks" and summary.txt's "Measured vs analytic" (--counters): per
+// step, the counted figures of each sub-block next to the analytic model's, in GFLOP and MB in the summary.
+Columns<MeasuredRow> measured_columns() {
+    using M = MeasuredRow;
+    auto hw = [](double CounterRow::*f) { return [f](const M& m) -> Value { return m.hw.*f; }; };
+    auto an = [](double OpCost::*f) { return [f](const M& m) -> Value { return m.has_analytic ? m.analytic.*f : NAN; }; };
+    auto rate = [](double (CounterRow::*f)() const) { return [f](const M& m) -> Value { return (m.hw.*f)(); }; };
+    auto flops = [](const char* name, const char* heading) -> std::tuple<Shown, Shown, Shown> {
+        return {{name, "%.0f"}, {name}, {heading, "%.3f", 1, 1e9}};
+    };
+    auto bytes = [](const char* name, const char* heading, const char* fmt) -> std::tuple<Shown, Shown, Shown> {
+        return {{name, "%.0f"}, {name}, {heading, fmt, 1, 1e6}};
+    };
+    auto col = [](std::function<Value(const M&)> get, std::tuple<Shown, Shown, Shown> shown) -> Column<M> {
+        return {std::move(get), std::get<0>(shown), std::get<1>(shown), std::get<2>(shown)};
+    };
+    return {
+        {[](const M& m) -> Value { return m.subblock; }, {"subblock"}, {"subblock"}, {"subblock"}},
+        {[](const M& m) -> Value { return m.phase; }, {"phase"}, {"phase"}, {"phase", "", 1, 1, 'l'}},
+        {[](const M& m) -> Value { return (long long)m.hw.kernels; }, {"kernels"}, {"kernels"}, {"kern"}},
+        {hw(&CounterRow::time_ns), {"time_us", "%.3f", 1, 1e3}, {"time_us", "", 1, 1e3}, {"ms", "%.3f", 1, 1e6}},
+        col(an(&OpCost::gemm_flops), flops("gemm_flops_analytic", "gemm_an")),
+        col(hw(&CounterRow::tensor_flops), flops("tensor_flops_counted", "tensor_hw")),
+        col(an(&OpCost::other_flops), flops("elementwise_flops_analytic", "elem_an")),
+        col(hw(&CounterRow::fp32_flops), flops("fp32_flops_counted", "fp32_hw")),
+        col(an(&OpCost::bytes), bytes("dram_bytes_analytic", "MB_an", "%.3f")),
+        col(hw(&CounterRow::dram_bytes), bytes("dram_bytes_counted", "MB_dram", "%.1f")),
+        col(hw(&CounterRow::l2_bytes), bytes("l2_bytes_counted", "MB_L2", "%.1f")),
+        {rate(&CounterRow::tflops), {"tflops", RATE}, {"tflops"}, {"TFLOP/s", "%.3f"}},
+        {rate(&CounterRow::intensity), {"intensity", RATE}, {"intensity"}, {"FLOP/B", "%.3f"}},
+        {rate(&CounterRow::pct_of_roofline), {"pct_of_roofline", RATE}, {"pct_of_roofline"}, {"%roof", "%.0f"}},
+        {[](const M& m) -> Value { return std::string(m.hw.bound()); }, {"bound"}, {"bound"}, {"bound", "", 1, 1, 'l'}},
+    };
+}
+
 // Their time by kind: profile.json "outside_steps" "by_kind" and summary.txt.
 Columns<NamedTime> outside_kind_columns() {
     using N = NamedTime;
@@ -501,6 +536,7 @@ std::string summary_subblocks(const Report& r, const SummaryStyle& style) {
     return s;
 }
 
+
 // Inference: prefill against decode with their rooflines, the KV cache, and decode's cost by context length.
 std::string summary_inference(const Report& r, const SummaryStyle& style) {
     const InferenceShape& in = r.context.inference;
@@ -603,6 +639,21 @@ std::string summary_findings(const Report& r) {
 }
 
 } // namespace
+
+std::string measured_vs_analytic(const CounterReport& r, const CostTable& costs, bool has_model) {
+    if (!r.collected) return r.note.empty() ? "" : "\n== Measured vs analytic ==\n  counters: " + r.note + "\n";
+    std::string s = "\n== Measured vs analytic (hardware counters of one extra step under kernel replay; GFLOP, MB) ==\n";
+    s += text_table(measured_columns(), measured_rows(r, costs, has_model));
+    s += "  _an: analytic model; _hw: counters (tensor = sm__ops_path_tensor_src_bf16_dst_fp32, fp32 = fadd + fmul +\n"
+         "  2·ffma, MB_dram = read + write). Rates from summed counts; %roof = summed per-kernel floors / time.\n"
+         "  " + std::string(REPLAY_NOTE) + "\n";
+    if (!r.note.empty()) s += "  note: " + r.note + "\n";
+    return s;
+}
+
+std::string counters_csv(const Report& r) {
+    return csv_table(measured_columns(), measured_rows(r.counters, r.costs, r.has_model));
+}
 
 std::string format_summary(const Report& r, int top_n) {
     const SummaryStyle st(r);
@@ -1026,11 +1077,14 @@ void add_tables_json(json& j, const Report& r) {
     j["sync_pct_of_cpu_time"] = r.sync_pct;
 }
 
-json counters_json(const CounterReport& hw) {
+json counters_json(const Report& r) {
+    const CounterReport& hw = r.counters;
     return {{"collected", hw.collected}, {"method", REPLAY_NOTE}, {"note", hw.note},
             {"tensor_flops_per_op", hw.tensor_flops_per_op}, {"kernels", hw.kernels.size()},
             {"replay_time_us", hw.total.time_ns / 1e3}, {"replay_flops", hw.total.flops()},
-            {"replay_dram_bytes", hw.total.dram_bytes}};
+            {"replay_dram_bytes", hw.total.dram_bytes},
+            {"subblocks", hw.collected ? json_array(measured_columns(), measured_rows(hw, r.costs, r.has_model))
+                                       : json::array()}};
 }
 
 json power_json(const PowerSummary& p) {
@@ -1091,7 +1145,7 @@ std::string profile_json(const Report& r) {
     add_totals_json(j, r);
     add_tables_json(j, r);
     const CounterReport& hw = r.counters;
-    if (hw.collected || !hw.note.empty()) j["counters"] = counters_json(hw);
+    if (hw.collected || !hw.note.empty()) j["counters"] = counters_json(r);
     j["power"] = power_json(r.power);
     if (!r.phases.empty()) j["inference"] = inference_json(r);
     j["gemm_algorithms"] = gemm_algorithms_json(r.context.gemm_algorithms);
@@ -1100,38 +1154,47 @@ std::string profile_json(const Report& r) {
     return j.dump(1) + "\n";
 }
 
-void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec, int top_n) {
+std::vector<std::string> write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec,
+                                           int top_n) {
     make_dirs(dir);
-    write_file(dir + "/summary.txt", format_summary(r, top_n));
-    write_file(dir + "/kernels.csv", kernels_csv(r));
-    write_file(dir + "/subblocks.csv", subblocks_csv(r));
-    write_file(dir + "/steps.csv", steps_csv(r));
-    write_file(dir + "/api.csv", api_csv(r));
-    write_file(dir + "/roofline.csv", roofline_csv(r));
-    // The tables of one kind of profile; the other kind removes files of their names, so that a directory that held
-    // another profile keeps none of its files (every other file is rewritten; files of other names stay).
+    std::vector<std::string> written;
+    auto write = [&](const char* name, const std::string& text) {
+        write_file(dir + "/" + name, text);
+        written.push_back(name);
+    };
+    write("summary.txt", format_summary(r, top_n));
+    write("kernels.csv", kernels_csv(r));
+    write("subblocks.csv", subblocks_csv(r));
+    write("steps.csv", steps_csv(r));
+    write("api.csv", api_csv(r));
+    write("roofline.csv", roofline_csv(r));
+    // The tables of one kind of profile (and counters.csv, of a profile with --counters); the other kind removes
+    // files of their names, so that a directory that held another profile keeps none of its files (every other file
+    // is rewritten; files of other names stay).
     const bool infer = !r.phases.empty();
     for (const auto& [name, table, mine] : {std::make_tuple("phases.csv", &phases_csv, infer),
                                             std::make_tuple("decode_buckets.csv", &decode_buckets_csv, infer),
-                                            std::make_tuple("outside_steps.csv", &outside_steps_csv, !infer)}) {
-        const std::string path = dir + "/" + name;
-        if (mine) write_file(path, table(r));
-        else remove_stale(path);
+                                            std::make_tuple("outside_steps.csv", &outside_steps_csv, !infer),
+                                            std::make_tuple("counters.csv", &counters_csv, r.counters.collected)}) {
+        if (mine) write(name, table(r));
+        else remove_stale(dir + "/" + name);
     }
-    write_file(dir + "/trace.json", trace_json(r, rec));
-    write_file(dir + "/profile.json", profile_json(r));
-    write_memory_files(dir, r);
+    write("trace.json", trace_json(r, rec));
+    write("profile.json", profile_json(r));
+    for (std::string& name : write_memory_files(dir, r)) written.push_back(std::move(name));
+    return written;
 }
 
-void write_memory_files(const std::string& dir, const Report& r) {
+std::vector<std::string> write_memory_files(const std::string& dir, const Report& r) {
     const std::string csv = dir + "/memory.csv", pickle = dir + "/memory_snapshot.pickle";
     if (!r.memory.present) {
         remove_stale(csv);
         remove_stale(pickle);
-        return;
+        return {};
     }
     write_file(csv, memory_csv(r.context.memory));
     write_file(pickle, memory_snapshot_pickle(r.context.memory, r.memory));
+    return {"memory.csv", "memory_snapshot.pickle"};
 }
 
 } // namespace llmc::prof

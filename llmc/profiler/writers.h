@@ -12,6 +12,7 @@
  */
 #pragma once
 #include <string>
+#include <vector>
 
 #include "llmc/profiler/report.h"
 
@@ -20,6 +21,10 @@ namespace llmc::prof {
 // The human report: header, throughput, top kernels, sub-blocks with roofline, steps, GPU idle, API/sync,
 // power, findings.
 std::string format_summary(const Report& r, int top_n = 15);
+
+// summary.txt's "Measured vs analytic" table (llmc/profiler/counter_records.h MeasuredRow), or the note saying why
+// counters are missing; "" without --counters.
+std::string measured_vs_analytic(const CounterReport& r, const CostTable& costs, bool has_model);
 
 // What a run prints at its end about the profile written to `dir`: where its summary is, the throughput, and
 // the first `max_findings` findings, one line each (the summary has them with their evidence).
@@ -34,6 +39,7 @@ std::string api_csv(const Report& r);
 std::string roofline_csv(const Report& r);
 std::string phases_csv(const Report& r);         // inference profiles only
 std::string decode_buckets_csv(const Report& r); // inference profiles only
+std::string counters_csv(const Report& r);       // profiles with counters (--counters) only
 std::string trace_json(const Report& r, const ProfileRecords& rec);
 std::string profile_json(const Report& r);
 
@@ -42,9 +48,12 @@ std::string memory_csv(const MemoryPlan& plan);
 
 // memory.csv and memory_snapshot.pickle (llmc/profiler/memory.h) from the report's plan; without a plan, removes
 // files of those names.
-void write_memory_files(const std::string& dir, const Report& r);
+// Returns the names of the files written.
+std::vector<std::string> write_memory_files(const std::string& dir, const Report& r);
 
 // Writes every file of the profile directory `dir` (created if missing); top_n: kernels listed in summary.txt.
-void write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec, int top_n = 15);
+// Returns the names of the files written, in the order written.
+std::vector<std::string> write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec,
+                                           int top_n = 15);
 
 } // namespace llmc::prof
