@@ -710,8 +710,8 @@ TEST(ProfilerWriters, CsvColumnsAreInProfileJsonUnderTheSameNames) {
     Report r = with_inference_tables(build_report(rec, gpt2_124m_context()), Phase::decode, DecodeBucket{5, 8, 4, 8, 10, 6});
     write_profile_dir(tmp.path, r, rec);
     json j = json::parse(testutil::slurp(tmp / "profile.json"));
-    auto same = [&](const char* file, const json& rows) {
-        auto csv = testutil::read_csv(tmp / file);
+    auto same = [&](const std::string& file, const json& rows) {
+        auto csv = testutil::read_csv(file);
         ASSERT_EQ(csv.size(), rows.size()) << file;
         ASSERT_FALSE(csv.empty()) << file;
         for (size_t i = 0; i < csv.size(); i++)
@@ -724,15 +724,21 @@ TEST(ProfilerWriters, CsvColumnsAreInProfileJsonUnderTheSameNames) {
                 else EXPECT_NEAR(std::stod(cell), v.get<double>(), 1e-3 + 1e-5 * std::fabs(v.get<double>())) << file << " " << name;
             }
     };
-    same("kernels.csv", j["kernels"]);
-    same("steps.csv", j["steps"]);
+    same(tmp / "kernels.csv", j["kernels"]);
+    same(tmp / "steps.csv", j["steps"]);
     json calls = j["api"];
     for (const json& x : j["syncs"]) calls.push_back(x);
-    same("api.csv", calls);
-    same("decode_buckets.csv", j["inference"]["decode_buckets"]);
+    same(tmp / "api.csv", calls);
+    same(tmp / "decode_buckets.csv", j["inference"]["decode_buckets"]);
     EXPECT_DOUBLE_EQ(j["inference"]["decode_buckets"][0]["ms_per_step"].get<double>(), 2.5);
     EXPECT_DOUBLE_EQ(j["inference"]["decode_buckets"][0]["tok_s"].get<double>(), 800);
     EXPECT_GT(j["api"][0]["pct_of_cpu_time"].get<double>(), 0);
+
+    // The counted step's table (the committed sample profile has one, dev/sample_profile.cpp).
+    const std::string sample = "test/data/sample_profile";
+    const json s = json::parse(testutil::slurp(sample + "/profile.json"));
+    same(sample + "/counters.csv", s["counters"]["subblocks"]);
+    EXPECT_EQ(s["counters"]["subblocks"].back()["subblock"], "total");
 }
 
 TEST(ProfilerWriters, TraceJsonIsAValidNestedTrace) {
