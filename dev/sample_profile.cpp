@@ -53,6 +53,27 @@ std::vector<std::pair<std::string, double>> kernels_of(SubBlock s, Phase p) {
     }
 }
 
+// NVML-like samples every 2 ms from 0 to t_end: idle, then under load during the steps.
+void add_power_samples(ProfileRecords& rec, uint64_t t_end) {
+    for (uint64_t t = 0; t <= t_end; t += 2000 * US) {
+        bool busy = t >= rec.steps.front().start_ns && t < rec.steps.back().end_ns;
+        double w = busy ? 610 + 40 * std::sin(t / 3e6) : 120 + 0.02 * (t / 1e6);
+        rec.power.push_back({t, w, busy ? 1980 : 1755, 2619, busy ? 58 : 41, 0});
+    }
+    rec.power_reading = "instantaneous";
+}
+
+// The counted kernels joined to the traced kernels of step `step` and summed per sub-block, as profile_gpt2cu
+// does; returns why they do not join ("" when they do).
+std::string join_counted_step(const ProfileRecords& rec, int step, CounterReport& counted) {
+    std::vector<KernelRecord> traced;
+    for (const KernelRecord& k : rec.kernels)
+        if (k.where.step == step) traced.push_back(k);
+    std::string why = join_by_launch_order(traced, counted.kernels);
+    if (why.empty()) aggregate_counters(counted);
+    return why;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -144,24 +165,12 @@ int main(int argc, char** argv) {
         range("step", step_start, 0, {-1, -1, -1, step});
         rec.steps.push_back({step, step_start, cpu, (long)B * T});
     }
-    // NVML-like samples every 2 ms from before the first step to after the last: idle, then under load.
-    const uint64_t t_end = cpu + 10000 * US;
-    for (uint64_t t = 0; t <= t_end; t += 2000 * US) {
-        bool busy = t >= rec.steps.front().start_ns && t < rec.steps.back().end_ns;
-        double w = busy ? 610 + 40 * std::sin(t / 3e6) : 120 + 0.02 * (t / 1e6);
-        rec.power.push_back({t, w, busy ? 1980 : 1755, 2619, busy ? 58 : 41, 0});
-    }
-    rec.power_reading = "instantaneous";
-
-    std::vector<KernelRecord> last_step;
-    for (const KernelRecord& k : rec.kernels)
-        if (k.where.step == steps) last_step.push_back(k);
-    const std::string unjoined = join_by_launch_order(last_step, counted.kernels);
+    add_power_samples(rec, cpu + 10000 * US);
+    const std::string unjoined = join_counted_step(rec, steps, counted);
     if (!unjoined.empty()) {
         fprintf(stderr, "sample_profile: the counted step does not join the traced one: %s\n", unjoined.c_str());
         return 1;
     }
-    aggregate_counters(counted);
 
     Report report = build_report(rec, ctx);
     report.counters = std::move(counted);
