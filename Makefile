@@ -123,10 +123,11 @@ $(BUILD)/%.cu.o: %.cu
 # ---- libraries: host code every program shares (utilities, the tokenizer, model and state files, the data
 # loader, the memory plan); the flag tables; the training loop; the inference driver; the profiler's session,
 # CPU source, analysis and writers ----
-HOST_OBJS := $(BUILD)/llmc/utils.o $(BUILD)/llmc/tokenizer.o $(BUILD)/llmc/checkpoint.o $(BUILD)/llmc/dataloader.o \
-             $(BUILD)/llmc/memory_plan.o
+HOST_OBJS := $(BUILD)/llmc/utils.o $(BUILD)/llmc/gpt2_config.o $(BUILD)/llmc/tokenizer.o $(BUILD)/llmc/checkpoint.o \
+             $(BUILD)/llmc/dataloader.o $(BUILD)/llmc/memory_plan.o
 CLI_OBJS := $(BUILD)/llmc/flags.o $(BUILD)/llmc/cli.o $(BUILD)/llmc/infer_options.o
-TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/train/plan.o $(BUILD)/llmc/train/dist.o $(BUILD)/llmc/schedulers.o \
+TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/train/plan.o $(BUILD)/llmc/train/common.o \
+              $(BUILD)/llmc/train/dist.o $(BUILD)/llmc/schedulers.o \
               $(if $(HAVE_MPI),$(BUILD)/llmc/train/dist_mpi.o)
 INFER_OBJS := $(BUILD)/llmc/infer/driver.o $(BUILD)/llmc/infer/inputs.o $(BUILD)/llmc/infer/results.o \
               $(BUILD)/llmc/infer/profile.o
@@ -261,8 +262,9 @@ EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_ptx.cu test/gpu/test_att
                  test/emu/test_emulator.cu
 EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS))
 EMU_LIB_SRCS := $(wildcard test/emu/*.cpp)
-# The project's host code the kernels' headers call (utilities, the memory plan), built per variant with its flags.
-EMU_HOST_OBJS := llmc/utils.o llmc/memory_plan.o
+# The project's host code the kernels' headers call (utilities, model shapes, the memory plan), built per variant
+# with its flags.
+EMU_HOST_OBJS := llmc/utils.o llmc/gpt2_config.o llmc/memory_plan.o
 $(EMU_SRC)/%: % test/emu/rewrite.py
 	@mkdir -p $(dir $@)
 	python3 test/emu/rewrite.py $< $@
