@@ -190,10 +190,10 @@ ifneq ($(HAVE_NVCC),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
 $(BUILD)/test/test_counters.o: override CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
 GPU_TEST_OBJS := $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard test/gpu/test_*.cu))
-$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS) $(INFER_LIB) $(LIBS)
+$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS) $(BUILD)/llmc/train/cpu_backend.o $(INFER_LIB) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) $(MPI_LIBS) -lgomp -lpthread
 else
-$(BUILD)/run_tests: $(TEST_OBJS) $(INFER_LIB) $(LIBS)
+$(BUILD)/run_tests: $(TEST_OBJS) $(BUILD)/llmc/train/cpu_backend.o $(INFER_LIB) $(LIBS)
 	@echo "note: nvcc not found; building the CPU tests only"
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(MPI_LIBS) -lpthread
 endif

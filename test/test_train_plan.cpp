@@ -9,6 +9,9 @@
 #include "llmc/checkpoint.h"
 #include "llmc/cli.h"
 #include "llmc/formats.h"
+#include "llmc/train/cpu_backend.h"
+#include "llmc/train/dist.h"
+#include "llmc/train/loop.h"
 #include "llmc/train/plan.h"
 #include "test/test_util.h"
 
@@ -185,4 +188,38 @@ TEST_F(TrainPlan, BadInputsAreRefusedWithOneLine) {
     auto [code, message] = error_of({"-y", "1", "-o", ckpt()});
     EXPECT_EQ(code, 1);
     EXPECT_NE(message.find("state is for 1 parameters, the model has"), std::string::npos) << message;
+}
+
+// Token ids < 60 that count the batches taken, for run_steps (profile_gpt2cu hands it random batches this way).
+class CountedBatches : public TokenBatches {
+public:
+    CountedBatches(int B, int T) : ids_((size_t)B * T + 1) {}
+    void next_batch() override {
+        taken++;
+        for (size_t i = 0; i < ids_.size(); i++) ids_[i] = (int)((i * 7 + taken * 13) % 60);
+    }
+    const int* inputs() const override { return ids_.data(); }
+    const int* targets() const override { return ids_.data() + 1; }
+    int taken = 0;
+
+private:
+    std::vector<int> ids_;
+};
+
+// run_steps trains a plan its program made on the batches it is handed: one per micro-batch of each of the plan's
+// steps, the plan's own loader untouched; the weights move and the loss stays finite (it throws otherwise).
+TEST_F(TrainPlan, RunStepsTrainsOnTheBatchesItIsHanded) {
+    RunPlan p = plan({"-x", "3", "-d", "128", "-v", "0", "-s", "0"}); // B*T = 64: 2 micro-batches a step
+    ASSERT_EQ(p.grad_accum, 2);
+    const DataPosition before = p.train->position();
+    const std::unique_ptr<Communicator> comm = single_process_communicator();
+    std::unique_ptr<TrainBackend> be = make_cpu_backend(p.cfg, p.opt, *comm);
+    const std::vector<float> w0 = initial_weights(p);
+    be->load_weights(w0);
+    CountedBatches batches(4, 16);
+    run_steps("train_gpt2", p, *be, *comm, batches);
+    EXPECT_EQ(batches.taken, 3 * 2);
+    EXPECT_EQ(p.train->position().shard, before.shard);
+    EXPECT_EQ(p.train->position().offset, before.offset);
+    EXPECT_NE(be->weights(), w0);
 }
