@@ -53,6 +53,20 @@ std::vector<std::pair<std::string, double>> kernels_of(SubBlock s, Phase p) {
     }
 }
 
+// Kernel k as kernel replay counts it, for its share `cost` of the analytic model (the file's comment says how
+// the counts differ from the model's).
+KernelCounters counted_kernel(const KernelRecord& k, const OpCost& cost, const Ceilings& ceilings) {
+    KernelCounters n;
+    n.name = k.name;
+    n.time_ns = (k.end_ns - k.start_ns) * 1.05;
+    n.tensor_ops = cost.gemm_flops * (k.where.subblock == (int)SubBlock::attention ? 0.98 : 0.998);
+    n.ffma = cost.other_flops * 0.6; // two FLOPs each: 20% more than the analytic count
+    n.dram_read = cost.bytes * 0.8, n.dram_write = cost.bytes * 0.35, n.l2_bytes = cost.bytes * 2.1;
+    n.peak_tensor_flops = ceilings.bf16_tflops * 1e12, n.peak_fp32_flops = ceilings.fp32_tflops * 1e12;
+    n.peak_dram_bytes = ceilings.dram_gbps * 1e9;
+    return n;
+}
+
 // NVML-like samples every 2 ms from 0 to t_end: idle, then under load during the steps.
 void add_power_samples(ProfileRecords& rec, uint64_t t_end) {
     for (uint64_t t = 0; t <= t_end; t += 2000 * US) {
@@ -116,17 +130,8 @@ int main(int argc, char** argv) {
             gpu = k.end_ns;
             rec.api.push_back(a);
             rec.kernels.push_back(k);
-            if (step != steps) continue;
-            const OpCost kc = c * (share / (per_layer ? L : 1));
-            KernelCounters n;
-            n.name = name;
-            n.time_ns = (k.end_ns - k.start_ns) * 1.05;
-            n.tensor_ops = kc.gemm_flops * (s == SubBlock::attention ? 0.98 : 0.998);
-            n.ffma = kc.other_flops * 0.6; // two FLOPs each: 20% more than the analytic count
-            n.dram_read = kc.bytes * 0.8, n.dram_write = kc.bytes * 0.35, n.l2_bytes = kc.bytes * 2.1;
-            n.peak_tensor_flops = ctx.ceilings.bf16_tflops * 1e12, n.peak_fp32_flops = ctx.ceilings.fp32_tflops * 1e12;
-            n.peak_dram_bytes = ctx.ceilings.dram_gbps * 1e9;
-            counted.kernels.push_back(n);
+            if (step == steps)
+                counted.kernels.push_back(counted_kernel(k, c * (share / (per_layer ? L : 1)), ctx.ceilings));
         }
     };
     auto range = [&](const char* name, uint64_t start, int depth, Attribution w) {
