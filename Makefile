@@ -148,6 +148,10 @@ $(INFER_LIB): $(INFER_OBJS)
 $(PROFILER_LIB): $(PROFILER_OBJS)
 	$(AR) rcs $@ $^
 LIBS := $(TRAIN_LIB) $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
+# The backends, each compiled once: the GPU ones by nvcc, with the GPU profile session (CUPTI) beside them.
+CPU_BACKENDS := $(BUILD)/llmc/train/cpu_backend.o $(BUILD)/llmc/infer/cpu_backend.o
+GPU_SESSION := $(BUILD)/llmc/profiler/gpu_session.cu.o
+GPU_BACKENDS := $(BUILD)/llmc/train/gpu_backend.cu.o $(BUILD)/llmc/infer/gpu_backend.cu.o $(GPU_SESSION)
 
 # ---- programs ----
 $(BIN)train_gpt2: $(BUILD)/train_gpt2.o $(BUILD)/llmc/train/cpu_backend.o $(LIBS)
@@ -159,13 +163,14 @@ $(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(BUILD)/llmc/infer/cpu_backend.o $(INFE
 $(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o $(HOST_LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
-$(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(BUILD)/llmc/train/gpu_backend.cu.o $(LIBS)
+$(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(BUILD)/llmc/train/gpu_backend.cu.o $(GPU_SESSION) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
-$(BIN)profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(BUILD)/llmc/train/gpu_backend.cu.o $(LIBS)
+$(BIN)profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(BUILD)/llmc/train/gpu_backend.cu.o $(GPU_SESSION) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
-$(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(BUILD)/llmc/infer/gpu_backend.cu.o $(INFER_LIB) $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
+$(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(BUILD)/llmc/infer/gpu_backend.cu.o $(GPU_SESSION) $(INFER_LIB) $(PROFILER_LIB) \
+                    $(CLI_LIB) $(HOST_LIB)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
 
 # The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
@@ -190,10 +195,10 @@ ifneq ($(HAVE_NVCC),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
 $(BUILD)/test/test_counters.o: override CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
 GPU_TEST_OBJS := $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard test/gpu/test_*.cu))
-$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS) $(BUILD)/llmc/train/cpu_backend.o $(INFER_LIB) $(LIBS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) $(MPI_LIBS) -lgomp -lpthread
+$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS) $(CPU_BACKENDS) $(GPU_BACKENDS) $(INFER_LIB) $(LIBS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) $(MPI_LIBS) $(NCCL_LIBS) -lgomp -lpthread
 else
-$(BUILD)/run_tests: $(TEST_OBJS) $(BUILD)/llmc/train/cpu_backend.o $(INFER_LIB) $(LIBS)
+$(BUILD)/run_tests: $(TEST_OBJS) $(CPU_BACKENDS) $(INFER_LIB) $(LIBS)
 	@echo "note: nvcc not found; building the CPU tests only"
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(MPI_LIBS) -lpthread
 endif
@@ -258,9 +263,13 @@ EMU_SRC := $(BUILD)/emu/src
 EMU_CUDA_SRCS := $(wildcard llmc/*.cuh llmc/*/*.cuh) dev/cuda/device_utils.cuh test/gpu/gpu_test_util.cuh
 EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_ptx.cu test/gpu/test_attention.cu test/gpu/test_attention_decode.cu test/gpu/test_gpt2.cu \
                  test/gpu/test_gpt2_decoder.cu test/gpu/test_matmul_autotune.cu test/gpu/test_elementwise.cu \
-                 test/gpu/test_memory_plan.cu \
+                 test/gpu/test_memory_plan.cu test/gpu/test_gpu_backends.cu \
                  test/emu/test_emulator.cu
-EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS))
+# The GPU programs' backends, run in-process under their drivers by test_gpu_backends.cu, over the host libraries
+# as the normal build compiles them (the profile session is test/emu/gpu_session.cpp: the emulator has no CUPTI).
+EMU_PROGRAM_SRCS := llmc/train/gpu_backend.cu llmc/infer/gpu_backend.cu
+EMU_PROGRAM_LIBS := $(CPU_BACKENDS) $(INFER_LIB) $(LIBS)
+EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS) $(EMU_PROGRAM_SRCS))
 EMU_LIB_SRCS := $(wildcard test/emu/*.cpp)
 # The project's host code the kernels' headers call (utilities, model shapes, the memory plan), built per variant
 # with its flags.
@@ -290,8 +299,9 @@ $(1)/host/%.o: %.cpp
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(CXXFLAGS) $(2) -c $$< -o $$@
 $(1)/emu_tests: $(patsubst test/emu/%.cpp,$(1)/lib/%.o,$(EMU_LIB_SRCS)) \
-                $(patsubst %.cu,$(1)/obj/%.o,$(EMU_TEST_SRCS)) $(1)/main.o $(addprefix $(1)/host/,$(EMU_HOST_OBJS))
-	$$(CXX) $$(CXXFLAGS) $(2) $$^ -o $$@ -lgtest -lboost_context -lpthread
+                $(patsubst %.cu,$(1)/obj/%.o,$(EMU_TEST_SRCS) $(EMU_PROGRAM_SRCS)) $(1)/main.o \
+                $(addprefix $(1)/host/,$(EMU_HOST_OBJS)) $(EMU_PROGRAM_LIBS)
+	$$(CXX) $$(CXXFLAGS) $(2) $$^ -o $$@ -lgtest -lboost_context $(LDLIBS_PCRE) $(MPI_LIBS) -fopenmp -lpthread
 endef
 $(eval $(call emu_variant,$(BUILD)/emu,))
 $(eval $(call emu_variant,$(BUILD)/emu-asan,$(EMU_SAN)))

@@ -123,24 +123,6 @@ struct StepBatches {
     std::unique_ptr<TokenBatches> batches;
 };
 
-// The run as the training driver's plan: the warmup and profiled steps at a constant learning rate of 3e-4 with
-// AdamW's defaults, one micro-batch each; no val loss, samples, checkpoints or log.
-RunPlan plan_profile_run(const Options& o, const GPT2Config& cfg) {
-    RunPlan p;
-    TrainOptions& t = p.opt;
-    t.model = o.model;
-    t.B = o.B, t.T = o.T;
-    t.total_batch = (long)o.B * o.T, t.grad_accum = 1;
-    t.lr = 3e-4f, t.schedule = Schedule::constant, t.warmup = 0;
-    t.adam = AdamWConfig{};
-    t.output_dir = "", t.val_every = 0, t.sample_every = 0, t.checkpoint_every = 0;
-    t.max_steps = o.warmup + o.steps;
-    p.source = o.model;
-    p.cfg = cfg;
-    p.max_steps = t.max_steps;
-    return p;
-}
-
 /*
  * Running under nsys or ncu: both inject themselves through CUDA_INJECTION64_PATH (a library in the tool's own
  * install tree); ncu also exports its metrics directory (NV_COMPUTE_PROFILER_PERFWORKS_DIR). The traced or
@@ -251,7 +233,7 @@ prof::CounterReport count_last_step(const prof::ProfileRecords& records, bool wa
  */
 void attach_profile_session(GpuTrainBackend& be, const Options& opt, const RunPlan& plan, const std::string& device,
                             TokenBatches& batches) {
-    prof::ProfileContext pctx = prof::gpu_profile_context("profile_gpt2cu", plan.cfg, opt.B, opt.T, 1);
+    prof::ProfileContext pctx = prof::profile_context("profile_gpt2cu", plan.cfg, opt.B, opt.T, 1);
     pctx.memory = be.memory_plan(); // what the model allocated
     auto session = std::make_unique<prof::ProfileSession>(
         prof::SessionOptions{opt.output, opt.warmup, opt.steps, opt.top, true, "-o"}, std::move(pctx),
@@ -304,7 +286,8 @@ int main(int argc, char** argv) {
             throw UsageError(
                 strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));
         StepBatches data(opt.data, opt.B, opt.T, cfg.vocab_size);
-        RunPlan plan = plan_profile_run(opt, cfg);
+        // The warmup and profiled steps at a constant learning rate of 3e-4, one micro-batch each.
+        RunPlan plan = fixed_steps_plan(opt.model, cfg, opt.B, opt.T, opt.warmup + opt.steps, 3e-4f);
         const std::unique_ptr<Communicator> comm = single_process_communicator();
         std::unique_ptr<GpuTrainBackend> be = make_gpu_train_backend(cfg, plan.opt, *comm);
         be->load_weights(src.params);

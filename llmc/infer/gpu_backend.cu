@@ -7,7 +7,7 @@
 #include "llmc/checkpoint.h"
 #include "llmc/gpt2_decoder.cuh"
 #include "llmc/nvtx.h"
-#include "llmc/profiler/cupti_source.cuh"
+#include "llmc/profiler/gpu_session.h"
 #include "llmc/profiler/memory.h"
 
 namespace llmc {
@@ -28,7 +28,7 @@ public:
 
     std::unique_ptr<prof::ProfileSession> profile_session(const prof::SessionOptions& so,
                                                           const prof::InferenceShape& shape) override {
-        prof::ProfileContext ctx = prof::gpu_profile_context("infer_gpt2cu", cfg_, B_, longest_, 1);
+        prof::ProfileContext ctx = prof::profile_context("infer_gpt2cu", cfg_, B_, longest_, 1);
         ctx.inference = shape;
         ctx.memory = plan_gpu_inference(cfg_, B_, longest_, max_len_);
         return prof::make_gpu_profile_session(so, std::move(ctx));

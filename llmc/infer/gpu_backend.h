@@ -1,7 +1,7 @@
 /*
  * infer_gpt2cu's backend (llmc/infer/driver.h): the bf16 KV-cache decoder (llmc/gpt2_decoder.cuh), tokens chosen
  * on the GPU (llmc/sample.cuh) so that only their ids cross to the host; --profile traces the run in-process with
- * CUPTI (llmc/profiler/cupti_source.cuh). Compiled by nvcc (gpu_backend.cu); declared here for the program.
+ * CUPTI (llmc/profiler/gpu_session.h). Compiled by nvcc (gpu_backend.cu); declared here for the program.
  */
 #pragma once
 #include <memory>

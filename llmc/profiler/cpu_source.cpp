@@ -201,15 +201,12 @@ ProfileRecords CpuEventSource::take() {
 }
 
 namespace {
-// The CPU, the build and the model; the caller adds the batch, cpu_session the ceilings measured at its shapes.
-ProfileContext cpu_context(const char* program, const GPT2Config& c) {
-    ProfileContext ctx;
-    ctx.program = program;
+// The CPU, the build, the model and the batch; cpu_session adds the ceilings measured at its shapes.
+ProfileContext cpu_context(const char* program, const GPT2Config& c, int B, int T, int grad_accum) {
+    ProfileContext ctx = profile_context(program, c, B, T, grad_accum);
     ctx.device_kind = DeviceKind::CPU;
     ctx.device = strprintf("%s (%d threads)", cpu_model_name().c_str(), omp_get_max_threads());
     ctx.build = strprintf("C++ %s, fp32, OpenMP %d threads", __VERSION__, omp_get_max_threads());
-    ctx.model = c;
-    ctx.num_parameters = num_parameters(c);
     return ctx;
 }
 
@@ -228,9 +225,8 @@ std::unique_ptr<ProfileSession> cpu_session(const SessionOptions& opt, ProfileCo
 std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, const GPT2Config& c, int B, int T,
                                                          int grad_accum, SubBlockTimes* timings, int rank,
                                                          int world_size, MemoryPlan memory) {
-    ProfileContext ctx = cpu_context("train_gpt2", c);
+    ProfileContext ctx = cpu_context("train_gpt2", c, B, T, grad_accum);
     ctx.memory = std::move(memory);
-    ctx.B = B, ctx.T = T, ctx.grad_accum = grad_accum;
     ctx.rank = rank, ctx.world_size = world_size;
     return cpu_session(opt, std::move(ctx), timings);
 }
@@ -238,8 +234,7 @@ std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& o
 std::unique_ptr<ProfileSession> make_cpu_inference_session(const SessionOptions& opt, const GPT2Config& c,
                                                            const InferenceShape& shape, int prompt_len,
                                                            SubBlockTimes* timings) {
-    ProfileContext ctx = cpu_context("infer_gpt2", c);
-    ctx.B = (int)shape.sequences, ctx.T = prompt_len;
+    ProfileContext ctx = cpu_context("infer_gpt2", c, (int)shape.sequences, prompt_len, 1);
     ctx.inference = shape;
     return cpu_session(opt, std::move(ctx), timings);
 }

@@ -1,8 +1,8 @@
 /*
  * The GPU's event source: CUPTI activity tracing (llmc/profiler/cupti_collector.cuh) behind the session
  * interface (llmc/profiler/session.h), with NVML power in CUPTI's timebase, and the GPU's profile context
- * (the device, its per-SM limits and the build). Used by train_gpt2cu --profile, infer_gpt2cu --profile and
- * profile_gpt2cu.
+ * (the device, its per-SM limits and the build). Used by train_gpt2cu --profile and infer_gpt2cu --profile
+ * through make_gpu_profile_session (llmc/profiler/gpu_session.h), and by profile_gpt2cu.
  */
 #pragma once
 #include <memory>
@@ -56,16 +56,6 @@ inline void complete_gpu_context(ProfileContext& ctx) {
     ctx.gemm_algorithms = gemm_tunings();
 }
 
-// The model and batch of a GPU profile; complete_gpu_context adds the rest when it is written.
-inline ProfileContext gpu_profile_context(const char* program, const GPT2Config& c, int B, int T, int grad_accum) {
-    ProfileContext ctx;
-    ctx.program = program;
-    ctx.model = c;
-    ctx.num_parameters = num_parameters(c);
-    ctx.B = B, ctx.T = T, ctx.grad_accum = grad_accum;
-    return ctx;
-}
-
 class CuptiEventSource : public EventSource {
 public:
     bool start() override {
@@ -100,18 +90,5 @@ public:
 private:
     std::unique_ptr<CuptiCollector> collector_;
 };
-
-/*
- * The session of a program that profiles itself on the GPU (train_gpt2cu, infer_gpt2cu): CUPTI over the
- * schedule's window, with the ceilings measured (or read from their cache) now. Call it before the model takes
- * the device memory: the calibration needs some.
- */
-inline std::unique_ptr<ProfileSession> make_gpu_profile_session(const SessionOptions& so, ProfileContext ctx) {
-    ctx.ceilings = measure_ceilings(true);
-    printf("profile: %s into %s/; ceilings bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n",
-           ProfileSchedule(so.first_step, so.steps).window().c_str(), so.dir.c_str(), ctx.ceilings.bf16_tflops,
-           ctx.ceilings.dram_gbps, ctx.ceilings.source.c_str());
-    return std::make_unique<ProfileSession>(so, std::move(ctx), std::make_unique<CuptiEventSource>());
-}
 
 } // namespace llmc::prof

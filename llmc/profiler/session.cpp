@@ -140,4 +140,13 @@ void ProfileSession::write() {
                flush_ns_ / 1e6 / schedule_.num_recorded());
 }
 
+ProfileContext profile_context(const char* program, const GPT2Config& c, int B, int T, int grad_accum) {
+    ProfileContext ctx;
+    ctx.program = program;
+    ctx.model = c;
+    ctx.num_parameters = num_parameters(c);
+    ctx.B = B, ctx.T = T, ctx.grad_accum = grad_accum;
+    return ctx;
+}
+
 } // namespace llmc::prof

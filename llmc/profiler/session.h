@@ -119,6 +119,9 @@ private:
     std::vector<std::string> written_files_;
 };
 
+// The program, model and batch of a profile; the event source adds the device and the build when it is written.
+ProfileContext profile_context(const char* program, const GPT2Config& c, int B, int T, int grad_accum = 1);
+
 // The profile directory checked before a run's work, nothing created (check_output_dir): Error naming `flag` when
 // it is not a directory, lies under a file, or cannot be written to. The session makes it when it starts.
 void check_profile_dir(const std::string& dir, const std::string& flag);

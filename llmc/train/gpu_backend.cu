@@ -14,7 +14,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/optimizer.h"
-#include "llmc/profiler/cupti_source.cuh"
+#include "llmc/profiler/gpu_session.h"
 #include "llmc/profiler/device_specs.h"
 #include "llmc/profiler/memory.h"
 #include "llmc/profiler/nvml_sampler.h"
@@ -37,7 +37,7 @@ std::unique_ptr<prof::ProfileSession> make_profile_session(const GPT2Config& c, 
     // The session counts steps from 0, the flag as the step lines do, from 1.
     prof::SessionOptions so{opt.profile_dir, opt.profile_start - 1, opt.profile_steps};
     int grad_accum = opt.grad_accum / comm.world(); // this rank's micro-batches
-    prof::ProfileContext ctx = prof::gpu_profile_context("train_gpt2cu", c, opt.B, opt.T, grad_accum);
+    prof::ProfileContext ctx = prof::profile_context("train_gpt2cu", c, opt.B, opt.T, grad_accum);
     ctx.rank = comm.rank(), ctx.world_size = comm.world();
     ctx.memory = plan_gpu_training(c, opt.B, opt.T, opt.zero_stage ? comm.world() : 1);
     ctx.memory.grad_accum = grad_accum;

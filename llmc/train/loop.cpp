@@ -286,6 +286,12 @@ void run_steps(const char* program, RunPlan& plan, TrainBackend& be, Communicato
     run.loop(program);
 }
 
+int run_training(Communicator& comm, const char* program, int argc, char** argv, const TrainOptions& defaults,
+                 BackendFactory make_backend) {
+    std::unique_ptr<TrainBackend> backend;
+    return train_run(&comm, program, argc, argv, defaults, make_backend, backend);
+}
+
 int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
                  BackendFactory make_backend) {
     // The communicator lives until the process exits: MPI_Finalize (its destructor) comes after main_guard has

@@ -87,6 +87,9 @@ using BackendFactory = std::unique_ptr<TrainBackend> (*)(const GPT2Config&, cons
 // The whole run of a trainer: returns the exit code (errors are thrown, for main_guard).
 int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
                  BackendFactory make_backend);
+// The same as one process over `comm` (a test's single_process_communicator(): no MPI, whatever the build).
+int run_training(Communicator& comm, const char* program, int argc, char** argv, const TrainOptions& defaults,
+                 BackendFactory make_backend);
 
 struct RunPlan;
 

@@ -167,4 +167,20 @@ void check_same_run(Communicator& comm, const RunPlan& plan, const std::vector<f
                                        plan.source.c_str()));
 }
 
+RunPlan fixed_steps_plan(const std::string& model, const GPT2Config& cfg, int B, int T, int steps, float lr) {
+    RunPlan p;
+    TrainOptions& t = p.opt;
+    t.model = model;
+    t.B = B, t.T = T;
+    t.total_batch = (long)B * T, t.grad_accum = 1;
+    t.lr = lr, t.schedule = Schedule::constant, t.warmup = 0;
+    t.adam = AdamWConfig{};
+    t.output_dir = "", t.val_every = 0, t.sample_every = 0, t.checkpoint_every = 0;
+    t.max_steps = steps;
+    p.source = model;
+    p.cfg = cfg;
+    p.max_steps = steps;
+    return p;
+}
+
 } // namespace llmc

@@ -52,6 +52,13 @@ RunPlan plan_run(const char* program, const TrainOptions& opt, int rank, int wor
 std::vector<float> initial_weights(RunPlan& plan);
 
 /*
+ * The plan of a run its program drives itself through run_steps (llmc/train/loop.h; profile_gpt2cu): `steps`
+ * steps of one micro-batch of B x T at a constant learning rate `lr` with AdamW's defaults, on batches the program
+ * hands over; no data loaders, val loss, samples, checkpoints or log. `model` names the weights' source.
+ */
+RunPlan fixed_steps_plan(const std::string& model, const GPT2Config& cfg, int B, int T, int steps, float lr);
+
+/*
  * Every rank must train the same model on the same data from the same point: the -o checkpoint, the data and the
  * starting weights are compared with rank 0's before the backend allocates; a difference is one line from rank 0
  * on every rank.

@@ -1,0 +1,225 @@
+// The GPU programs' backends in-process under their drivers, as train_gpt2cu and infer_gpt2cu run them, on a tiny
+// model file and toy shards. Training (llmc/train/gpu_backend.cu through run_training): the losses and val losses
+// in main.log against the CPU trainer's within the bf16 tolerance of the model tests, and a run resumed from its
+// checkpoint ending bit for bit where the uninterrupted run ended. Inference (llmc/infer/gpu_backend.cu through
+// run_inference): the ids of each sequence are those of the GPU decoder driven by hand with the driver's contract
+// (one coin per running sequence, in sequence order, from --seed). profile_gpt2cu's run (the GPU backend with its
+// own profile session, through run_steps): the model freed when the session writes, nothing touching it after.
+// Part of the emulated tier, where --profile is refused (no CUPTI).
+#include <algorithm>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "llmc/checkpoint.h"
+#include "llmc/formats.h"
+#include "llmc/gpt2_decoder.cuh"
+#include "llmc/gpt2_init.h"
+#include "llmc/infer/cpu_backend.h"
+#include "llmc/infer/driver.h"
+#include "llmc/infer/gpu_backend.h"
+#include "llmc/profiler/session.h"
+#include "llmc/rand.h"
+#include "llmc/train/cpu_backend.h"
+#include "llmc/train/dist.h"
+#include "llmc/train/gpu_backend.h"
+#include "llmc/train/loop.h"
+#include "llmc/train/plan.h"
+#include "test/gpu/gpu_test_util.cuh"
+#include "test/test_util.h"
+
+using namespace llmc;
+using testutil::TempDir;
+
+namespace {
+
+// A tiny model file (head size 64, as the GPU attention needs), weights drawn as a dN's are, and train and val
+// shards of random ids below its vocabulary.
+struct ToyRun {
+    ToyRun() {
+        cfg = gputest::tiny_gpt2_config();
+        std::vector<float> w(num_parameters(cfg));
+        init_gpt2_parameters(w.data(), cfg, 11);
+        save_model(model(), cfg, w.data());
+        Rng rng(5);
+        for (auto [name, n] : {std::make_pair("toy_train.bin", 4096), std::make_pair("toy_val.bin", 1024)}) {
+            std::vector<uint16_t> ids(n);
+            for (uint16_t& id : ids) id = (uint16_t)(rng.next_u32() % cfg.vocab_size);
+            write_shard(dir / name, ids);
+        }
+    }
+    std::string model() const { return dir / "tiny.bin"; }
+    TempDir dir;
+    GPT2Config cfg;
+};
+
+// run_training over one process with `args` after the program's name.
+int train(const char* program, BackendFactory backend, std::vector<std::string> args) {
+    args.insert(args.begin(), program);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    const std::unique_ptr<Communicator> comm = single_process_communicator();
+    return run_training(*comm, program, (int)argv.size(), argv.data(), TrainOptions{}, backend);
+}
+
+// main.log's losses by kind ("trl" or "tel") in step order.
+std::vector<double> logged(const std::string& dir, const char* kind) {
+    std::vector<double> v;
+    std::istringstream in(testutil::slurp(dir + "/main.log"));
+    for (std::string line; std::getline(in, line);) {
+        const size_t at = line.find(std::string(" ") + kind + ":");
+        if (at != std::string::npos) v.push_back(std::stod(line.substr(at + 5)));
+    }
+    return v;
+}
+
+// A source that records one kernel per step, for a session that needs no CUPTI.
+class OneKernelPerStep : public prof::EventSource {
+public:
+    bool start() override { return true; }
+    bool slow_start() const override { return false; }
+    void begin_step(int index) override {
+        const uint64_t t = (uint64_t)index * 2000000;
+        rec_.steps.push_back({index, t, t + 2000000, 0});
+        prof::KernelRecord k;
+        k.name = "void llmc::work_kernel(float*)", k.start_ns = t, k.end_ns = t + 1000000;
+        rec_.kernels.push_back(k);
+    }
+    void end_step(long tokens) override { rec_.steps.back().tokens = tokens; }
+    bool flush() override { return true; }
+    void stop() override {}
+    prof::ProfileRecords take() override { return std::move(rec_); }
+    void complete_context(prof::ProfileContext& ctx) override { ctx.device = "one kernel per step"; }
+
+private:
+    prof::ProfileRecords rec_;
+};
+
+// Random ids below V, for run_steps.
+class RandomIds : public TokenBatches {
+public:
+    RandomIds(int n, int V) : ids_(n + 1), V_(V) {}
+    void next_batch() override {
+        for (int& id : ids_) id = (int)(rng_.next_u32() % V_);
+    }
+    const int* inputs() const override { return ids_.data(); }
+    const int* targets() const override { return ids_.data() + 1; }
+
+private:
+    std::vector<int> ids_;
+    int V_;
+    Rng rng_{3};
+};
+
+} // namespace
+
+GPU_TEST(GpuBackends, TrainingThroughTheDriverTracksTheCpuAndResumesBitExact) {
+    REQUIRE_GPU();
+    ToyRun toy;
+    const std::string cpu = toy.dir / "cpu", gpu = toy.dir / "gpu";
+    auto args = [&](const std::string& out) {
+        return std::vector<std::string>{"-i", toy.dir.path, "-e", toy.model(), "-b", "2", "-t", "32", "-x", "3",
+                                        "-l", "1e-3", "-v", "3", "--val-batches", "2", "-s", "0", "-n", "2",
+                                        "-o", out};
+    };
+    ASSERT_EQ(train("train_gpt2", make_cpu_backend, args(cpu)), 0);
+    ASSERT_EQ(train("train_gpt2cu", make_gpu_backend, args(gpu)), 0);
+    const std::vector<double> cl = logged(cpu, "trl"), gl = logged(gpu, "trl");
+    ASSERT_EQ(cl.size(), 3u);
+    ASSERT_EQ(gl.size(), 3u);
+    for (size_t i = 0; i < cl.size(); i++) EXPECT_NEAR(gl[i], cl[i], 2e-2 * cl[i]) << "step " << i + 1;
+    const std::vector<double> cv = logged(cpu, "tel"), gv = logged(gpu, "tel");
+    ASSERT_EQ(cv.size(), 2u); // before the first step and after the last
+    ASSERT_EQ(gv.size(), 2u);
+    for (size_t i = 0; i < cv.size(); i++) EXPECT_NEAR(gv[i], cv[i], 2e-2 * cv[i]) << "val loss " << i;
+
+    // Resumed from the step-2 checkpoint (moments, master weights, data position, cuBLASLt algorithms): step 3's
+    // model is the uninterrupted run's, bit for bit.
+    const std::string last = checkpoint_model_path(gpu, 3);
+    const std::string uninterrupted = testutil::slurp(last);
+    ASSERT_FALSE(uninterrupted.empty());
+    ASSERT_EQ(remove(last.c_str()), 0);
+    ASSERT_EQ(remove(checkpoint_state_path(gpu, 3).c_str()), 0);
+    std::vector<std::string> resume = args(gpu);
+    resume.insert(resume.end(), {"-y", "1"});
+    ASSERT_EQ(train("train_gpt2cu", make_gpu_backend, resume), 0);
+    EXPECT_TRUE(testutil::slurp(last) == uninterrupted) << "the resumed run's step-3 model differs";
+    EXPECT_EQ(logged(gpu, "trl"), gl);
+}
+
+GPU_TEST(GpuBackends, InferenceThroughTheDriverIsTheDecodersOutput) {
+    REQUIRE_GPU();
+    ToyRun toy;
+    const int n = 5;
+    std::vector<std::string> args{"infer_gpt2cu", "-e", toy.model(), "--prompt-ids", "3,1,4,1,5", "-b", "2",
+                                  "-n", std::to_string(n), "--temperature", "0.9", "--top-k", "40", "--seed", "7",
+                                  "--json"};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    const InferProgram program{"infer_gpt2cu", make_gpu_infer_backend};
+    testing::internal::CaptureStdout();
+    const int rc = run_inference(program, (int)argv.size(), argv.data());
+    fflush(stdout);
+    const std::string out = testing::internal::GetCapturedStdout();
+    ASSERT_EQ(rc, 0) << out;
+    std::vector<std::vector<int>> got;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+        const nlohmann::json j = nlohmann::json::parse(line);
+        if (j.contains("ids")) got.push_back(j["ids"].get<std::vector<int>>());
+    }
+
+    // The same generation by hand: prefill, then a decode step of every sequence, coins in sequence order.
+    std::vector<float> w(num_parameters(toy.cfg));
+    init_gpt2_parameters(w.data(), toy.cfg, 11);
+    const std::vector<std::vector<int>> prompts(2, std::vector<int>{3, 1, 4, 1, 5});
+    GPT2DecoderGPU dec(toy.cfg, w.data(), 2, 5, 5 + n);
+    Rng rng(7);
+    std::vector<std::vector<int>> want(2);
+    std::vector<float> coins(2);
+    dec.prefill(prompts);
+    for (int t = 0; t < n; t++) {
+        if (t > 0) dec.decode({true, true});
+        for (float& c : coins) c = rng.next_f32();
+        const int* ids = dec.sample(0.9f, 40, coins);
+        for (int b = 0; b < 2; b++) want[b].push_back(ids[b]);
+    }
+    EXPECT_EQ(got, want) << out;
+}
+
+GPU_TEST(GpuBackends, ProfileRunFreesTheModelWhenTheSessionWrites) {
+    REQUIRE_GPU();
+    ToyRun toy;
+    RunPlan plan = fixed_steps_plan(toy.model(), toy.cfg, 2, 32, 3, 1e-3f);
+    const std::unique_ptr<Communicator> comm = single_process_communicator();
+    std::unique_ptr<GpuTrainBackend> be = make_gpu_train_backend(toy.cfg, plan.opt, *comm);
+    std::vector<float> w(num_parameters(toy.cfg));
+    init_gpt2_parameters(w.data(), toy.cfg, 11);
+    be->load_weights(w);
+    prof::ProfileContext ctx = prof::profile_context("profile_gpt2cu", toy.cfg, 2, 32);
+    ctx.memory = be->memory_plan();
+    const size_t planned = ctx.memory.total_bytes();
+    ASSERT_GT(planned, 0u);
+    // The last two steps traced, as profile_gpt2cu traces the steps after its warmup.
+    auto session = std::make_unique<prof::ProfileSession>(prof::SessionOptions{toy.dir / "p", 1, 2, 15, false, "-o"},
+                                                          std::move(ctx), std::make_unique<OneKernelPerStep>());
+    int freed = 0;
+    session->before_report([&](const prof::ProfileRecords& records, prof::ProfileContext& c) {
+        EXPECT_EQ(records.steps.size(), 2u);
+        EXPECT_EQ(c.memory.total_bytes(), planned);
+        be->free_model();
+        freed++;
+        return prof::CounterReport{};
+    });
+    be->set_profile_session(std::move(session));
+    RandomIds batches(2 * 32, toy.cfg.vocab_size);
+    run_steps("profile_gpt2cu", plan, *be, *comm, batches);
+    EXPECT_EQ(freed, 1);
+    ASSERT_TRUE(be->profile_session()->written());
+    const std::vector<std::string>& files = be->profile_session()->written_files();
+    EXPECT_NE(std::find(files.begin(), files.end(), "profile.json"), files.end());
+    EXPECT_NE(testutil::slurp(toy.dir / "p/steps.csv").find("\n3,"), std::string::npos) // steps 2 and 3
+        << testutil::slurp(toy.dir / "p/steps.csv");
+}
