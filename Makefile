@@ -228,7 +228,7 @@ BUNDLE_PROGRAMS := $(addprefix $(BUNDLE_DIR)/,train_gpt2cu infer_gpt2cu profile_
 BUNDLE_REF := $(BUNDLE_DIR)/ref/train_gpt2.log
 .PHONY: bundle
 bundle: $(BUNDLE_PROGRAMS) $(BUNDLE_REF)
-$(BUILD)/gpu_tests: $(BUILD)/test/main.o $(GPU_TEST_OBJS) $(LIBS)
+$(BUILD)/gpu_tests: $(BUILD)/test/main.o $(GPU_TEST_OBJS) $(CPU_BACKENDS) $(GPU_BACKENDS) $(INFER_LIB) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) -lgomp -lpthread
 # Host symbol tables stripped (a tenth of the size; device code, its line info and kernel names stay).
 $(BUNDLE_DIR)/%: $(BUILD)/%

@@ -578,7 +578,10 @@ def parse_nsys(text):
     m = re.search(r"^nsys report: (\S+) \((\d+) bytes\)$", text, re.M)
     if m:
         r["report"], r["report_bytes"] = m[1], int(m[2])
-    steps = [int(m[1]) for m in re.finditer(r"^step \d+/\d+ \| loss \S+ \| \S+ ms \| (\d+) tok/s$", text, re.M)]
+    # The training driver's step lines, the warmup steps first: the profiled ones are those after them.
+    m = re.search(r"(\d+) warmup \+ \d+ profiled steps", text)
+    warmup = int(m[1]) if m else 0
+    steps = [int(m[7]) for m in map(STEP_RE.match, text.splitlines()) if m][warmup:]
     r["steps"] = len(steps)
     if steps:
         r["tok_s"] = statistics.mean(steps)

@@ -295,7 +295,8 @@ TEST(GpuCheckParsers, InventoryBuildDataNsys) {
     EXPECT_TRUE(has(data, "\"already_prepared\": false")) << data;
     std::string nsys = parse("nsys", "test/data/gpu_check/nsys.log");
     EXPECT_TRUE(has(nsys, "\"report_bytes\": 18734112")) << nsys;
-    EXPECT_TRUE(has(nsys, "\"steps\": 5")) << nsys;
+    EXPECT_TRUE(has(nsys, "\"steps\": 5")) << nsys; // the 5 profiled steps, not the 3 warmup ones before them
+    EXPECT_TRUE(has(nsys, "\"tok_s\": 295167.2")) << nsys;
     EXPECT_TRUE(has(nsys, "\"nvtx_llmc\": true")) << nsys;
 }
 

@@ -81,17 +81,17 @@ public:
 #endif
     const char* name() const override { return name_.c_str(); }
     void load_weights(const std::vector<float>& w) override {
-        model_->set_parameters(w.data());
-        if (model_->sharded()) gather_params();
+        model().set_parameters(w.data());
+        if (model().sharded()) gather_params();
     }
     // The loop's contract (llmc/train/loop.h): the whole fp32 arrays on every rank, whatever -z is.
-    std::vector<float> weights() override { return whole(model_->get_master_weights()); }
+    std::vector<float> weights() override { return whole(model().get_master_weights()); }
     int model_file_version() const override { return MODEL_VERSION_BF16; }
     void get_moments(std::vector<float>& m, std::vector<float>& v) override {
-        m = whole(model_->get_moments_m());
-        v = whole(model_->get_moments_v());
+        m = whole(model().get_moments_m());
+        v = whole(model().get_moments_v());
     }
-    void set_moments(const std::vector<float>& m, const std::vector<float>& v) override { model_->set_moments(m, v); }
+    void set_moments(const std::vector<float>& m, const std::vector<float>& v) override { model().set_moments(m, v); }
     // The cuBLASLt algorithm of every matmul problem (timed when it was first met; llmc/matmul.cuh): a resumed
     // run takes the same ones, so it continues bitwise as the interrupted run would have.
     void save_run_choices(const std::string& path) const override {
@@ -118,8 +118,8 @@ public:
     std::string step_extras(double ms, long tokens) const override {
         std::string s;
         if (spec_) {
-            const GPT2Config& c = model_->config;
-            double flops = gpt2_flops_per_token(model_->num_params, c.num_layers, c.channels, T_) * tokens;
+            const GPT2Config& c = model().config;
+            double flops = gpt2_flops_per_token(model().num_params, c.num_layers, c.channels, T_) * tokens;
             s += strprintf(" | MFU %.1f%%", 100.0 * flops / (ms * 1e-3) / (spec_->bf16_tflops * 1e12));
         }
         size_t free_b = 0, total_b = 0;
@@ -128,9 +128,9 @@ public:
         return s;
     }
     void print_memory() const override {
-        const GPUMemoryPlan& p = model_->memory;
+        const GPUMemoryPlan& p = model().memory;
         auto mib = [](size_t b) { return b / 1048576.0; };
-        std::string shard = model_->sharded() ? strprintf(", this rank's 1/%d shard", comm_.world()) : "";
+        std::string shard = model().sharded() ? strprintf(", this rank's 1/%d shard", comm_.world()) : "";
         printf("GPU memory: params %.0f MiB, grads %.0f MiB, optimizer (master, m, v%s) %.0f MiB, activations %.0f MiB "
                "(of %.0f MiB free); largest micro-batch at T=%d: %d\n",
                mib(p.params), mib(p.grads), shard.c_str(), mib(p.optimizer), mib(p.activations), mib(p.free_before), T_,
@@ -139,7 +139,7 @@ public:
 
     prof::ProfileSession* profile_session() override { return profile_.get(); }
     void set_profile_session(std::unique_ptr<prof::ProfileSession> session) override { profile_ = std::move(session); }
-    const MemoryPlan& memory_plan() const override { return model_->memory.plan; }
+    const MemoryPlan& memory_plan() const override { return model().memory.plan; }
     void free_model() override { model_.reset(); }
 
     StepStats train_step(TokenBatches& train, int grad_accum, float lr, int t) override {
@@ -151,39 +151,39 @@ public:
         if (nccl_) {
             // The step ends synchronised (its loss and norm are read): its collectives' timings are ready.
             std::pair<float, float> r;
-            if (model_->sharded()) {
-                r = model_->train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), sharded_reduce());
+            if (model().sharded()) {
+                r = model().train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), sharded_reduce());
             } else {
-                BucketedAllReduce buckets(*nccl_, model_->stream, model_->config, model_->grads_memory);
-                r = model_->train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), buckets);
+                BucketedAllReduce buckets(*nccl_, model().stream, model().config, model().grads_memory);
+                r = model().train_step(next, B_, T_, grad_accum, lr, adam_, t, nccl_->world(), buckets);
             }
             nccl_->collect();
             return {r.first, r.second};
         }
 #endif
-        auto [loss, norm] = model_->train_step(next, B_, T_, grad_accum, lr, adam_, t);
+        auto [loss, norm] = model().train_step(next, B_, T_, grad_accum, lr, adam_, t);
         return {loss, norm};
     }
 
     float val_loss(DataLoader& val, int batches, Progress& progress) override {
         val.restore(DataPosition{}); // the same batches every time
-        model_->zero_loss();
+        model().zero_loss();
         for (int i = 0; i < batches; i++) {
             val.next_batch();
-            model_->forward(val.inputs(), val.targets(), B_, T_, 1.0f / ((float)B_ * T_ * batches), 0.0f);
+            model().forward(val.inputs(), val.targets(), B_, T_, 1.0f / ((float)B_ * T_ * batches), 0.0f);
             progress.tick(i + 1, batches); // as the batches are queued
         }
-        model_->fetch_scalars();
-        return model_->read_scalars().first;
+        model().fetch_scalars();
+        return model().read_scalars().first;
     }
 
     // The activations hold B*T positions: a longer context (only with -b 1 and -g beyond -t) is cut to its
     // last B*T tokens.
     std::vector<float> next_token_probs(const std::vector<int>& ids) override {
         int t = std::min((int)ids.size(), B_ * T_);
-        model_->forward(ids.data() + ids.size() - t, nullptr, 1, t, 0.0f, 0.0f);
-        std::vector<float> logits = model_->logits_row(t - 1);
-        int V = model_->config.vocab_size;
+        model().forward(ids.data() + ids.size() - t, nullptr, 1, t, 0.0f, 0.0f);
+        std::vector<float> logits = model().logits_row(t - 1);
+        int V = model().config.vocab_size;
         float mx = *std::max_element(logits.begin(), logits.begin() + V);
         double sum = 0;
         std::vector<float> p(V);
@@ -204,37 +204,43 @@ public:
     Link link() const override { return link_; }
 
 private:
+    // The model, or Error once free_model() has given it back (profile_gpt2cu: nothing may touch it after that).
+    GPT2GPU& model() {
+        if (!model_) throw Error("GPU backend: the model was used after free_model()");
+        return *model_;
+    }
+    const GPT2GPU& model() const { return const_cast<GPUBackend*>(this)->model(); }
     // A -z 1 rank's shard (padding included) as the whole array (num_params) every rank gets. Through the MPI
     // communicator on the host, not NCCL: device memory is planned up front for training (print_memory is the
     // run's peak) and has no room for a whole fp32 copy, and the loop wants the arrays on the host anyway.
     std::vector<float> whole(const std::vector<float>& shard) {
-        if (!model_->sharded()) return shard;
-        std::vector<float> full(model_->padded_params);
-        std::copy(shard.begin(), shard.end(), full.begin() + model_->shard.begin);
+        if (!model().sharded()) return shard;
+        std::vector<float> full(model().padded_params);
+        std::copy(shard.begin(), shard.end(), full.begin() + model().shard.begin);
         comm_.all_gather(full.data(), full.size()); // shard_of(padded_params): the model's shards
-        full.resize(model_->num_params);
+        full.resize(model().num_params);
         return full;
     }
     // -z 1: the bf16 parameters of every shard to every rank, after the model has set its own.
     void gather_params() {
 #ifdef LLMC_HAVE_NCCL
         sharded_reduce().gather_params();
-        CUDA_CHECK(cudaStreamSynchronize(model_->stream));
+        CUDA_CHECK(cudaStreamSynchronize(model().stream));
         nccl_->collect();
 #endif
     }
 #ifdef LLMC_HAVE_NCCL
     ShardedReduce sharded_reduce() {
-        return ShardedReduce(*nccl_, model_->stream, model_->params_memory, model_->grads_memory, model_->padded_params);
+        return ShardedReduce(*nccl_, model().stream, model().params_memory, model().grads_memory, model().padded_params);
     }
 #endif
 
     std::unique_ptr<prof::ProfileSession> profile_; // before model_: the ceilings are measured before it is allocated
-    std::optional<GPT2GPU> model_;                  // always there, until free_model
+    std::optional<GPT2GPU> model_;                  // always there, until free_model: reached through model()
     Communicator& comm_;
     Link link_; // what the collectives cross (data-parallel runs): NVLink or PCIe from NVML
 #ifdef LLMC_HAVE_NCCL
-    // Data-parallel runs only: the collectives run on comm_stream_ beside model_->stream.
+    // Data-parallel runs only: the collectives run on comm_stream_ beside model().stream.
     cudaStream_t comm_stream_ = nullptr;
     std::unique_ptr<NcclCommunicator> nccl_;
 #endif

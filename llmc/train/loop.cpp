@@ -223,8 +223,10 @@ void TrainRun::train_step(int step) {
     if (plan.world > 1) step_comm += be.comm_stats(comm).since(comm_before);
     if (profile) profile->end_step((long)plan.grad_accum * opt.B * opt.T);
     if (!std::isfinite(s.loss))
-        throw Error(strprintf("loss is %f at step %d; stopping (checkpoints in -o are from before this step)", s.loss,
-                              step + 1));
+        throw Error(strprintf("loss is %f at step %d; stopping%s", s.loss, step + 1,
+                              opt.checkpoint_every > 0 && !opt.output_dir.empty()
+                                  ? " (checkpoints in -o are from before this step)"
+                                  : ""));
     trained++;
     trained_seconds += ms / 1e3;
     eta.step(ms / 1e3);
@@ -282,6 +284,9 @@ int train_run(Communicator* comm, const char* program, int argc, char** argv, co
 } // namespace
 
 void run_steps(const char* program, RunPlan& plan, TrainBackend& be, Communicator& comm, TokenBatches& batches) {
+    const TrainOptions& o = plan.opt;
+    if (plan.has_val || o.sample_every > 0 || o.checkpoint_every > 0 || !o.output_dir.empty() || plan.world != 1)
+        throw Error("run_steps: a plan with val loss, samples, checkpoints, a log or several ranks needs run_training");
     TrainRun run(plan, be, comm, batches, Rng(plan.opt.seed));
     run.loop(program);
 }

@@ -141,7 +141,7 @@ MUTATIONS = [
      "the algorithm recorded with a checkpoint is not the one used", "EmuKernelsMatmulAutotune.RecordedChoicesAreTakenInsteadOfTiming"),
     ("llmc/matmul.cuh", "cudaMalloc(&scratch, out_bytes);", "cudaMalloc(&scratch, 2 * out_bytes);",
      "the autotune's scratch output is larger than the memory plan says", "EmuGpuMemoryPlan.FirstStepPeakIsThePlansTotal"),
-    ("llmc/train/gpu_backend.cu", "m = whole(model_->get_moments_m());", "m = whole(model_->get_moments_v());",
+    ("llmc/train/gpu_backend.cu", "m = whole(model().get_moments_m());", "m = whole(model().get_moments_v());",
      "train_gpt2cu's checkpoint saves the second moment as the first", "EmuGpuBackends.Training*"),
     ("llmc/infer/gpu_backend.cu", "const int* ids = dec_->sample(temperature, top_k, coins);",
      "const int* ids = dec_->sample(temperature, 0, coins);", "infer_gpt2cu samples from every token whatever --top-k",

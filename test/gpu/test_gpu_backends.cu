@@ -3,9 +3,9 @@
 // in main.log against the CPU trainer's within the bf16 tolerance of the model tests, and a run resumed from its
 // checkpoint ending bit for bit where the uninterrupted run ended. Inference (llmc/infer/gpu_backend.cu through
 // run_inference): the ids of each sequence are those of the GPU decoder driven by hand with the driver's contract
-// (one coin per running sequence, in sequence order, from --seed). profile_gpt2cu's run (the GPU backend with its
-// own profile session, through run_steps): the model freed when the session writes, nothing touching it after.
-// Part of the emulated tier, where --profile is refused (no CUPTI).
+// (one coin per running sequence, in sequence order, from --seed). The GPU backend's hooks as profile_gpt2cu uses
+// them (its own profile session, run_steps): the model freed in the session's write hook and nothing touching it
+// afterwards (the backend throws on a freed model). Part of the emulated tier, where --profile is refused (no CUPTI).
 #include <algorithm>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -216,10 +216,26 @@ GPU_TEST(GpuBackends, ProfileRunFreesTheModelWhenTheSessionWrites) {
     be->set_profile_session(std::move(session));
     RandomIds batches(2 * 32, toy.cfg.vocab_size);
     run_steps("profile_gpt2cu", plan, *be, *comm, batches);
-    EXPECT_EQ(freed, 1);
+    EXPECT_EQ(freed, 1); // and run_steps went on to its end without touching the model: it would have thrown
+    EXPECT_THROW(be->weights(), Error);
     ASSERT_TRUE(be->profile_session()->written());
     const std::vector<std::string>& files = be->profile_session()->written_files();
     EXPECT_NE(std::find(files.begin(), files.end(), "profile.json"), files.end());
     EXPECT_NE(testutil::slurp(toy.dir / "p/steps.csv").find("\n3,"), std::string::npos) // steps 2 and 3
         << testutil::slurp(toy.dir / "p/steps.csv");
+}
+
+// Under the emulator --profile is refused with one line naming the flag (there is no CUPTI to trace with), before
+// the model is allocated; on a GPU the same run profiles (test_profiler_gpu.cu).
+GPU_TEST(GpuBackends, ProfileIsRefusedUnderTheEmulator) {
+    if (!gputest::kEmulated) GTEST_SKIP() << "on a GPU --profile traces with CUPTI";
+    ToyRun toy;
+    try {
+        train("train_gpt2cu", make_gpu_backend,
+              {"-i", toy.dir.path, "-e", toy.model(), "-b", "2", "-t", "32", "-x", "2", "--profile", toy.dir / "p",
+               "--profile-start", "1", "--profile-steps", "1"});
+        ADD_FAILURE() << "--profile was taken";
+    } catch (const UsageError& e) {
+        EXPECT_EQ(std::string(e.what()), "--profile: the emulated CUDA runtime has no CUPTI to trace with");
+    }
 }
