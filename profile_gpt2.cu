@@ -25,7 +25,6 @@
 #include "llmc/profiler/calibrate.cuh"
 #include "llmc/profiler/cupti_counters.cuh"
 #include "llmc/profiler/cupti_source.cuh"
-#include "llmc/rand.h"
 #include "llmc/train/dist.h"
 #include "llmc/train/gpu_backend.h"
 #include "llmc/train/loop.h"
@@ -93,27 +92,11 @@ Options parse_options(int argc, char** argv) {
     return o;
 }
 
-// Fresh uniform token ids for each step from a seeded Rng (kernel times do not depend on the values).
-class RandomBatches : public TokenBatches {
-public:
-    RandomBatches(int B, int T, int vocab_size) : vocab_(vocab_size), tokens_((size_t)B * T + 1) {}
-    void next_batch() override {
-        for (int& t : tokens_) t = (int)(rng_.next_u32() % vocab_);
-    }
-    const int* inputs() const override { return tokens_.data(); }
-    const int* targets() const override { return tokens_.data() + 1; }
-
-private:
-    int vocab_;
-    std::vector<int> tokens_;
-    Rng rng_{1337};
-};
-
 // Token ids for each step: the next batch of the -i shards, or random ones.
 struct StepBatches {
     StepBatches(const std::string& data, int B, int T, int vocab_size) {
         if (data.empty()) {
-            batches = std::make_unique<RandomBatches>(B, T, vocab_size);
+            batches = std::make_unique<RandomBatches>(B, T, vocab_size, 1337);
             return;
         }
         loader = std::make_unique<DataLoader>(data, "train", B, T, vocab_size);
@@ -203,10 +186,7 @@ prof::CounterReport count_last_step(const prof::ProfileRecords& records, bool wa
         return counters;
     }
     if (records.steps.empty()) return counters;
-    const prof::StepRecord& last = records.steps.back();
-    std::vector<prof::KernelRecord> traced_step;
-    for (const prof::KernelRecord& k : records.kernels)
-        if (k.start_ns >= last.start_ns && k.start_ns <= last.end_ns) traced_step.push_back(k);
+    const std::vector<prof::KernelRecord> traced_step = prof::last_step_kernels(records);
     counters = prof::collect_counters(step, 2 * traced_step.size() + 64, [](const char* n) { return prof::demangle(n); });
     if (!counters.collected) {
         printf("counters: %s; the rest of the profile is written\n", counters.note.c_str());

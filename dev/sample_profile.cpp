@@ -77,13 +77,10 @@ void add_power_samples(ProfileRecords& rec, uint64_t t_end) {
     rec.power_reading = "instantaneous";
 }
 
-// The counted kernels joined to the traced kernels of step `step` and summed per sub-block, as profile_gpt2cu
+// The counted kernels joined to the traced kernels of the last step and summed per sub-block, as profile_gpt2cu
 // does; returns why they do not join ("" when they do).
-std::string join_counted_step(const ProfileRecords& rec, int step, CounterReport& counted) {
-    std::vector<KernelRecord> traced;
-    for (const KernelRecord& k : rec.kernels)
-        if (k.where.step == step) traced.push_back(k);
-    std::string why = join_by_launch_order(traced, counted.kernels);
+std::string join_counted_step(const ProfileRecords& rec, CounterReport& counted) {
+    std::string why = join_by_launch_order(last_step_kernels(rec), counted.kernels);
     if (why.empty()) aggregate_counters(counted);
     return why;
 }
@@ -171,7 +168,7 @@ int main(int argc, char** argv) {
         rec.steps.push_back({step, step_start, cpu, (long)B * T});
     }
     add_power_samples(rec, cpu + 10000 * US);
-    const std::string unjoined = join_counted_step(rec, steps, counted);
+    const std::string unjoined = join_counted_step(rec, counted);
     if (!unjoined.empty()) {
         fprintf(stderr, "sample_profile: the counted step does not join the traced one: %s\n", unjoined.c_str());
         return 1;

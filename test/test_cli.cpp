@@ -10,14 +10,15 @@
 #include "llmc/cli.h"
 #include "llmc/sampler.h"
 #include "llmc/schedulers.h"
+#include "test/test_util.h"
 
 using namespace llmc;
 
 namespace {
 TrainOptions parse(std::vector<std::string> args) {
-    std::vector<char*> argv{(char*)"prog"};
-    for (auto& a : args) argv.push_back(a.data());
-    return parse_train_options((int)argv.size(), argv.data(), TrainOptions{});
+    args.insert(args.begin(), "prog");
+    testutil::CommandLine cl(std::move(args));
+    return parse_train_options(cl.argc(), cl.argv(), TrainOptions{});
 }
 std::string usage_error(std::vector<std::string> args) {
     try {

@@ -212,6 +212,22 @@ TEST(ProfilerCounters, AggregatesSubBlocksFromSums) {
     EXPECT_EQ(r.per_kernel[0].time_ns, 22000);
 }
 
+// The counted step is joined to the last traced step: the kernels that started inside its span, edges included.
+TEST(ProfilerCounters, LastStepKernelsAreThoseThatStartedInTheLastStep) {
+    ProfileRecords rec;
+    EXPECT_TRUE(last_step_kernels(rec).empty());
+    rec.steps = {{1, 0, 1000, 0}, {2, 1000, 2000, 0}};
+    uint32_t corr = 0;
+    for (uint64_t start : {10, 999, 1000, 1500, 2000, 2001}) {
+        KernelRecord k = traced("k", corr++, SubBlock::qkv, Phase::fwd, 0);
+        k.start_ns = start, k.end_ns = start + 5;
+        rec.kernels.push_back(k);
+    }
+    std::vector<uint32_t> got;
+    for (const KernelRecord& k : last_step_kernels(rec)) got.push_back(k.correlation);
+    EXPECT_EQ(got, (std::vector<uint32_t>{2, 3, 4}));
+}
+
 // The summary table puts the analytic GEMM FLOPs next to the counted tensor FLOPs (equal: both 2·M·N·K).
 TEST(ProfilerCounters, MeasuredVsAnalyticTable) {
     CounterReport r;

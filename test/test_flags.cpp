@@ -8,6 +8,7 @@
 
 #include "llmc/flags.h"
 #include "llmc/utils.h"
+#include "test/test_util.h"
 
 namespace llmc {
 namespace {
@@ -47,9 +48,9 @@ FlagTable make_table(Opts& o) {
 }
 
 void parse(FlagTable& t, std::vector<std::string> args) {
-    std::vector<char*> argv{(char*)"prog"};
-    for (std::string& a : args) argv.push_back(a.data());
-    t.parse((int)argv.size(), argv.data());
+    args.insert(args.begin(), "prog");
+    testutil::CommandLine cl(std::move(args));
+    t.parse(cl.argc(), cl.argv());
 }
 
 std::string usage_error(std::vector<std::string> args) {

@@ -54,9 +54,8 @@ protected:
     RunPlan plan(std::vector<std::string> args, int rank = 0, int world = 1) const {
         std::vector<std::string> all{"train_gpt2", "-i", dir.path, "-e", model_path(), "-b", "4", "-t", "16"};
         all.insert(all.end(), args.begin(), args.end());
-        std::vector<char*> argv;
-        for (std::string& a : all) argv.push_back(a.data());
-        TrainOptions opt = parse_train_options((int)argv.size(), argv.data(), TrainOptions{});
+        testutil::CommandLine cl(std::move(all));
+        TrainOptions opt = parse_train_options(cl.argc(), cl.argv(), TrainOptions{});
         return plan_run("train_gpt2", opt, rank, world);
     }
     // The error plan(args) throws, as main_guard prints it: its exit code and message ("" and 0 when none).
@@ -190,20 +189,15 @@ TEST_F(TrainPlan, BadInputsAreRefusedWithOneLine) {
     EXPECT_NE(message.find("state is for 1 parameters, the model has"), std::string::npos) << message;
 }
 
-// Token ids < 60 that count the batches taken, for run_steps (profile_gpt2cu hands it random batches this way).
-class CountedBatches : public TokenBatches {
+// Random token ids < 60 that count the batches taken, for run_steps (profile_gpt2cu hands it random batches).
+class CountedBatches : public RandomBatches {
 public:
-    CountedBatches(int B, int T) : ids_((size_t)B * T + 1) {}
+    CountedBatches(int B, int T) : RandomBatches(B, T, 60, 7) {}
     void next_batch() override {
         taken++;
-        for (size_t i = 0; i < ids_.size(); i++) ids_[i] = (int)((i * 7 + taken * 13) % 60);
+        RandomBatches::next_batch();
     }
-    const int* inputs() const override { return ids_.data(); }
-    const int* targets() const override { return ids_.data() + 1; }
     int taken = 0;
-
-private:
-    std::vector<int> ids_;
 };
 
 // run_steps trains a plan its program made on the batches it is handed: one per micro-batch of each of the plan's

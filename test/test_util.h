@@ -90,6 +90,20 @@ struct TempDir {
     std::string operator/(const std::string& name) const { return path + "/" + name; }
 };
 
+// A command line handed to a parser or a driver in-process: argc and argv over its own copy of the words.
+class CommandLine {
+public:
+    explicit CommandLine(std::vector<std::string> words) : words_(std::move(words)) {
+        for (std::string& w : words_) argv_.push_back(&w[0]);
+    }
+    int argc() const { return (int)argv_.size(); }
+    char** argv() { return argv_.data(); }
+
+private:
+    std::vector<std::string> words_;
+    std::vector<char*> argv_;
+};
+
 struct RunResult {
     int exit_code;
     std::string output; // stdout and stderr together

@@ -64,6 +64,15 @@ const CounterRow* find_counter_row(const CounterReport& r, int subblock, int pha
     return nullptr;
 }
 
+std::vector<KernelRecord> last_step_kernels(const ProfileRecords& records) {
+    std::vector<KernelRecord> v;
+    if (records.steps.empty()) return v;
+    const StepRecord& last = records.steps.back();
+    for (const KernelRecord& k : records.kernels)
+        if (k.start_ns >= last.start_ns && k.start_ns <= last.end_ns) v.push_back(k);
+    return v;
+}
+
 std::vector<MeasuredRow> measured_rows(const CounterReport& r, const CostTable& costs, bool has_model) {
     std::vector<MeasuredRow> rows;
     OpCost total_cost;

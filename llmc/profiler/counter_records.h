@@ -123,6 +123,10 @@ bool is_range_index(const std::string& name);
  */
 std::string join_by_launch_order(std::vector<KernelRecord> traced, std::vector<KernelCounters>& counted);
 
+// The traced kernels of the last recorded step (those that started inside its time span): what a counted step
+// repeats and is joined to.
+std::vector<KernelRecord> last_step_kernels(const ProfileRecords& records);
+
 // Fills subblocks, per_kernel and total from kernels.
 void aggregate_counters(CounterReport& r);
 

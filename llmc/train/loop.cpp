@@ -26,6 +26,12 @@ void LoaderBatches::next_batch() { loader_.next_batch(); }
 const int* LoaderBatches::inputs() const { return loader_.inputs(); }
 const int* LoaderBatches::targets() const { return loader_.targets(); }
 
+RandomBatches::RandomBatches(int B, int T, int vocab_size, uint64_t seed)
+    : vocab_(vocab_size), tokens_((size_t)B * T + 1), rng_(seed) {}
+void RandomBatches::next_batch() {
+    for (int& t : tokens_) t = (int)(rng_.next_u32() % vocab_);
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

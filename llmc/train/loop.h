@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "llmc/cli.h"
+#include "llmc/rand.h"
 #include "llmc/train/dist.h"
 
 namespace llmc {
@@ -43,6 +44,21 @@ public:
 
 private:
     DataLoader& loader_;
+};
+
+// Fresh uniform token ids below vocab_size for each batch, from a seeded Rng (profile_gpt2cu without -i: kernel
+// times do not depend on the values).
+class RandomBatches : public TokenBatches {
+public:
+    RandomBatches(int B, int T, int vocab_size, uint64_t seed);
+    void next_batch() override;
+    const int* inputs() const override { return tokens_.data(); }
+    const int* targets() const override { return tokens_.data() + 1; }
+
+private:
+    int vocab_;
+    std::vector<int> tokens_;
+    Rng rng_;
 };
 
 struct StepStats {

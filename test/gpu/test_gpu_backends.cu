@@ -28,6 +28,7 @@
 #include "llmc/train/loop.h"
 #include "llmc/train/plan.h"
 #include "test/gpu/gpu_test_util.cuh"
+#include "test/scripted_source.h"
 #include "test/test_util.h"
 
 using namespace llmc;
@@ -58,10 +59,9 @@ struct ToyRun {
 // run_training over one process with `args` after the program's name.
 int train(const char* program, BackendFactory backend, std::vector<std::string> args) {
     args.insert(args.begin(), program);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
+    testutil::CommandLine cl(std::move(args));
     const std::unique_ptr<Communicator> comm = single_process_communicator();
-    return run_training(*comm, program, (int)argv.size(), argv.data(), TrainOptions{}, backend);
+    return run_training(*comm, program, cl.argc(), cl.argv(), TrainOptions{}, backend);
 }
 
 // main.log's losses by kind ("trl" or "tel") in step order.
@@ -74,44 +74,6 @@ std::vector<double> logged(const std::string& dir, const char* kind) {
     }
     return v;
 }
-
-// A source that records one kernel per step, for a session that needs no CUPTI.
-class OneKernelPerStep : public prof::EventSource {
-public:
-    bool start() override { return true; }
-    bool slow_start() const override { return false; }
-    void begin_step(int index) override {
-        const uint64_t t = (uint64_t)index * 2000000;
-        rec_.steps.push_back({index, t, t + 2000000, 0});
-        prof::KernelRecord k;
-        k.name = "void llmc::work_kernel(float*)", k.start_ns = t, k.end_ns = t + 1000000;
-        rec_.kernels.push_back(k);
-    }
-    void end_step(long tokens) override { rec_.steps.back().tokens = tokens; }
-    bool flush() override { return true; }
-    void stop() override {}
-    prof::ProfileRecords take() override { return std::move(rec_); }
-    void complete_context(prof::ProfileContext& ctx) override { ctx.device = "one kernel per step"; }
-
-private:
-    prof::ProfileRecords rec_;
-};
-
-// Random ids below V, for run_steps.
-class RandomIds : public TokenBatches {
-public:
-    RandomIds(int n, int V) : ids_(n + 1), V_(V) {}
-    void next_batch() override {
-        for (int& id : ids_) id = (int)(rng_.next_u32() % V_);
-    }
-    const int* inputs() const override { return ids_.data(); }
-    const int* targets() const override { return ids_.data() + 1; }
-
-private:
-    std::vector<int> ids_;
-    int V_;
-    Rng rng_{3};
-};
 
 } // namespace
 
@@ -153,14 +115,11 @@ GPU_TEST(GpuBackends, InferenceThroughTheDriverIsTheDecodersOutput) {
     REQUIRE_GPU();
     ToyRun toy;
     const int n = 5;
-    std::vector<std::string> args{"infer_gpt2cu", "-e", toy.model(), "--prompt-ids", "3,1,4,1,5", "-b", "2",
-                                  "-n", std::to_string(n), "--temperature", "0.9", "--top-k", "40", "--seed", "7",
-                                  "--json"};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
+    testutil::CommandLine cl({"infer_gpt2cu", "-e", toy.model(), "--prompt-ids", "3,1,4,1,5", "-b", "2", "-n",
+                              std::to_string(n), "--temperature", "0.9", "--top-k", "40", "--seed", "7", "--json"});
     const InferProgram program{"infer_gpt2cu", make_gpu_infer_backend};
     testing::internal::CaptureStdout();
-    const int rc = run_inference(program, (int)argv.size(), argv.data());
+    const int rc = run_inference(program, cl.argc(), cl.argv());
     fflush(stdout);
     const std::string out = testing::internal::GetCapturedStdout();
     ASSERT_EQ(rc, 0) << out;
@@ -203,8 +162,10 @@ GPU_TEST(GpuBackends, ProfileRunFreesTheModelWhenTheSessionWrites) {
     const size_t planned = ctx.memory.total_bytes();
     ASSERT_GT(planned, 0u);
     // The last two steps traced, as profile_gpt2cu traces the steps after its warmup.
+    std::string source_log; // what the session asked of its source (no CUPTI here)
     auto session = std::make_unique<prof::ProfileSession>(prof::SessionOptions{toy.dir / "p", 1, 2, 15, false, "-o"},
-                                                          std::move(ctx), std::make_unique<OneKernelPerStep>());
+                                                          std::move(ctx),
+                                                          std::make_unique<testutil::ScriptedSource>(&source_log, false));
     int freed = 0;
     session->before_report([&](const prof::ProfileRecords& records, prof::ProfileContext& c) {
         EXPECT_EQ(records.steps.size(), 2u);
@@ -214,7 +175,7 @@ GPU_TEST(GpuBackends, ProfileRunFreesTheModelWhenTheSessionWrites) {
         return prof::CounterReport{};
     });
     be->set_profile_session(std::move(session));
-    RandomIds batches(2 * 32, toy.cfg.vocab_size);
+    RandomBatches batches(2, 32, toy.cfg.vocab_size, 3);
     run_steps("profile_gpt2cu", plan, *be, *comm, batches);
     EXPECT_EQ(freed, 1); // and run_steps went on to its end without touching the model: it would have thrown
     EXPECT_THROW(be->weights(), Error);
