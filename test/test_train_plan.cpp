@@ -217,3 +217,23 @@ TEST_F(TrainPlan, RunStepsTrainsOnTheBatchesItIsHanded) {
     EXPECT_EQ(p.train->position().offset, before.offset);
     EXPECT_NE(be->weights(), w0);
 }
+
+// What run_steps does not do (val loss, samples, checkpoints, a log, several ranks) it refuses before a step.
+TEST_F(TrainPlan, RunStepsRefusesAPlanItCannotRun) {
+    const std::unique_ptr<Communicator> comm = single_process_communicator();
+    for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+             {"-x", "2", "-v", "1", "-s", "0"}, {"-x", "2", "-v", "0", "-s", "1"},
+             {"-x", "2", "-v", "0", "-s", "0", "-o", dir / "out"}}) {
+        RunPlan p = plan(args);
+        std::unique_ptr<TrainBackend> be = make_cpu_backend(p.cfg, p.opt, *comm);
+        CountedBatches batches(4, 16);
+        try {
+            run_steps("train_gpt2", p, *be, *comm, batches);
+            ADD_FAILURE() << args[3] << " " << args[5] << ": taken";
+        } catch (const Error& e) {
+            EXPECT_EQ(std::string(e.what()), "run_steps: a plan with val loss, samples, checkpoints, a log or several "
+                                             "ranks needs run_training");
+        }
+        EXPECT_EQ(batches.taken, 0);
+    }
+}
