@@ -147,14 +147,15 @@ $(INFER_LIB): $(INFER_OBJS)
 	$(AR) rcs $@ $^
 $(PROFILER_LIB): $(PROFILER_OBJS)
 	$(AR) rcs $@ $^
-LIBS := $(TRAIN_LIB) $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
+# In link order: the training loop samples through the inference driver.
+LIBS := $(TRAIN_LIB) $(INFER_LIB) $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
 # The backends, each compiled once: the GPU ones by nvcc, with the GPU profile session (CUPTI) beside them.
 CPU_BACKENDS := $(BUILD)/llmc/train/cpu_backend.o $(BUILD)/llmc/infer/cpu_backend.o
 GPU_SESSION := $(BUILD)/llmc/profiler/gpu_session.cu.o
 GPU_BACKENDS := $(BUILD)/llmc/train/gpu_backend.cu.o $(BUILD)/llmc/infer/gpu_backend.cu.o $(GPU_SESSION)
 
 # ---- programs ----
-$(BIN)train_gpt2: $(BUILD)/train_gpt2.o $(BUILD)/llmc/train/cpu_backend.o $(LIBS)
+$(BIN)train_gpt2: $(BUILD)/train_gpt2.o $(CPU_BACKENDS) $(LIBS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE) $(MPI_LIBS)
 
 $(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(BUILD)/llmc/infer/cpu_backend.o $(INFER_LIB) $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
@@ -163,10 +164,10 @@ $(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(BUILD)/llmc/infer/cpu_backend.o $(INFE
 $(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o $(HOST_LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
-$(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(BUILD)/llmc/train/gpu_backend.cu.o $(GPU_SESSION) $(LIBS)
+$(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(GPU_BACKENDS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
-$(BIN)profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(BUILD)/llmc/train/gpu_backend.cu.o $(GPU_SESSION) $(LIBS)
+$(BIN)profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(GPU_BACKENDS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
 $(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(BUILD)/llmc/infer/gpu_backend.cu.o $(GPU_SESSION) $(INFER_LIB) $(PROFILER_LIB) \
@@ -195,10 +196,10 @@ ifneq ($(HAVE_NVCC),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
 $(BUILD)/test/test_counters.o: override CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
 GPU_TEST_OBJS := $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard test/gpu/test_*.cu))
-$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS) $(CPU_BACKENDS) $(GPU_BACKENDS) $(INFER_LIB) $(LIBS)
+$(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS) $(CPU_BACKENDS) $(GPU_BACKENDS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) $(MPI_LIBS) $(NCCL_LIBS) -lgomp -lpthread
 else
-$(BUILD)/run_tests: $(TEST_OBJS) $(CPU_BACKENDS) $(INFER_LIB) $(LIBS)
+$(BUILD)/run_tests: $(TEST_OBJS) $(CPU_BACKENDS) $(LIBS)
 	@echo "note: nvcc not found; building the CPU tests only"
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(MPI_LIBS) -lpthread
 endif
@@ -270,7 +271,7 @@ EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_ptx.cu test/gpu/test_att
 # The GPU programs' backends, run in-process under their drivers by test_gpu_backends.cu, over the host libraries
 # as the normal build compiles them (the profile session is test/emu/gpu_session.cpp: the emulator has no CUPTI).
 EMU_PROGRAM_SRCS := llmc/train/gpu_backend.cu llmc/infer/gpu_backend.cu
-EMU_PROGRAM_LIBS := $(CPU_BACKENDS) $(INFER_LIB) $(LIBS)
+EMU_PROGRAM_LIBS := $(CPU_BACKENDS) $(LIBS)
 EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS) $(EMU_PROGRAM_SRCS))
 EMU_LIB_SRCS := $(wildcard test/emu/*.cpp)
 # The project's host code the kernels' headers call (utilities, model shapes, the memory plan), built per variant

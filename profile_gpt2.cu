@@ -249,12 +249,12 @@ int main(int argc, char** argv) {
             return 0;
         }
         if (attached_cuda_tool() == CudaTool::ncu) printf("%s\n", shrink_for_ncu(opt).c_str());
+        require_gpu("profile_gpt2cu"); // before the note on --warmup: without a GPU, one line
         if (!under_cuda_tool() && opt.warmup == 0) {
             // CUPTI is started one step ahead of the traced ones: its start-up must not land in a traced step.
             opt.warmup = 1;
             printf("profile_gpt2cu: --warmup 1: CUPTI starts during an untraced step\n");
         }
-        require_gpu("profile_gpt2cu");
         prof::check_profile_dir(opt.output, "-o"); // before the model is built
         cudaDeviceProp prop;
         CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

@@ -11,9 +11,5 @@
 #include "llmc/train/loop.h"
 
 int main(int argc, char** argv) {
-    return llmc::main_guard([&] {
-        llmc::TrainOptions defaults;
-        defaults.T = 64; // the CPU trainer defaults to short sequences, as llm.c's CPU reference does
-        return llmc::run_training("train_gpt2", argc, argv, defaults, llmc::make_cpu_backend);
-    });
+    return llmc::main_guard([&] { return llmc::run_training(llmc::cpu_train_program(), argc, argv); });
 }

@@ -2,6 +2,8 @@
 #include "llmc/checkpoint.h"
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <dirent.h>
 
 #include "llmc/gpt2_init.h"
@@ -182,6 +184,43 @@ int64_t find_latest_checkpoint(const std::string& dir) {
     }
     closedir(d);
     return best;
+}
+
+namespace {
+
+// The names in `dir` for which keep(name) holds, sorted.
+template <typename Keep> std::vector<std::string> names_in(const std::string& dir, Keep keep) {
+    std::vector<std::string> out;
+    DIR* d = opendir(dir.c_str());
+    if (!d) return out;
+    while (dirent* e = readdir(d))
+        if (keep(std::string(e->d_name))) out.push_back(e->d_name);
+    closedir(d);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+bool is_checkpoint_file(const std::string& name) {
+    return checkpoint_step_of(name, "model_") > 0 || checkpoint_step_of(name, "state_") > 0;
+}
+
+} // namespace
+
+std::vector<std::string> checkpoint_files(const std::string& dir) { return names_in(dir, is_checkpoint_file); }
+
+int remove_stale_temporaries(const std::string& dir) {
+    auto stale = [](const std::string& name) {
+        if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".tmp") != 0) return false;
+        const std::string base = name.substr(0, name.size() - 4);
+        if (base == "main.log" || is_checkpoint_file(base)) return true;
+        int64_t step;
+        int rank, used = 0;
+        return sscanf(base.c_str(), "choices_%" SCNd64 "_rank%d.txt%n", &step, &rank, &used) == 2 &&
+               used == (int)base.size();
+    };
+    int removed = 0;
+    for (const std::string& name : names_in(dir, stale)) removed += unlink((dir + "/" + name).c_str()) == 0;
+    return removed;
 }
 
 } // namespace llmc

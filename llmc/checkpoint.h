@@ -98,4 +98,14 @@ int64_t checkpoint_step_of(const std::string& name, const std::string& prefix);
 // Highest step with both files present in `dir`, or -1 when there is none.
 int64_t find_latest_checkpoint(const std::string& dir);
 
+// The checkpoint files in `dir` (model_N.bin and state_N.bin, complete or not), by name; empty when none.
+std::vector<std::string> checkpoint_files(const std::string& dir);
+
+/*
+ * What a run killed while it wrote left in `dir`: the temporaries of its atomic writes (model_N.bin.tmp,
+ * state_N.bin.tmp, choices_N_rankR.txt.tmp, main.log.tmp). Only a run that holds the directory's lock may call it.
+ * Returns how many were removed.
+ */
+int remove_stale_temporaries(const std::string& dir);
+
 } // namespace llmc

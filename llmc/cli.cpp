@@ -116,6 +116,8 @@ TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt) {
     FlagTable t = train_flags("", opt);
     t.parse(argc, argv);
     opt.model_given = t.given("--model");
+    for (const char* f : {"--profile-start", "--profile-steps"})
+        if (t.given(f) && opt.profile_dir.empty()) throw UsageError(strprintf("%s: only with --profile DIR", f));
     finish(opt);
     return opt;
 }

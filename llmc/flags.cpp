@@ -2,7 +2,10 @@
 #include "llmc/flags.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <utility>
 
@@ -40,21 +43,69 @@ std::string format_float(float x) { return strprintf("%g", x); }
 
 } // namespace
 
+namespace {
+
+/*
+ * The one number grammar of every flag: an optional '-', decimal digits, and for a real an optional fraction and
+ * exponent ("12", "-1", "3e-4", ".5", "1.5"). No sign '+', no spaces, no hexadecimal, no "inf" or "nan": what
+ * strtol and strtod accept beyond that ("+8", " 8", "0x10") is refused, so every flag reads a number alike.
+ */
+bool is_decimal_number(const std::string& v, bool real) {
+    size_t i = v.size() > 0 && v[0] == '-' ? 1 : 0;
+    const size_t int_start = i;
+    while (i < v.size() && isdigit((unsigned char)v[i])) i++;
+    size_t digits = i - int_start;
+    if (!real) return digits > 0 && i == v.size();
+    if (i < v.size() && v[i] == '.') {
+        const size_t frac = ++i;
+        while (i < v.size() && isdigit((unsigned char)v[i])) i++;
+        digits += i - frac;
+    }
+    if (digits == 0) return false;
+    if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+        i++;
+        if (i < v.size() && (v[i] == '-' || v[i] == '+')) i++;
+        const size_t exp = i;
+        while (i < v.size() && isdigit((unsigned char)v[i])) i++;
+        if (i == exp) return false;
+    }
+    return i == v.size();
+}
+
+} // namespace
+
 long parse_long_flag(const std::string& flag, const std::string& v, long lo, long hi) {
     errno = 0;
-    char* end = nullptr;
-    const long x = strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end || errno || x < lo || x > hi)
+    const long x = is_decimal_number(v, false) ? strtol(v.c_str(), nullptr, 10) : 0;
+    if (!is_decimal_number(v, false) || errno || x < lo || x > hi)
         throw UsageError(strprintf("%s: expected an integer in [%ld, %ld], got '%s'", flag.c_str(), lo, hi, v.c_str()));
     return x;
 }
 
 float parse_float_flag(const std::string& flag, const std::string& v, float lo, float hi) {
-    char* end = nullptr;
-    const float x = strtof(v.c_str(), &end);
-    if (v.empty() || *end || !(x >= lo && x <= hi)) // NaN and infinities fail the (finite) range too
+    const float x = is_decimal_number(v, true) ? strtof(v.c_str(), nullptr) : NAN;
+    if (!(x >= lo && x <= hi)) // NaN, infinities and what is not a number fail the (finite) range too
         throw UsageError(strprintf("%s: expected a number in [%g, %g], got '%s'", flag.c_str(), lo, hi, v.c_str()));
     return x;
+}
+
+size_t parse_bytes_flag(const std::string& flag, const std::string& v) {
+    static const std::pair<const char*, double> units[] = {
+        {"B", 1.0},         {"KB", 1e3},           {"MB", 1e6},           {"GB", 1e9},
+        {"TB", 1e12},       {"KiB", 1024.0},       {"MiB", 1048576.0},    {"GiB", 1073741824.0},
+        {"TiB", 1099511627776.0}};
+    size_t digits = 0;
+    while (digits < v.size() && (isdigit((unsigned char)v[digits]) || strchr(".eE-", v[digits]))) digits++;
+    // "1e3B": the exponent's 'e' belongs to the number; "80" alone: a number of what, the user must say.
+    const std::string number = v.substr(0, digits), unit = v.substr(digits);
+    if (is_decimal_number(v, true))
+        throw UsageError(strprintf("%s: '%s' has no unit; write it with one, e.g. %sGiB, %sGB or %sB", flag.c_str(),
+                                   v.c_str(), v.c_str(), v.c_str(), v.c_str()));
+    const double n = is_decimal_number(number, true) ? strtod(number.c_str(), nullptr) : NAN;
+    for (const auto& [name, scale] : units)
+        if (unit == name && n > 0 && n * scale < 1.8e19 && n * scale >= 1) return (size_t)(n * scale);
+    throw UsageError(strprintf("%s: expected a size such as 80GiB, 40GB, 512MiB or 4096B, got '%s'", flag.c_str(),
+                               v.c_str()));
 }
 
 FlagTable::FlagTable(std::string usage_line, std::string epilogue)
@@ -76,6 +127,13 @@ void FlagTable::parse(int argc, char** argv) {
         Arg a = split_arg(argv[i]);
         const Flag* f = find(a.flag);
         if (!f) throw UsageError(strprintf("unknown flag '%s' (see --help)", a.flag.c_str()));
+        // A second value would silently replace the first: which one the user meant is not ours to guess.
+        if (given_.count(f->long_name))
+            throw UsageError(strprintf("%s: given more than once%s; give each flag once", a.flag.c_str(),
+                                       f->short_name.empty() ? ""
+                                                             : strprintf(" (%s and %s are one flag)",
+                                                                         f->short_name.c_str(), f->long_name.c_str())
+                                                                   .c_str()));
         if (f->metavar.empty() && a.has_value) // "--json=0" would read as "on" to whoever wrote it as "off"
             throw UsageError(strprintf("%s: a switch, takes no value", a.flag.c_str()));
         if (!f->metavar.empty() && !a.has_value) {
@@ -106,7 +164,7 @@ std::string FlagTable::help() const {
 Flag help_flag(bool& help) { return {"-h", "--help", "", "this help", flag::on(help)}; }
 
 Flag device_memory_flag(size_t& bytes) {
-    return {"", "--device-memory", "SIZE", "with --memory-plan: device memory to plan for, e.g. 80GiB, 40GB,\n512MiB or bytes",
+    return {"", "--device-memory", "SIZE", "with --memory-plan: device memory to plan for, e.g. 80GiB, 40GB,\n512MiB or 4096B",
             flag::bytes(bytes), "the GPU's free memory"};
 }
 
@@ -142,22 +200,7 @@ FlagValue zero_or_one(bool& x) {
             [&x] { return std::string(x ? "1" : "0"); }};
 }
 FlagValue bytes(size_t& x) {
-    return {[&x](const std::string& f, const std::string& v) {
-                char* end = nullptr;
-                const double n = strtod(v.c_str(), &end);
-                const std::string unit = end ? std::string(end) : "";
-                static const std::pair<const char*, double> units[] = {
-                    {"", 1.0},    {"B", 1.0},      {"KB", 1e3},        {"MB", 1e6},           {"GB", 1e9},
-                    {"TB", 1e12}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
-                for (const auto& [name, scale] : units)
-                    if (unit == name && end != v.c_str() && n > 0 && n * scale < 1.8e19 && n * scale >= 1) {
-                        x = (size_t)(n * scale);
-                        return;
-                    }
-                throw UsageError(strprintf("%s: expected a size such as 80GiB, 40GB, 512MiB or a number of bytes, "
-                                           "got '%s'", f.c_str(), v.c_str()));
-            },
-            nullptr};
+    return {[&x](const std::string& f, const std::string& v) { x = parse_bytes_flag(f, v); }, nullptr};
 }
 FlagValue on(bool& x) {
     return {[&x](const std::string&, const std::string&) { x = true; }, nullptr};

@@ -62,7 +62,7 @@ FlagValue integer(unsigned long long& x, long lo, long hi);
 FlagValue real(float& x, float lo, float hi);
 FlagValue text(std::string& x, const char* empty_error = nullptr); // empty_error: the message an empty value gets
 FlagValue zero_or_one(bool& x);                                    // "0" or "1"
-FlagValue bytes(size_t& x);                                        // 80GiB, 40GB, 512MiB, 1.5TiB or bytes
+FlagValue bytes(size_t& x);                                        // 80GiB, 40GB, 512MiB, 1.5TiB or 4096B
 FlagValue on(bool& x);                                             // a switch: sets x
 FlagValue off(bool& x);                                            // a switch: clears x
 // Any other value: `parse` turns the text into it (throwing UsageError), `show` prints it.
@@ -76,8 +76,14 @@ template <typename T, typename Parse, typename Show> FlagValue custom(T& x, Pars
 Flag help_flag(bool& help);
 Flag device_memory_flag(size_t& bytes);
 
-// The value parsers the setters use, for flags whose values have more structure (a list of ids).
+/*
+ * The value parsers the setters use, for flags whose values have more structure (a list of ids). One number
+ * grammar for every flag: an optional '-', decimal digits and, for a real, a fraction and an exponent; no '+',
+ * spaces, hexadecimal, inf or nan. A size is such a number and a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB): a
+ * bare number is refused rather than read as bytes.
+ */
 long parse_long_flag(const std::string& flag, const std::string& v, long lo, long hi);
 float parse_float_flag(const std::string& flag, const std::string& v, float lo, float hi);
+size_t parse_bytes_flag(const std::string& flag, const std::string& v);
 
 } // namespace llmc

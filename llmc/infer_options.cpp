@@ -29,17 +29,17 @@ FlagValue hidden(FlagValue v) {
     return v;
 }
 
-// The prompt flags exclude each other: each one given (or given again) counts.
-FlagValue counted(FlagValue v, int& count) {
+// The prompt flags exclude each other: each one given is recorded, as written.
+FlagValue counted(FlagValue v, std::vector<std::string>& given) {
     auto set = v.set;
-    v.set = [set, &count](const std::string& f, const std::string& value) {
+    v.set = [set, &given](const std::string& f, const std::string& value) {
         set(f, value);
-        count++;
+        given.push_back(f);
     };
     return v;
 }
 
-void add_model_and_prompts(FlagTable& t, InferOptions& o, int& prompt_flags) {
+void add_model_and_prompts(FlagTable& t, InferOptions& o, std::vector<std::string>& prompt_flags) {
     t.add({"-e", "--model", "dN|FILE", "random model dN (seeded by --seed) or an llm.c model file",
            flag::text(o.model)});
     t.add({"-p", "--prompt", "TEXT",
@@ -82,7 +82,7 @@ void add_profile_and_memory(FlagTable& t, InferOptions& o) {
     t.add(help_flag(o.help));
 }
 
-FlagTable make_table(const char* program, InferOptions& opt, int& prompt_flags) {
+FlagTable make_table(const char* program, InferOptions& opt, std::vector<std::string>& prompt_flags) {
     FlagTable t(strprintf("usage: %s [options]", program));
     add_model_and_prompts(t, opt, prompt_flags);
     add_generation(t, opt);
@@ -94,10 +94,11 @@ FlagTable make_table(const char* program, InferOptions& opt, int& prompt_flags) 
 
 InferOptions parse_infer_options(int argc, char** argv) {
     InferOptions opt;
-    int prompt_flags = 0;
+    std::vector<std::string> prompt_flags;
     make_table("", opt, prompt_flags).parse(argc, argv);
-    if (prompt_flags > 1)
-        throw UsageError("-p: give one of -p, --prompt-file, --prompt-ids and --prompt-len, not several");
+    if (prompt_flags.size() > 1)
+        throw UsageError(strprintf("%s: give one of -p, --prompt-file, --prompt-ids and --prompt-len, not several (%s "
+                                   "is given too)", prompt_flags[1].c_str(), prompt_flags[0].c_str()));
     if (opt.device_memory && !opt.memory_plan) throw UsageError("--device-memory: only with --memory-plan");
     if (opt.memory_plan && (!opt.prompt_text.empty() || !opt.prompt_file.empty()))
         throw UsageError("--memory-plan: give the prompt length with --prompt-len N (or --prompt-ids), not as text");
@@ -106,7 +107,7 @@ InferOptions parse_infer_options(int argc, char** argv) {
 
 std::string infer_usage(const char* program) {
     InferOptions d;
-    int prompt_flags = 0;
+    std::vector<std::string> prompt_flags;
     return make_table(program, d, prompt_flags).help();
 }
 

@@ -1,6 +1,8 @@
 // The memory plan: carving, liveness (llmc/memory_plan.h).
 #include "llmc/memory_plan.h"
 
+#include <tuple>
+
 
 namespace llmc {
 
@@ -42,7 +44,12 @@ std::pair<int, int> training_liveness(const TrainingOps& o, const std::string& n
     if (n == "dbt4c") return {o.bwd(S::fc_proj, L - 1), o.bwd(S::fc, 0)};
     if (n == "dqkv") return {o.bwd(S::attention, L - 1), o.bwd(S::qkv, 0)};
     if (n == "scratch") return {o.bwd(S::classifier), o.grad_norm()};
-    if (n == "encoder_scratch" || n == "cub_temp") return {o.bwd(S::encoder), o.bwd(S::encoder)};
+    // {loss, squared grad norm}: zeroed when the step starts, read once the optimizer has run.
+    if (n == "scalars") return {o.upload(), o.optimizer()};
+    // The encoder backward's sort (llmc/encoder.cuh, EncoderBackwardScratch): its arrays and CUB's storage.
+    for (const char* e : {"positions", "sorted_tok", "sorted_pos", "unique_tok", "run_count", "run_offset", "num_runs",
+                          "cub_temp"})
+        if (n == e) return {o.bwd(S::encoder), o.bwd(S::encoder)};
     // The autotune's scratch for the largest accumulating matmul (plan_gpu_training): the classifier's weight
     // gradient (layer -1), or the last layer's fc_proj weight gradient when the vocabulary is smaller than 4C.
     if (n == "autotune_scratch") {
@@ -52,6 +59,28 @@ std::pair<int, int> training_liveness(const TrainingOps& o, const std::string& n
     return {-1, -1};
 }
 
+namespace {
+
+/*
+ * The CPU trainer's gradients of the residual stream, which its separate residual ops write and accumulate into
+ * (llmc/cpu/gpt2.h's backward), in the step's ops: its residual2 and residual1 backward sit where the fused ops
+ * are (the next layer's ln1, or lnf; this layer's ln2). grad_residual2 of layer l is the next layer's dresidual:
+ * written by its residual1 backward, read last by this layer's residual2 backward; grad_residual1 is written by
+ * the residual2 backward and read last by the residual1 backward; grad_encoded is layer 0's dresidual, read last
+ * by the encoder backward. {-1, -1}: not one of them.
+ */
+std::pair<int, int> residual_gradient_liveness(const TrainingOps& o, const std::string& n, int l) {
+    using S = SubBlock;
+    const bool last_layer = l + 1 >= o.L;
+    const int after_layer = last_layer ? o.bwd(S::lnf) : o.bwd(S::ln1, l + 1); // this layer's residual2 backward
+    if (n == "grad_residual2") return {last_layer ? o.bwd(S::lnf) : o.bwd(S::ln2, l + 1), after_layer};
+    if (n == "grad_residual1") return {after_layer, o.bwd(S::ln2, l)};
+    if (n == "grad_encoded") return {o.bwd(S::ln2, 0), o.bwd(S::encoder)};
+    return {-1, -1};
+}
+
+} // namespace
+
 void set_training_liveness(MemoryPlan& plan, int L) {
     const TrainingOps o{L};
     plan.ops = o.names();
@@ -60,6 +89,8 @@ void set_training_liveness(MemoryPlan& plan, int L) {
         auto [first, last] = training_liveness(o, mirrored ? t.name.substr(5) : t.name, t.layer);
         if (mirrored && first >= 0)
             last = o.mirror(first), first = o.mirror(std::min(first + 1, o.fwd(SubBlock::classifier)));
+        if (mirrored && residual_gradient_liveness(o, t.name, t.layer).first >= 0)
+            std::tie(first, last) = residual_gradient_liveness(o, t.name, t.layer);
         t.first_use = first, t.last_use = last;
     }
 }

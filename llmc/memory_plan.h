@@ -189,8 +189,9 @@ struct TrainingOps {
 std::pair<int, int> training_liveness(const TrainingOps& o, const std::string& n, int l);
 
 // Sets the plan's op names and every tensor's liveness by training_liveness. A gradient of an activation (the
-// CPU trainer keeps them, named grad_<activation>) is live from the backward of the op after that activation's writer to the backward of
-// its writer (the forward interval mirrored).
+// CPU trainer keeps them, named grad_<activation>) is live from the backward of the op after that activation's
+// writer to the backward of its writer (the forward interval mirrored); the residual stream's gradients, which
+// the CPU's residual ops write and accumulate into, by where those ops sit among the step's.
 void set_training_liveness(MemoryPlan& plan, int L);
 
 } // namespace llmc

@@ -4,6 +4,7 @@
 #include <cstdarg>
 #include <cerrno>
 #include <cstring>
+#include <sys/file.h>
 
 namespace llmc {
 
@@ -92,6 +93,51 @@ FILE* File::open_regular(const std::string& path, const char* mode) {
     FILE* f = fdopen(fd, mode);
     if (!f) ::close(fd);
     return f;
+}
+
+FILE* File::open_output(const std::string& path, const char* mode) {
+    check_output_file(path);
+    const int flags = O_WRONLY | O_CREAT | (mode[0] == 'a' ? O_APPEND : O_TRUNC) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+    int fd = ::open(path.c_str(), flags, 0666);
+    if (fd < 0) return nullptr; // ELOOP: a link made since the check
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { // replaced by a FIFO or a device since the check
+        ::close(fd);
+        check_output_file(path);
+        throw Error(strprintf("%s: cannot open (not a regular file)", path.c_str()));
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE* f = fdopen(fd, mode);
+    if (!f) ::close(fd);
+    return f;
+}
+
+DirLock::DirLock(const std::string& dir, const std::string& flag) {
+    const std::string path = dir + "/" + kFileName;
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd_ < 0 || fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+        const int err = errno;
+        if (fd_ >= 0) ::close(fd_);
+        throw Error(strprintf("%s %s: cannot lock the directory (%s: %s)", flag.c_str(), dir.c_str(), path.c_str(),
+                              fd_ >= 0 ? "not a regular file" : strerror(err)));
+    }
+    if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+        char pid[32] = {};
+        const ssize_t n = pread(fd_, pid, sizeof pid - 1, 0);
+        ::close(fd_);
+        std::string holder = n > 0 ? std::string(pid, (size_t)n) : "";
+        while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+        throw Error(strprintf("%s %s: in use by another run (pid %s); wait for it to end or choose another %s",
+                              flag.c_str(), dir.c_str(), holder.empty() ? "unknown" : holder.c_str(), flag.c_str()));
+    }
+    // The pid is only for the message of whoever comes second: the lock holds whether or not it is written.
+    const std::string me = std::to_string(getpid()) + "\n";
+    if (ftruncate(fd_, 0) == 0) (void)!pwrite(fd_, me.data(), me.size(), 0);
+}
+
+DirLock::~DirLock() {
+    if (fd_ >= 0) ::close(fd_); // releases the lock
 }
 
 void AtomicFile::commit() {

@@ -56,12 +56,13 @@ inline size_t checked_add(size_t a, size_t b, const char* what) {
 /*
  * RAII FILE*; opening failure names the path and the OS reason. A file opened for reading must be a regular
  * file: a directory has no size, and a FIFO or device would block or never end. The open itself does not
- * block (O_NONBLOCK), so a FIFO is refused instead of waiting for a writer.
+ * block (O_NONBLOCK), so a FIFO is refused instead of waiting for a reader or a writer. A file opened for writing
+ * ("w" or "a") is an output (check_output_file): a regular file or a new name; a symbolic link is not followed.
  */
 class File {
 public:
     File(const std::string& path, const char* mode)
-        : path_(path), f_(mode[0] == 'r' ? open_regular(path, mode) : fopen(path.c_str(), mode)) {
+        : path_(path), f_(mode[0] == 'r' ? open_regular(path, mode) : open_output(path, mode)) {
         if (!f_) throw Error(strprintf("%s: cannot open (%s)", path.c_str(), strerror(errno)));
     }
     ~File() { if (f_) fclose(f_); }
@@ -97,6 +98,7 @@ public:
 
 private:
     static FILE* open_regular(const std::string& path, const char* mode);
+    static FILE* open_output(const std::string& path, const char* mode);
     std::string path_;
     FILE* f_;
 };
@@ -140,6 +142,24 @@ private:
 };
 
 inline bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+/*
+ * An advisory lock on a directory that one process at a time writes into (a training run's -o): flock(2) on
+ * DIR/.lock, whose text is the holder's pid. It is held until the object dies, or its process does (the kernel
+ * releases it then, so a killed run never leaves the directory locked). A second taker is refused with an Error
+ * that names `flag`, the directory and the holder's pid. The directory must exist; the lock file stays.
+ */
+class DirLock {
+public:
+    DirLock(const std::string& dir, const std::string& flag);
+    ~DirLock();
+    DirLock(const DirLock&) = delete;
+    DirLock& operator=(const DirLock&) = delete;
+    static constexpr const char* kFileName = ".lock";
+
+private:
+    int fd_ = -1;
+};
 
 // mkdir -p; an error names the path.
 void make_dirs(const std::string& path);

@@ -99,19 +99,32 @@ TEST(Cli, TotalBatchIsAtMostIntMaxMicroBatches) {
 }
 
 TEST(Cli, ProfileWindowEndsWithinIntRange) {
-    EXPECT_EQ(parse({"--profile-start", "2147483647", "--profile-steps", "1"}).profile_start, 2147483647);
-    EXPECT_NE(usage_error({"--profile-start", "2147483647"}).find("--profile-start: the window of 5 steps"),
+    EXPECT_EQ(parse({"--profile", "p", "--profile-start", "2147483647", "--profile-steps", "1"}).profile_start,
+              2147483647);
+    EXPECT_NE(usage_error({"--profile", "p", "--profile-start", "2147483647"}).find("--profile-start: the window of 5 "
+                                                                                    "steps"),
               std::string::npos);
-    EXPECT_NE(usage_error({"--profile-start", "2147483600", "--profile-steps", "49"}).find("--profile-start:"),
+    EXPECT_NE(usage_error({"--profile", "p", "--profile-start", "2147483600", "--profile-steps", "49"})
+                  .find("--profile-start:"),
               std::string::npos);
 }
 
 // --profile-start numbers steps as the step lines do, from 1: step 0 does not exist.
 TEST(Cli, ProfileStartCountsFromOne) {
     EXPECT_EQ(parse({}).profile_start, 6);
-    EXPECT_EQ(parse({"--profile-start", "1"}).profile_start, 1);
-    EXPECT_NE(usage_error({"--profile-start", "0"}).find("--profile-start: expected an integer in [1, "),
+    EXPECT_EQ(parse({"--profile", "p", "--profile-start", "1"}).profile_start, 1);
+    EXPECT_NE(usage_error({"--profile", "p", "--profile-start", "0"}).find("--profile-start: expected an integer in [1, "),
               std::string::npos);
+}
+
+// The profile window's flags mean nothing without a profile: refused, as --device-memory is without --memory-plan;
+// and a flag given twice is refused rather than the last value silently taken.
+TEST(Cli, FlagsThatNeedAnotherOrWereGivenTwice) {
+    EXPECT_EQ(usage_error({"--profile-start", "3"}), "--profile-start: only with --profile DIR");
+    EXPECT_EQ(usage_error({"--profile-steps", "2"}), "--profile-steps: only with --profile DIR");
+    EXPECT_EQ(usage_error({"-x", "5", "--max-steps", "6"}), "--max-steps: given more than once (-x and --max-steps are "
+                                                            "one flag); give each flag once");
+    EXPECT_EQ(usage_error({"--seed", "1", "--seed", "1"}), "--seed: given more than once; give each flag once");
 }
 
 // main_guard: whatever escapes the program, the user sees one "error: " line and exit status 1 or 2.

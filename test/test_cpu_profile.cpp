@@ -1,6 +1,9 @@
 // train_gpt2 --profile DIR: the CPU trainer writes the profile directory of doc/profiling.md, with a row per
 // sub-block and phase, sub-block times inside the step wall times, and one row per profiled step.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -338,6 +341,38 @@ TEST(CpuProfile, CalibrationShapesAndCache) {
     EXPECT_NEAR(again.dram_gbps, first.dram_gbps, 1e-5 * first.dram_gbps);
     EXPECT_EQ(other.source.rfind("calibrated: ", 0), 0u) << other.source;
     EXPECT_EQ(fresh.source.rfind("calibrated: ", 0), 0u) << fresh.source;
+}
+
+// A cached value that is not a finite positive number (a damaged or hand-edited cache) means "measure again": it
+// gave an MFU of 0.0% and null ceilings, which the plot scripts could not draw.
+TEST(CpuProfile, DamagedCacheIsMeasuredAgain) {
+    GPT2Config c;
+    c.max_seq_len = 16, c.vocab_size = 60, c.padded_vocab_size = 64, c.num_layers = 1, c.num_heads = 2;
+    c.channels = 16;
+    testutil::TempDir cache;
+    const char* old = getenv("XDG_CACHE_HOME");
+    const std::string saved = old ? old : "";
+    setenv("XDG_CACHE_HOME", cache.path.c_str(), 1);
+    const prof::Ceilings first = prof::measure_cpu_ceilings(c, 2, 16);
+    const std::string path = prof::measure_cpu_ceilings(c, 2, 16).source.substr(strlen("calibrated (cached "));
+    const std::string file = path.substr(0, path.size() - 1), good = testutil::slurp(file);
+    ASSERT_NE(good.find("\nmatmul_tflops "), std::string::npos) << good;
+    const std::vector<std::pair<const char*, const char*>> damaged = {
+        {"matmul_tflops", "inf"}, {"matmul_tflops", "1e309"}, {"matmul_tflops", "-2"}, {"matmul_tflops", "3abc"},
+        {"dram_gbps", "nan"},     {"dram_gbps", "0"},         {"dram_gbps", ""}};
+    for (const auto& [key, bad] : damaged) {
+        std::string text = good;
+        const size_t at = text.find(std::string("\n") + key + " ") + strlen(key) + 2;
+        text.replace(at, text.find('\n', at) - at, bad);
+        std::ofstream(file) << text;
+        const prof::Ceilings again = prof::measure_cpu_ceilings(c, 2, 16);
+        EXPECT_EQ(again.source.rfind("calibrated: ", 0), 0u) << key << " " << bad << ": " << again.source;
+        EXPECT_TRUE(std::isfinite(again.fp32_tflops) && again.fp32_tflops > 0) << key << " " << bad;
+        EXPECT_TRUE(std::isfinite(again.dram_gbps) && again.dram_gbps > 0) << key << " " << bad;
+    }
+    if (old) setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+    else unsetenv("XDG_CACHE_HOME");
+    EXPECT_GT(first.fp32_tflops, 0);
 }
 
 // Validation, a sample and a checkpoint after step 2, between the profiled steps 2-4: each a row of its own with its

@@ -103,9 +103,52 @@ TEST(Flags, EveryErrorNamesTheFlagAsWritten) {
     EXPECT_EQ(usage_error({"-x", "inf"}), "-x: expected a number in [0, 1], got 'inf'");
     EXPECT_EQ(usage_error({"--name="}), "--name: must not be empty");
     EXPECT_NE(usage_error({"--mem", "80XB"}).find("--mem: expected a size"), std::string::npos);
-    EXPECT_NE(usage_error({"--mem", "0"}).find("--mem: expected a size"), std::string::npos);
+    EXPECT_NE(usage_error({"--mem", "0B"}).find("--mem: expected a size"), std::string::npos);
     EXPECT_EQ(usage_error({"--ids", "1,12"}), "--ids: expected an integer in [0, 9], got '12'");
     EXPECT_EQ(usage_error({"-n", "5", "-x", "0.5"}), "(no error)");
+}
+
+// One number grammar for every flag: what strtol/strtod take beyond plain decimals ('+', spaces, hexadecimal,
+// inf, nan) is refused by integers, reals and sizes alike, and a size needs its unit.
+TEST(Flags, OneNumberGrammarForEveryFlag) {
+    for (const char* v : {"+8", " 8", "8 ", "0x10", "010x", "", "-", "1e1", "8.0"})
+        EXPECT_EQ(usage_error({"-n", v}), std::string("-n: expected an integer in [1, 100], got '") + v + "'") << v;
+    for (const char* v : {"+0.5", " 0.5", "0.5 ", "0x1p-1", "inf", "nan", ".", "e1", "1e", "0.5.1", "--0.5"})
+        EXPECT_EQ(usage_error({"-x", v}), std::string("-x: expected a number in [0, 1], got '") + v + "'") << v;
+    for (const char* v : {"0x10GiB", "+80GiB", " 80GiB", "80GiB ", "inf GiB", "1e999GiB", "-1GiB", "GiB", "80 GiB"})
+        EXPECT_EQ(usage_error({"--mem", v}).rfind("--mem: expected a size such as 80GiB", 0), 0u)
+            << v << ": " << usage_error({"--mem", v});
+    EXPECT_EQ(usage_error({"--mem", "80"}), "--mem: '80' has no unit; write it with one, e.g. 80GiB, 80GB or 80B");
+    EXPECT_EQ(usage_error({"--mem", "1.5e3"}), "--mem: '1.5e3' has no unit; write it with one, e.g. 1.5e3GiB, 1.5e3GB "
+                                               "or 1.5e3B");
+    EXPECT_EQ(usage_error({"--ids", "1,+2"}), "--ids: expected an integer in [0, 9], got '+2'");
+    Opts o;
+    FlagTable t = make_table(o);
+    parse(t, {"-n", "007", "-x", ".5", "--mem", "4096B", "--ids", "0,9"});
+    EXPECT_EQ(o.n, 7);
+    EXPECT_FLOAT_EQ(o.x, 0.5f);
+    EXPECT_EQ(o.mem, 4096u);
+    for (const auto& [text, bytes] : std::vector<std::pair<std::string, size_t>>{
+             {"1e3B", 1000}, {"2KB", 2000}, {"1.5GiB", 1610612736}, {"80GB", 80000000000}, {"1TiB", 1ull << 40}}) {
+        Opts m;
+        FlagTable tm = make_table(m);
+        parse(tm, {"--mem", text});
+        EXPECT_EQ(m.mem, bytes) << text;
+    }
+    Opts r;
+    FlagTable tr = make_table(r);
+    parse(tr, {"-x", "1e-3"});
+    EXPECT_FLOAT_EQ(r.x, 1e-3f);
+}
+
+// A flag given twice would silently keep the last value: refused, whatever its spellings.
+TEST(Flags, AFlagGivenTwiceIsRefused) {
+    EXPECT_EQ(usage_error({"-n", "5", "-n", "6"}), "-n: given more than once (-n and --count are one flag); give each "
+                                                   "flag once");
+    EXPECT_EQ(usage_error({"-n", "5", "--count=5"}), "--count: given more than once (-n and --count are one flag); "
+                                                     "give each flag once");
+    EXPECT_EQ(usage_error({"--name", "a", "--name", "b"}), "--name: given more than once; give each flag once");
+    EXPECT_EQ(usage_error({"--on", "--on"}), "--on: given more than once; give each flag once");
 }
 
 TEST(Flags, HelpIsWrittenFromTheTableWithTheCurrentValues) {

@@ -214,7 +214,10 @@ TEST(InferProgram, BadFlagsAndFiles) {
         {"-n 0", 2, "error: -n:"},
         {"--temperature -1", 2, "error: --temperature:"},
         {"-p ''", 2, "error: -p: empty prompt"},
-        {"-p a --prompt-len 4", 2, "error: -p: give one of"},
+        {"-p a --prompt-len 4", 2, "error: --prompt-len: give one of -p, --prompt-file, --prompt-ids and --prompt-len, "
+                                   "not several (-p is given too)"},
+        {"--prompt-len 4 --prompt-len 5", 2, "error: --prompt-len: given more than once; give each flag once"},
+        {"-e d1 --device-memory 80", 2, "error: --device-memory: '80' has no unit"},
         {"--prompt-ids 1,x", 2, "error: --prompt-ids:"},
         {"-e d1 --prompt-ids 1,50257", 2, "error: --prompt-ids: token id 50257"},
         {"-e gpt5", 2, "error: -e:"},
@@ -241,6 +244,44 @@ TEST(InferProgram, BadFlagsAndFiles) {
     auto h = run("./infer_gpt2 --help");
     EXPECT_EQ(h.exit_code, 0);
     EXPECT_TRUE(has(h.output, "--prompt-file"));
+}
+
+// Prompts are cycled in order to fill -b: three prompts and -b 5 run as a, b, c, a, b (both programs share the
+// prompts' code, llmc/infer/inputs.cpp).
+TEST(InferProgram, PromptsAreCycledInOrder) {
+    TempDir dir;
+    const std::string file = dir / "prompts.txt";
+    std::ofstream(file) << "alpha\nbeta gamma\ndelta epsilon zeta\n";
+    auto r = run(infer("-e d1 --prompt-file " + file + " -b 5 -n 1 --temperature 0 --json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto lines = json_lines(r.output);
+    ASSERT_EQ(lines.size(), 6u) << r.output;
+    const GPT2Tokenizer tok =
+        GPT2Tokenizer::from_gpt2_files(testutil::vocab_dir() + "/encoder.json", testutil::vocab_dir() + "/vocab.bpe");
+    const char* order[] = {"alpha", "beta gamma", "delta epsilon zeta", "alpha", "beta gamma"};
+    for (int b = 0; b < 5; b++) EXPECT_EQ(lines[b]["prompt_ids"].get<std::vector<int>>(), tok.encode(order[b])) << b;
+}
+
+// What went wrong, named where it is: a prompt file's bad line by file and line, a model whose vocabulary is not
+// the tokenizer's by what to give instead.
+TEST(InferProgram, PromptErrorsSayWhereAndWhat) {
+    TempDir dir;
+    const std::string file = dir / "prompts.txt";
+    std::ofstream(file) << "fine\nbad \xff byte\n";
+    auto r = run(infer("-e d1 --prompt-file " + file + " -n 1"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output.rfind("error: " + file + ": line 2: invalid UTF-8", 0), 0u) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    GPT2CPU<float> m(infer_config()); // V = 1000
+    m.init_random(3);
+    const std::string model = dir / "v1000.bin";
+    save_model(model, m.config, m.params_memory.data());
+    auto v = run(infer("-e " + model + " -p 'Hello' -n 1"));
+    EXPECT_EQ(v.exit_code, 1) << v.output;
+    EXPECT_EQ(v.output, "error: -p: the model's vocabulary has 1000 tokens, GPT-2's tokenizer 50257: text cannot be "
+                        "encoded for it; give token ids (--prompt-ids)\n");
+    auto ids = run(infer("-e " + model + " --prompt-ids 1,2 -n 2 --temperature 0"));
+    EXPECT_EQ(ids.exit_code, 0) << ids.output;
 }
 
 // The command: greedy ids for the encoded prompt, equal to full recomputation with the same random

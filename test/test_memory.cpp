@@ -1,12 +1,15 @@
 // The memory analysis (llmc/profiler/memory.h), its files, and --memory-plan as a user runs it.
 #include <gtest/gtest.h>
 #include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "llmc/checkpoint.h"
+#include "llmc/cpu/gpt2.h"
 #include "llmc/profiler/memory.h"
 #include "llmc/profiler/writers.h"
 #include "test/cpu_profile_fixture.h"
@@ -143,6 +146,9 @@ TEST(MemorySnapshot, ReadsBackWithThePlansTotals) {
 TEST(MemorySnapshot, PyTorchsViewerReadsIt) {
     if (testutil::run("python3 -c 'import torch.cuda._memory_viz'").exit_code != 0)
         GTEST_SKIP() << "torch not importable by python3";
+    if (testutil::run("python3 -c 'import torch.cuda._memory_viz as v; v.segsum'").exit_code != 0)
+        GTEST_SKIP() << "this PyTorch's memory viewer has no segsum (PyTorch 2.1 and newer have it): "
+                     << testutil::run("python3 -c 'import torch; print(torch.__version__)'").output;
     testutil::CpuProfileRun run;
     testutil::run_cpu_profile(run, 3, 2, 1);
     ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
@@ -153,6 +159,31 @@ TEST(MemorySnapshot, PyTorchsViewerReadsIt) {
     for (auto& row : rows)
         if (row["first_use"].empty()) whole += std::stoull(row["bytes"]);
     EXPECT_TRUE(has(out.output, "active " + std::to_string(whole) + "\n")) << out.output;
+}
+
+// The CPU trainer's gradients of the residual stream, which its separate residual ops write and accumulate into,
+// live from the op that first writes them to the last that reads them (llmc/cpu/gpt2.h's backward), in the step's
+// ops where the fused residual ops sit: layer l's residual2 backward at the next layer's ln1 (or lnf), its
+// residual1 backward at its ln2.
+TEST(MemoryAnalysis, CpuResidualGradientsLiveWhereTheBackwardUsesThem) {
+    GPT2Config c;
+    c.max_seq_len = 16, c.vocab_size = 60, c.padded_vocab_size = 64, c.num_layers = 3, c.num_heads = 2, c.channels = 16;
+    const MemoryPlan plan = GPT2CPU<float>(c).memory_plan(2, 8);
+    auto uses = [&](const char* name, int layer) {
+        const PlannedTensor& t = plan.tensor(name, layer);
+        return plan.ops.at(t.first_use) + " .. " + plan.ops.at(t.last_use);
+    };
+    EXPECT_EQ(uses("grad_residual2", 2), "bwd lnf .. bwd lnf");
+    EXPECT_EQ(uses("grad_residual2", 1), "bwd ln2 layer 2 .. bwd ln1 layer 2");
+    EXPECT_EQ(uses("grad_residual2", 0), "bwd ln2 layer 1 .. bwd ln1 layer 1");
+    EXPECT_EQ(uses("grad_residual1", 2), "bwd lnf .. bwd ln2 layer 2");
+    EXPECT_EQ(uses("grad_residual1", 1), "bwd ln1 layer 2 .. bwd ln2 layer 1");
+    EXPECT_EQ(uses("grad_residual1", 0), "bwd ln1 layer 1 .. bwd ln2 layer 0");
+    EXPECT_EQ(uses("grad_encoded", -1), "bwd ln2 layer 0 .. bwd encoder");
+    // The other gradients keep the mirrored rule: written by the consumer's backward, read by the writer's.
+    EXPECT_EQ(uses("grad_attproj", 1), "bwd ln2 layer 1 .. bwd attn_proj layer 1");
+    EXPECT_EQ(uses("grad_fcproj", 0), "bwd ln1 layer 1 .. bwd fc_proj layer 0");
+    EXPECT_EQ(uses("grad_ln1", 1), "bwd qkv layer 1 .. bwd ln1 layer 1");
 }
 
 // The CPU trainer's profile directory reports its own buffers: memory.csv (parameters of 4 bytes each, the
@@ -239,6 +270,69 @@ TEST(MemoryPlanFlag, BadValuesAreRefused) {
     auto cpu = testutil::run("./train_gpt2 --memory-plan");
     EXPECT_EQ(cpu.exit_code, 2);
     EXPECT_TRUE(has(cpu.output, "--memory-plan: train_gpt2 has no GPU memory")) << cpu.output;
+}
+
+namespace {
+// An allocation's bytes in --memory-plan's table ("  optimizer    1493710848    1.39 GiB"); 0 when it is not there.
+size_t allocation(const std::string& out, const std::string& name) {
+    std::smatch m;
+    return std::regex_search(out, m, std::regex("\n  " + name + " +([0-9]+) ")) ? std::stoull(m[1]) : 0;
+}
+} // namespace
+
+// --memory-plan plans the model the run would train: with -y 1 the checkpoint's (and an -e that contradicts it is
+// refused, as training refuses it), with -z 1 under two ranks the optimizer state in two shards; without a GPU and
+// without --device-memory it says what to pass.
+TEST(MemoryPlanFlag, PlansTheModelTheRunWouldTrain) {
+    if (!llmc::file_exists("./train_gpt2cu")) GTEST_SKIP() << "./train_gpt2cu not built (needs nvcc)";
+    testutil::TempDir dir;
+    std::vector<uint16_t> tokens(4000);
+    for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (uint16_t)(i * 7 % 60);
+    write_shard(dir / "toy_train.bin", tokens);
+    GPT2Config c;
+    c.max_seq_len = 32, c.vocab_size = 60, c.padded_vocab_size = 64, c.num_layers = 2, c.num_heads = 2, c.channels = 128;
+    GPT2CPU<float> m(c);
+    m.init_random(3);
+    save_model(dir / "toy.bin", c, m.params_memory.data());
+    const std::string out = dir / "r";
+    auto trained = testutil::run("./train_gpt2 -i " + dir.path + " -e " + (dir / "toy.bin") + " -b 2 -t 16 -x 2 -v 0 "
+                                 "-s 0 -n 2 -o " + out);
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    const std::string plan = "./train_gpt2cu --memory-plan -b 2 -t 16 --device-memory 1GiB -y 1 -o " + out;
+    auto resumed = testutil::run(plan);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_EQ(resumed.output.rfind("memory plan: train_gpt2cu -e " + checkpoint_model_path(out, 2) + " -b 2 -t 16 ", 0),
+              0u)
+        << resumed.output;
+    EXPECT_EQ(allocation(resumed.output, "parameters"), 2 * num_parameters(c)) << resumed.output;
+    auto other = testutil::run(plan + " -e d12");
+    EXPECT_EQ(other.exit_code, 2) << other.output;
+    EXPECT_EQ(other.output.rfind("error: -e d12: the checkpoint in " + out + " (step 2) holds another model", 0), 0u)
+        << other.output;
+    auto one = testutil::run("./train_gpt2cu --memory-plan -e d12 -z 1 --device-memory 80GiB");
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    EXPECT_EQ(one.output.rfind("-z 1 in one process shards nothing: under mpirun -n N the optimizer state is split N "
+                               "ways\n",
+                               0),
+              0u)
+        << one.output;
+    auto unknown = testutil::run("./train_gpt2cu --memory-plan -e d12");
+    if (!has(unknown.output, "free on this GPU")) { // no GPU here
+        ASSERT_EQ(unknown.exit_code, 0) << unknown.output;
+        EXPECT_TRUE(has(unknown.output, "device memory: unknown: no GPU here; for whether it fits and the largest -b, "
+                                        "pass --device-memory SIZE"))
+            << unknown.output;
+    }
+    const std::string mpirun = "OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -q -np 2 ";
+    if (testutil::run(mpirun + "./train_gpt2cu --help").exit_code != 0) GTEST_SKIP() << "no mpirun, or no MPI build";
+    auto two = testutil::run(mpirun + "./train_gpt2cu --memory-plan -e d12 -z 1 --device-memory 80GiB");
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_TRUE(has(two.output, "optimizer state in 2 shards")) << two.output;
+    EXPECT_EQ(two.output.find("memory plan:"), two.output.rfind("memory plan:")) << "rank 0 alone prints\n" << two.output;
+    // fp32 master weights, m and v: each rank keeps its half.
+    EXPECT_GT(allocation(one.output, "optimizer"), 0u) << one.output;
+    EXPECT_NEAR((double)allocation(two.output, "optimizer"), allocation(one.output, "optimizer") / 2.0, 64.0)
+        << two.output;
 }
 
 TEST(MemoryPlanFlag, InferencePlanCountsTheKvCache) {

@@ -1,21 +1,26 @@
 // train_gpt2 end to end, as a user runs it: flags and exit codes, overfitting one batch, gradient
 // accumulation, bit-exact resume, checkpoints as -e input. Uses a small-vocabulary model file so each
 // run takes well under a second.
+#include <algorithm>
 #include <climits>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <filesystem>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 #include <string>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
 #include "llmc/checkpoint.h"
 #include "llmc/cpu/gpt2.h"
+#include "llmc/rand.h"
 #include "test/test_util.h"
 
 using namespace llmc;
@@ -109,8 +114,16 @@ protected:
         EXPECT_EQ(slurp(checkpoint_state_path(dir / "a", last)), slurp(checkpoint_state_path(dir / "b", last)));
         *straight = a_run.output, *resumed = b_run.output;
     }
-    std::string train(const std::string& args) const {
-        return "./train_gpt2 -i " + dir.path + " -e " + model_path() + " -b 4 -t 16 -s 0 " + args;
+    // train_gpt2 on the toy data and model, -b 4 -t 16 and no samples unless `args` give their own (a flag is
+    // given once).
+    std::string train(const std::string& args) const { return sampling(0, args); }
+    std::string sampling(int every, const std::string& args) const {
+        std::string cmd = "./train_gpt2 -i " + dir.path + " -e " + model_path();
+        const std::vector<std::pair<std::string, std::string>> defaults = {
+            {" -b ", "4"}, {" -t ", "16"}, {" -s ", std::to_string(every)}};
+        for (const auto& [flag, value] : defaults)
+            if ((" " + args).find(flag) == std::string::npos) cmd += flag + value;
+        return cmd + " " + args;
     }
     TempDir dir;
 };
@@ -403,6 +416,28 @@ TEST_F(TrainCpu, ProfilePathCheckedBeforeTraining) {
     EXPECT_EQ(slurp(file), "keep\n");
 }
 
+// Inside an existing profile directory, a file of a profile's names that is a link, a FIFO or a directory is found
+// before the first step (it was found only when the profile was written, after the run).
+TEST_F(TrainCpu, ProfileFilesCheckedBeforeTraining) {
+    const std::string prof = dir / "prof", target = dir / "precious.txt";
+    ASSERT_EQ(run("mkdir -p " + prof + " && echo keep > " + target).exit_code, 0);
+    struct Case {
+        std::string make, name, what;
+    };
+    for (const Case& c : std::vector<Case>{{"ln -s " + target, "summary.txt", "a symbolic link"},
+                                           {"mkfifo", "trace.json", "a FIFO"},
+                                           {"mkdir", "profile.json", "a directory"},
+                                           {"ln -s /dev/null", "memory.csv", "a symbolic link"}}) {
+        const std::string path = prof + "/" + c.name;
+        ASSERT_EQ(run("rm -rf " + prof + "/* && " + c.make + " " + path).exit_code, 0) << c.make;
+        auto r = run("timeout 60 " + train("-x 3 -v 0 --profile " + prof + " --profile-start 1 --profile-steps 2"));
+        EXPECT_EQ(r.exit_code, 1) << r.output;
+        EXPECT_EQ(r.output, "error: --profile: " + path + ": exists and is " + c.what +
+                                "; an output must be a regular file or a new name\n");
+    }
+    EXPECT_EQ(slurp(target), "keep\n");
+}
+
 // The last checkpoint loads as a model file, and the run ends by saying how to generate from it.
 TEST_F(TrainCpu, CheckpointLoadsAsModel) {
     auto r = run(train("-x 2 -v 0 -n 2 -o " + (dir / "c")));
@@ -435,6 +470,184 @@ TEST_F(TrainCpu, NonFiniteLossStopsWithoutCheckpointing) {
     r = run("./train_gpt2 -i " + dir.path + " -e " + (dir / "nan_model.bin") + " -b 4 -t 16 -s 0 -v 0 -x 4");
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.output.find("error: loss is nan at step 1; stopping\n"), std::string::npos) << r.output;
+}
+
+// ---- the run directory (-o): what is in it is the run's own, and nothing else is touched ----
+
+// main.log is an output like the checkpoints: a link there is refused (its target was overwritten with loss lines),
+// a FIFO refused at once (it blocked the run for ever), and nothing is trained either way.
+TEST_F(TrainCpu, LogThatIsALinkOrAFifoIsRefused) {
+    const std::string out = dir / "r", target = dir / "precious.txt";
+    ASSERT_EQ(run("mkdir -p " + out + " && echo keep > " + target + " && ln -s " + target + " " + out + "/main.log")
+                  .exit_code,
+              0);
+    auto link = run(train("-x 2 -v 0 -o " + out));
+    EXPECT_EQ(link.exit_code, 1) << link.output;
+    EXPECT_EQ(link.output, "error: " + out + "/main.log: exists and is a symbolic link; an output must be a regular "
+                                             "file or a new name\n");
+    EXPECT_EQ(slurp(target), "keep\n");
+    ASSERT_EQ(run("rm " + out + "/main.log && mkfifo " + out + "/main.log").exit_code, 0);
+    auto fifo = run("timeout 60 " + train("-x 2 -v 0 -o " + out));
+    EXPECT_EQ(fifo.exit_code, 1) << fifo.output;
+    EXPECT_EQ(fifo.output, "error: " + out + "/main.log: exists and is a FIFO; an output must be a regular file or a "
+                                             "new name\n");
+}
+
+// A log write that fails (here: the file-size limit, as a full disk would) is one error line; training and its
+// checkpoints go on, and the run exits 1. A model small enough that its checkpoint files stay under the limit.
+TEST_F(TrainCpu, FailedLogWriteIsOneErrorAndTheCheckpointsAreKept) {
+    GPT2Config c;
+    c.max_seq_len = 16, c.vocab_size = 60, c.padded_vocab_size = 64, c.num_layers = 1, c.num_heads = 1, c.channels = 8;
+    GPT2CPU<float> m(c);
+    m.init_random(5);
+    save_model(dir / "tiny.bin", c, m.params_memory.data());
+    const std::string out = dir / "full";
+    // ulimit -f counts 1024-byte blocks; with SIGXFSZ ignored a write past the limit fails with EFBIG.
+    auto r = run("bash -c 'ulimit -f 16; trap \"\" XFSZ; exec ./train_gpt2 -i " + dir.path + " -e " +
+                 (dir / "tiny.bin") + " -b 1 -t 8 -s 0 -v 0 -x 400 -n 100 -o " + out + "'");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(parse_steps(r.output).size(), 400u);
+    std::smatch mt;
+    const std::regex err("error: " + out + "/main.log: write failed \\([^)]*\\); training goes on without its log, "
+                         "and the run will exit with status 1\n");
+    EXPECT_TRUE(std::regex_search(r.output, mt, err)) << r.output;
+    EXPECT_EQ(r.output.find("error:"), r.output.rfind("error:")) << "one error line\n" << r.output;
+    for (int step : {100, 200, 300, 400}) {
+        EXPECT_NO_THROW(load_model(checkpoint_model_path(out, step))) << step;
+        EXPECT_NO_THROW(load_state(checkpoint_state_path(out, step), num_parameters(c), step)) << step;
+    }
+    const std::string log = slurp(out + "/main.log");
+    EXPECT_GE(log.size(), 16u * 1024 - 100);
+    EXPECT_LE(log.size(), 16u * 1024);
+    EXPECT_EQ(log.rfind("s:1 trl:", 0), 0u);
+}
+
+// A run that does not resume refuses a directory holding another run's checkpoints (the issue's three runs: the
+// third resumed the first run's step 8 with the second run's steps in its log), and changes nothing in it.
+TEST_F(TrainCpu, FreshRunRefusesAnotherRunsCheckpoints) {
+    const std::string out = dir / "r";
+    ASSERT_EQ(run(train("-x 8 -v 0 -n 2 -o " + out)).exit_code, 0);
+    const std::string before = run("cd " + out + " && ls -l --time-style=+%s.%N && md5sum *").output;
+    for (const char* flags : {"-x 2 -v 0 -n 1 --seed 7", "-x 2 -v 0", "-x 2 -v 0 -y 0"}) {
+        auto r = run(train(std::string(flags) + " -o " + out));
+        EXPECT_EQ(r.exit_code, 2) << flags << ": " << r.output;
+        EXPECT_EQ(r.output, "error: -o " + out + ": holds another run's checkpoints (model_00000002.bin ... "
+                                                 "state_00000008.bin, 8 files); pass -y 1 to resume that run, or choose "
+                                                 "another -o\n")
+            << flags;
+        EXPECT_EQ(run("cd " + out + " && ls -l --time-style=+%s.%N && md5sum *").output, before) << flags;
+    }
+    auto resumed = run(train("-x 9 -v 0 -n 1 -y 1 -o " + out));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    const std::string log = slurp(out + "/main.log");
+    for (int step = 1; step <= 9; step++) EXPECT_NE(log.find(strprintf("s:%d trl:", step)), std::string::npos) << log;
+    // With -y 1 and only pieces of checkpoints (no state beside the model): refused as well.
+    const std::string partial = dir / "partial";
+    ASSERT_EQ(run("mkdir -p " + partial + " && cp " + out + "/model_00000009.bin " + partial).exit_code, 0);
+    auto p = run(train("-x 2 -v 0 -y 1 -o " + partial));
+    EXPECT_EQ(p.exit_code, 2) << p.output;
+    EXPECT_EQ(p.output, "error: -o " + partial + ": holds another run's checkpoints (model_00000009.bin), none of them "
+                                                 "complete (model_N.bin and state_N.bin); pass -y 1 to resume that run, "
+                                                 "or choose another -o\n");
+}
+
+// One run at a time in a directory: a second run into an -o that another process holds is refused naming its pid
+// (the lock is the kernel's: a process that dies leaves the directory free), before it writes anything.
+TEST_F(TrainCpu, SecondRunIntoALockedDirectoryIsRefused) {
+    const std::string out = dir / "r";
+    ASSERT_EQ(run("mkdir -p " + out).exit_code, 0);
+    {
+        DirLock held(out, "-o");
+        auto r = run(train("-x 2 -v 0 -n 1 -o " + out));
+        EXPECT_EQ(r.exit_code, 1) << r.output;
+        EXPECT_EQ(r.output, strprintf("error: -o %s: in use by another run (pid %d); wait for it to end or choose "
+                                      "another -o\n",
+                                      out.c_str(), (int)getpid()));
+        EXPECT_FALSE(file_exists(out + "/main.log"));
+        EXPECT_TRUE(checkpoint_files(out).empty());
+    }
+    // A holder killed with SIGKILL: the kernel releases its lock, and the next run goes ahead.
+    const pid_t child = fork();
+    if (child == 0) {
+        DirLock held(out, "-o");
+        pause();
+        _exit(0);
+    }
+    for (int i = 0; i < 500 && slurp(out + "/.lock") != std::to_string(child) + "\n"; i++) usleep(10000);
+    auto refused = run(train("-x 2 -v 0 -o " + out));
+    EXPECT_NE(refused.output.find(strprintf("(pid %d)", (int)child)), std::string::npos) << refused.output;
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    auto ok = run(train("-x 2 -v 0 -n 1 -o " + out));
+    EXPECT_EQ(ok.exit_code, 0) << ok.output;
+    EXPECT_EQ(find_latest_checkpoint(out), 2);
+}
+
+// Two trainers started on one -o, as the issue's reproducer: the second is refused naming the first, which
+// finishes with its own losses in its log.
+TEST_F(TrainCpu, TwoRunsOnOneDirectoryDoNotMix) {
+    const std::string out = dir / "r";
+    const std::string first = train("-x 300 -v 0 -n 100 -o " + out) + " > " + (dir / "first.log") + " 2>&1 & echo $!";
+    const int pid = std::stoi(run(first).output);
+    for (int i = 0; i < 1000 && slurp(out + "/.lock") != std::to_string(pid) + "\n"; i++) usleep(10000);
+    auto second = run(train("-x 2 -v 0 -n 1 --seed 7 -o " + out));
+    EXPECT_EQ(second.exit_code, 1) << second.output;
+    EXPECT_NE(second.output.find(strprintf("in use by another run (pid %d)", pid)), std::string::npos) << second.output;
+    ASSERT_EQ(run(strprintf("while kill -0 %d 2>/dev/null; do sleep 0.05; done", pid)).exit_code, 0);
+    const auto steps = parse_steps(slurp(dir / "first.log"));
+    ASSERT_EQ(steps.size(), 300u) << slurp(dir / "first.log");
+    const std::string log = slurp(out + "/main.log");
+    EXPECT_NE(log.find(strprintf("s:300 trl:%.6f", steps.back().loss)), std::string::npos) << log;
+    EXPECT_EQ(find_latest_checkpoint(out), 300);
+}
+
+// What a run killed mid-write left (the temporaries of its atomic writes) is removed by the next run into the
+// directory; files of other names stay.
+TEST_F(TrainCpu, StaleTemporariesAreRemovedAtStart) {
+    const std::string out = dir / "r";
+    ASSERT_EQ(run(train("-x 2 -v 0 -n 2 -o " + out)).exit_code, 0);
+    for (const char* name : {"model_00000004.bin.tmp", "state_00000004.bin.tmp", "main.log.tmp",
+                             "choices_00000004_rank0.txt.tmp", "notes.tmp", "model_4.bin.tmp"})
+        std::ofstream(out + "/" + name) << "partial";
+    auto r = run(train("-x 4 -v 0 -n 2 -y 1 -o " + out));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("removed 4 temporary files left in " + out + " by a run that was stopped while writing"),
+              std::string::npos)
+        << r.output;
+    for (const char* gone : {"model_00000004.bin.tmp", "state_00000004.bin.tmp", "main.log.tmp",
+                             "choices_00000004_rank0.txt.tmp"})
+        EXPECT_FALSE(file_exists(out + "/" + gone)) << gone;
+    EXPECT_EQ(slurp(out + "/notes.tmp"), "partial");
+    EXPECT_EQ(slurp(out + "/model_4.bin.tmp"), "partial");
+    EXPECT_EQ(find_latest_checkpoint(out), 4);
+}
+
+// Samples come from the inference driver over a KV-cache decoder of the trained weights: the trainer's sample is
+// infer_gpt2's output for the same checkpoint and seed; a -g beyond the context is said to be capped.
+TEST_F(TrainCpu, SamplesAreTheInferenceDecodersOutput) {
+    const std::string out = dir / "s";
+    auto r = run(sampling(2, "-x 2 -v 0 -n 2 -g 12 -o " + out));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m, std::regex("---- sample ----\n([0-9 ]+)\n"))) << r.output;
+    const std::string sampled = m[1];
+    Rng rng(1337); // --seed's default: the sample's seed is the first draw of the samples' stream
+    const unsigned seed = rng.next_u32() & 0x7fffffff;
+    auto infer = run(strprintf("./infer_gpt2 -e %s --prompt-ids 59 -n 12 --seed %u --json",
+                               checkpoint_model_path(out, 2).c_str(), seed));
+    ASSERT_EQ(infer.exit_code, 0) << infer.output;
+    const nlohmann::json seq = nlohmann::json::parse(infer.output.substr(0, infer.output.find('\n')));
+    std::string ids;
+    for (int id : seq["ids"]) ids += std::to_string(id) + " ";
+    EXPECT_EQ(sampled, ids);
+    auto capped = run(sampling(1, "-x 1 -v 0 -g 100"));
+    ASSERT_EQ(capped.exit_code, 0) << capped.output;
+    EXPECT_NE(capped.output.find("samples: -g 100 is more than the model's context holds after the prompt: 31 tokens "
+                                 "each"),
+              std::string::npos)
+        << capped.output;
+    ASSERT_TRUE(std::regex_search(capped.output, m, std::regex("---- sample ----\n([0-9 ]+)\n"))) << capped.output;
+    EXPECT_EQ(std::count(m[1].first, m[1].second, ' '), 31);
 }
 
 TEST_F(TrainCpu, ExplicitValDataMustExist) {

@@ -12,16 +12,22 @@ namespace llmc {
 
 namespace {
 
-// The prompts of the file, one per non-empty line (a trailing '\r' dropped).
+// The prompts of the file, one per non-empty line (a trailing '\r' dropped); an error names the file and line.
 std::vector<std::vector<int>> prompts_of_file(const std::string& path, const GPT2Tokenizer& tok,
                                               const std::string& text) {
     std::vector<std::vector<int>> prompts;
+    int line_no = 0;
     for (size_t pos = 0; pos < text.size();) {
         size_t eol = std::min(text.find('\n', pos), text.size());
         std::string line = text.substr(pos, eol - pos);
-        pos = eol + 1;
+        pos = eol + 1, line_no++;
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (!line.empty()) prompts.push_back(tok.encode(line));
+        if (line.empty()) continue;
+        try {
+            prompts.push_back(tok.encode(line));
+        } catch (const Error& e) {
+            throw Error(strprintf("%s: line %d: %s", path.c_str(), line_no, e.what()));
+        }
     }
     if (prompts.empty()) throw Error(strprintf("%s: no prompt in the file (one per line)", path.c_str()));
     return prompts;
@@ -33,6 +39,9 @@ std::vector<std::vector<int>> given_prompts(const InferOptions& opt, const GPT2T
         if (!tok)
             throw Error(strprintf("%s: encoding text needs GPT-2's encoder.json and vocab.bpe in %s (set GPT2_VOCAB_DIR)",
                                   what.c_str(), default_gpt2_vocab_dir().c_str()));
+        if (tok->vocab_size() != V)
+            throw Error(strprintf("%s: the model's vocabulary has %d tokens, GPT-2's tokenizer %d: text cannot be "
+                                  "encoded for it; give token ids (--prompt-ids)", what.c_str(), V, tok->vocab_size()));
     };
     if (!opt.prompt_text.empty()) {
         need_tokenizer("-p");
@@ -70,7 +79,8 @@ std::vector<std::vector<int>> build_prompts(const InferOptions& opt, const GPT2T
             if (id < 0 || id >= V)
                 throw UsageError(strprintf("--prompt-ids: token id %d is outside the model's vocabulary [0, %d)", id, V));
     }
-    for (int b = (int)prompts.size(); b < B; b++) prompts.push_back(prompts[b % prompts.size()]);
+    const size_t given = prompts.size(); // cycled in order: a, b, c, a, b for three prompts and -b 5
+    for (int b = (int)given; b < B; b++) prompts.push_back(std::vector<int>(prompts[b % given]));
     return prompts;
 }
 
@@ -80,11 +90,11 @@ InferInputs load_infer_inputs(const InferOptions& opt) {
     in.cfg = src.cfg;
     in.params = std::move(src.params);
     const std::string vocab = default_gpt2_vocab_dir();
-    if (file_exists(vocab + "/encoder.json") && file_exists(vocab + "/vocab.bpe")) {
+    if (file_exists(vocab + "/encoder.json") && file_exists(vocab + "/vocab.bpe"))
         in.tok = std::make_unique<GPT2Tokenizer>(GPT2Tokenizer::from_gpt2_files(vocab + "/encoder.json", vocab + "/vocab.bpe"));
-        if (in.tok->vocab_size() != in.cfg.vocab_size) in.tok.reset();
-    }
-    in.eot = in.tok ? in.tok->eot() : in.cfg.vocab_size - 1;
+    // A tokenizer whose vocabulary is not the model's encodes nothing (build_prompts says so) and decodes nothing.
+    const bool fits = in.tok && in.tok->vocab_size() == in.cfg.vocab_size;
+    in.eot = fits ? in.tok->eot() : in.cfg.vocab_size - 1;
     auto check_length = [&](long longest) {
         if ((size_t)longest + opt.new_tokens > (size_t)in.cfg.max_seq_len)
             throw Error(strprintf("-n: a prompt of %ld tokens and %d new tokens exceed the model's maximum sequence "
@@ -94,6 +104,7 @@ InferInputs load_infer_inputs(const InferOptions& opt) {
     in.prompts = build_prompts(opt, in.tok.get(), in.cfg.vocab_size, in.eot);
     for (auto& p : in.prompts) in.longest = std::max(in.longest, (int)p.size());
     check_length(in.longest);
+    if (!fits) in.tok.reset();
     return in;
 }
 

@@ -14,9 +14,10 @@ namespace llmc {
 
 /*
  * The B prompts, as token ids: -p and --prompt-file are encoded with `tok` (null: an Error naming the missing
- * vocabulary), --prompt-ids taken as given, --prompt-len drawn per sequence from Rng(seed ^ 1) (not the
- * sampling stream), no prompt flag gives <|endoftext|> (`eot`). Fewer prompts than B are cycled; more are an
- * error. Every prompt is non-empty and every id inside the vocabulary of size V.
+ * vocabulary; a tokenizer of another vocabulary size than V: an Error saying so), --prompt-ids taken as given,
+ * --prompt-len drawn per sequence from Rng(seed ^ 1) (not the sampling stream), no prompt flag gives
+ * <|endoftext|> (`eot`). Fewer prompts than B are cycled in order; more are an error. Every prompt is non-empty
+ * and every id inside the vocabulary of size V.
  */
 std::vector<std::vector<int>> build_prompts(const InferOptions& opt, const GPT2Tokenizer* tok, int V, int eot);
 

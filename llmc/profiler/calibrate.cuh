@@ -84,8 +84,8 @@ inline std::string uuid_string(const cudaUUID_t& u) {
 inline bool read_cache(const std::string& path, const std::string& name, const std::string& uuid, Ceilings* out) {
     std::map<std::string, std::string> e = ceiling_cache::read(path);
     if (!ceiling_cache::matches(e, {{"device", name}, {"uuid", uuid}})) return false;
-    double tflops = atof(e["bf16_tflops"].c_str()), gbps = atof(e["dram_gbps"].c_str());
-    if (!(tflops > 0) || !(gbps > 0)) return false;
+    const double tflops = ceiling_cache::measured(e, "bf16_tflops"), gbps = ceiling_cache::measured(e, "dram_gbps");
+    if (!tflops || !gbps) return false;
     out->bf16_tflops = tflops;
     out->dram_gbps = gbps;
     out->source = "calibrated (cached " + path + ")";

@@ -1,6 +1,8 @@
 // The cache of measured roofline ceilings (llmc/profiler/ceiling_cache.h).
 #include "llmc/profiler/ceiling_cache.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -29,6 +31,15 @@ std::map<std::string, std::string> read(const std::string& path) {
     }
     fclose(f);
     return out;
+}
+
+double measured(const std::map<std::string, std::string>& found, const std::string& key) {
+    auto it = found.find(key);
+    if (it == found.end() || it->second.empty()) return 0;
+    char* end = nullptr;
+    errno = 0;
+    const double v = strtod(it->second.c_str(), &end);
+    return *end == '\0' && errno == 0 && std::isfinite(v) && v > 0 ? v : 0;
 }
 
 bool matches(const std::map<std::string, std::string>& found, const Lines& identity) {

@@ -20,6 +20,12 @@ std::string dir();
 // The file's "key value" lines ('#' starts a comment); empty when it is missing or unreadable.
 std::map<std::string, std::string> read(const std::string& path);
 
+/*
+ * The measured value of `key` in `found`: a finite positive number written in full, else 0, which means "measure
+ * again" (a missing or damaged entry: "inf", "1e309", "-3", "12abc" would otherwise give ceilings of no use).
+ */
+double measured(const std::map<std::string, std::string>& found, const std::string& key);
+
 // Whether every identity line is in `found` with the same value.
 bool matches(const std::map<std::string, std::string>& found, const Lines& identity);
 

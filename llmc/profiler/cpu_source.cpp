@@ -140,8 +140,8 @@ Ceilings measure_cpu_ceilings(const GPT2Config& cfg, int B, int T, bool use_cach
     Ceilings c;
     if (use_cache && !path.empty()) {
         std::map<std::string, std::string> e = ceiling_cache::read(path);
-        double tflops = atof(e["matmul_tflops"].c_str()), gbps = atof(e["dram_gbps"].c_str());
-        if (ceiling_cache::matches(e, identity) && tflops > 0 && gbps > 0) {
+        const double tflops = ceiling_cache::measured(e, "matmul_tflops"), gbps = ceiling_cache::measured(e, "dram_gbps");
+        if (ceiling_cache::matches(e, identity) && tflops && gbps) {
             c.fp32_tflops = c.bf16_tflops = tflops, c.dram_gbps = gbps;
             c.source = "calibrated (cached " + path + ")";
             return c;

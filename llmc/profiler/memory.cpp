@@ -246,7 +246,10 @@ std::string format_memory_report(const MemoryPlan& plan, const MemoryReport& r) 
 
 std::string format_fit(const MemoryPlan& plan, const FitAnswer& f) {
     std::string s = strprintf("planned bytes: %zu (%s)\n", plan.total_bytes(), format_bytes(plan.total_bytes()).c_str());
-    if (!f.device_bytes) return s + "device memory: unknown (no GPU here; give --device-memory SIZE)\n";
+    if (!f.device_bytes)
+        return s + strprintf("device memory: unknown: no GPU here; for whether it fits and the largest %s, pass "
+                             "--device-memory SIZE (an H100 80GB has about 79GiB free)\n",
+                             f.batch_flag.c_str());
     s += strprintf("device memory: %zu (%s, %s); usable: %zu (%s, 95%%: the rest is for the CUDA context and "
                    "the libraries' own allocations)\n",
                    f.device_bytes, format_bytes(f.device_bytes).c_str(), f.source.c_str(), f.budget,

@@ -20,6 +20,7 @@ int64_t now_ns() {
 void check_profile_dir(const std::string& dir, const std::string& flag) {
     try {
         check_output_dir(dir);
+        for (const std::string& name : kProfileFiles) check_output_file(dir + "/" + name);
     } catch (const Error& e) {
         throw Error(strprintf("%s: %s", flag.c_str(), e.what()));
     }

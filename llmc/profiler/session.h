@@ -123,7 +123,8 @@ private:
 ProfileContext profile_context(const char* program, const GPT2Config& c, int B, int T, int grad_accum = 1);
 
 // The profile directory checked before a run's work, nothing created (check_output_dir): Error naming `flag` when
-// it is not a directory, lies under a file, or cannot be written to. The session makes it when it starts.
+// it is not a directory, lies under a file, or cannot be written to, or when a file of a profile's names inside it
+// is not a regular file (a link, a FIFO, a directory: check_output_file). The session makes it when it starts.
 void check_profile_dir(const std::string& dir, const std::string& flag);
 
 } // namespace llmc::prof

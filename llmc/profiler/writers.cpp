@@ -1154,6 +1154,11 @@ std::string profile_json(const Report& r) {
     return j.dump(1) + "\n";
 }
 
+const std::vector<std::string> kProfileFiles = {
+    "summary.txt", "kernels.csv",        "subblocks.csv",     "steps.csv",    "api.csv",    "roofline.csv",
+    "phases.csv",  "decode_buckets.csv", "outside_steps.csv", "counters.csv", "trace.json", "profile.json",
+    "memory.csv",  "memory_snapshot.pickle"};
+
 std::vector<std::string> write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec,
                                            int top_n) {
     make_dirs(dir);

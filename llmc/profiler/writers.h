@@ -51,6 +51,9 @@ std::string memory_csv(const MemoryPlan& plan);
 // Returns the names of the files written.
 std::vector<std::string> write_memory_files(const std::string& dir, const Report& r);
 
+// Every name a profile directory's files may have (write_profile_dir writes some of them, and removes the others').
+extern const std::vector<std::string> kProfileFiles;
+
 // Writes every file of the profile directory `dir` (created if missing); top_n: kernels listed in summary.txt.
 // Returns the names of the files written, in the order written.
 std::vector<std::string> write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec,

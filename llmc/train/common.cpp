@@ -2,6 +2,7 @@
 #include "llmc/train/common.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 namespace llmc {
@@ -75,8 +76,15 @@ void TrainLog::val(int step, float loss) {
 }
 
 void TrainLog::line(const std::string& s) {
-    file_->write(s.data(), s.size());
-    fflush(file_->get());
+    try {
+        file_->write(s.data(), s.size());
+        if (fflush(file_->get()) != 0)
+            throw Error(strprintf("%s: write failed (%s)", file_->path().c_str(), strerror(errno)));
+    } catch (const Error& e) {
+        fprintf(stderr, "error: %s; training goes on without its log, and the run will exit with status 1\n", e.what());
+        file_.reset(); // what fclose still has to write is lost with the rest
+        failed_ = true;
+    }
 }
 
 } // namespace llmc

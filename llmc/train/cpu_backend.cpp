@@ -8,6 +8,7 @@
 
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/gpt2.h"
+#include "llmc/infer/cpu_backend.h"
 #include "llmc/dataloader.h"
 #include "llmc/profiler/cpu_source.h"
 #include "llmc/progress.h"
@@ -136,13 +137,6 @@ public:
         return (float)(sum / batches);
     }
 
-    std::vector<float> next_token_probs(const std::vector<int>& ids) override {
-        int t = (int)ids.size();
-        model_.forward(ids.data(), nullptr, 1, t);
-        const float* p = model_.probs(0, t - 1);
-        return std::vector<float>(p, p + model_.config.vocab_size);
-    }
-
 private:
     GPT2CPU<float> model_;
     int B_, T_;
@@ -157,6 +151,14 @@ private:
 
 std::unique_ptr<TrainBackend> make_cpu_backend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm) {
     return std::make_unique<CPUBackend>(c, opt, comm);
+}
+
+TrainProgram cpu_train_program() {
+    TrainOptions defaults;
+    defaults.T = 64; // the CPU trainer defaults to short sequences, as llm.c's CPU reference does
+    TrainProgram p{"train_gpt2", defaults, make_cpu_backend};
+    p.make_sampler = make_cpu_infer_backend;
+    return p;
 }
 
 } // namespace llmc

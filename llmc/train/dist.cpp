@@ -31,21 +31,22 @@ protected:
     void broadcast_impl(void*, size_t) override {}
 };
 
-#ifndef LLMC_HAVE_MPI
 // The world size a launcher (Open MPI's mpirun, or a PMI one: MPICH, Slurm) gave this process; 1 without one.
 int launcher_world_size() {
     for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
         if (const char* v = getenv(name)) return std::max(1, atoi(v));
     return 1;
 }
-#endif
 
 } // namespace
 
 
 std::unique_ptr<Communicator> make_communicator() {
 #ifdef LLMC_HAVE_MPI
-    return make_mpi_communicator();
+    // A process no launcher started is one rank: MPI is not initialised (its start-up would be a singleton's,
+    // with its shared-memory files and the time it takes, for collectives over one rank).
+    if (launcher_world_size() > 1) return make_mpi_communicator();
+    return single_process_communicator();
 #else
     if (int n = launcher_world_size(); n > 1) {
         for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})

@@ -167,9 +167,10 @@ private:
 };
 
 /*
- * The process's communicator: MPI in a build with it (MPI_Init here, MPI_Finalize when it is destroyed), else
- * one process; a build without MPI started by mpirun with several ranks throws UsageError saying so. Ranks
- * other than 0 print nothing: their stdout goes to /dev/null and their errors are left to rank 0's line.
+ * The process's communicator: MPI in a build with it when a launcher (mpirun) started several ranks (MPI_Init
+ * here, MPI_Finalize when it is destroyed), else one process; a build without MPI started by mpirun with several
+ * ranks throws UsageError saying so. Ranks other than 0 print nothing: their stdout goes to /dev/null and their
+ * errors are left to rank 0's line.
  */
 std::unique_ptr<Communicator> make_communicator();
 

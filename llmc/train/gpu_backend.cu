@@ -13,6 +13,7 @@
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2.cuh"
+#include "llmc/infer/gpu_backend.h"
 #include "llmc/optimizer.h"
 #include "llmc/profiler/gpu_session.h"
 #include "llmc/profiler/device_specs.h"
@@ -20,6 +21,7 @@
 #include "llmc/profiler/nvml_sampler.h"
 #include "llmc/progress.h"
 #include "llmc/train/dist.h"
+#include "llmc/train/plan.h"
 #ifdef LLMC_HAVE_NCCL
 #include "llmc/train/dist_nccl.cuh"
 #endif
@@ -177,21 +179,6 @@ public:
         return model().read_scalars().first;
     }
 
-    // The activations hold B*T positions: a longer context (only with -b 1 and -g beyond -t) is cut to its
-    // last B*T tokens.
-    std::vector<float> next_token_probs(const std::vector<int>& ids) override {
-        int t = std::min((int)ids.size(), B_ * T_);
-        model().forward(ids.data() + ids.size() - t, nullptr, 1, t, 0.0f, 0.0f);
-        std::vector<float> logits = model().logits_row(t - 1);
-        int V = model().config.vocab_size;
-        float mx = *std::max_element(logits.begin(), logits.begin() + V);
-        double sum = 0;
-        std::vector<float> p(V);
-        for (int i = 0; i < V; i++) sum += p[i] = std::exp(logits[i] - mx);
-        for (float& x : p) x = (float)(x / sum);
-        return p;
-    }
-
     // The MPI communicator's own collectives (checkpoints' gathers, the profile's) and, over NCCL, the device's,
     // timed on the communication stream.
     CommStats comm_stats(const Communicator& comm) const override {
@@ -278,25 +265,36 @@ std::unique_ptr<TrainBackend> make_gpu_backend(const GPT2Config& c, const TrainO
  * --memory-plan: the plan of every allocation for these flags (-e, -b, -t), its analysis, and the largest
  * micro-batch at this T whose plan fits --device-memory (or the present GPU's free memory); no GPU needed.
  */
-int print_memory_plan(const TrainOptions& opt) {
-    const GPT2Config cfg = load_model_source(opt.model, opt.seed, false).cfg;
-    if (opt.T > cfg.max_seq_len)
-        throw UsageError(strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));
+namespace {
+
+int print_memory_plan(const RunPlan& model, int shards) {
+    const TrainOptions& opt = model.opt;
+    const GPT2Config& cfg = model.cfg;
     if ((long)opt.B * opt.T > 2147483647L) throw UsageError("-b: B*T is more than the GPU trainer's int row count");
-    MemoryPlan plan = plan_gpu_training(cfg, opt.B, opt.T);
+    MemoryPlan plan = plan_gpu_training(cfg, opt.B, opt.T, shards);
     plan.grad_accum = opt.grad_accum;
-    printf("memory plan: train_gpt2cu -e %s -b %d -t %d (grad accumulation %d: no memory of its own)\n",
-           opt.model.c_str(), opt.B, opt.T, opt.grad_accum);
+    printf("memory plan: train_gpt2cu -e %s -b %d -t %d%s (grad accumulation %d: no memory of its own)\n",
+           model.source.c_str(), opt.B, opt.T, shards > 1 ? strprintf(", optimizer state in %d shards", shards).c_str() : "",
+           opt.grad_accum);
     printf("%s", prof::format_memory_report(plan, prof::analyze_memory(plan)).c_str());
     prof::FitAnswer fit;
     fit.largest_what = strprintf("micro-batch at T=%d", opt.T);
     fit.device_bytes = device_memory_to_plan(opt.device_memory, &fit.source);
     if (fit.device_bytes) {
         fit.budget = memory_budget(fit.device_bytes);
-        fit.largest = largest_training_batch(cfg, opt.T, 1, fit.budget);
+        fit.largest = largest_training_batch(cfg, opt.T, shards, fit.budget);
     }
     printf("%s", prof::format_fit(plan, fit).c_str());
     return 0;
+}
+
+void require_training_gpu() { require_gpu("train_gpt2cu", "./train_gpt2 is the CPU trainer with the same flags"); }
+
+} // namespace
+
+TrainProgram gpu_train_program() {
+    return TrainProgram{"train_gpt2cu", TrainOptions{}, make_gpu_backend, print_memory_plan, require_training_gpu,
+                        make_gpu_infer_backend};
 }
 
 } // namespace llmc

@@ -34,8 +34,11 @@ std::unique_ptr<GpuTrainBackend> make_gpu_train_backend(const GPT2Config& c, con
 // The same as a BackendFactory.
 std::unique_ptr<TrainBackend> make_gpu_backend(const GPT2Config& c, const TrainOptions& opt, Communicator& comm);
 
-// --memory-plan: the plan of every allocation for these flags (-e, -b, -t), its analysis, and the largest
-// micro-batch at this T whose plan fits --device-memory (or the present GPU's free memory); no GPU needed.
-int print_memory_plan(const TrainOptions& opt);
+/*
+ * train_gpt2cu: this backend, llm.c's defaults (GPT-2 124M, B=4, T=1024), a GPU required; and --memory-plan, answered
+ * without one: the plan of every allocation of `cfg` at -b and -t with the optimizer state in `shards`, its
+ * analysis, and the largest micro-batch at this T whose plan fits --device-memory (or the present GPU's free memory).
+ */
+TrainProgram gpu_train_program();
 
 } // namespace llmc

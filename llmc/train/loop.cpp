@@ -37,22 +37,31 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Generates from an EOT prompt and prints the text (token ids without a tokenizer).
-void print_sample(TrainBackend& be, const GPT2Config& cfg, Rng& rng, const TrainOptions& opt, const GPT2Tokenizer* tok) {
-    int n = std::min(opt.gen_tokens, cfg.max_seq_len - 1);
+// Tokens per sample: -g, within the model's context after the one-token prompt.
+int sample_length(const GPT2Config& cfg, const TrainOptions& opt) { return std::min(opt.gen_tokens, cfg.max_seq_len - 1); }
+
+// Generates from an EOT prompt and prints the text (token ids without a tokenizer): the inference driver's
+// generate() over a KV-cache decoder of the trained weights, its coins from a seed drawn from `rng` (whose state
+// the checkpoints keep). Long samples show their progress on a terminal as inference does.
+void print_sample(TrainBackend& be, InferBackendFactory make_sampler, const GPT2Config& cfg, Rng& rng,
+                  const TrainOptions& opt, const GPT2Tokenizer* tok) {
+    InferOptions io;
+    io.new_tokens = sample_length(cfg, opt);
+    io.temperature = opt.temperature, io.top_k = opt.top_k;
+    io.seed = rng.next_u32() & 0x7fffffff; // a seed infer_gpt2 --seed takes: the same sample from the checkpoint
     // The prompt is EOT, which GPT-2 puts last in its vocabulary; V-1 is the same id for GPT-2 and stays in
     // range for the small-vocabulary models the tests use.
-    std::vector<int> ids{cfg.vocab_size - 1};
-    SamplerConfig sc{opt.temperature, opt.top_k};
-    for (int i = 0; i < n; i++) {
-        std::vector<float> probs = be.next_token_probs(ids);
-        ids.push_back(sample_token(probs.data(), cfg.vocab_size, sc, rng.next_f32()));
-    }
+    const int eot = cfg.vocab_size - 1;
+    const std::vector<std::vector<int>> prompt{{eot}};
+    std::unique_ptr<InferBackend> dec = make_sampler(cfg, 1, 1, 1 + io.new_tokens);
+    dec->load(be.weights());
+    InferProfile unprofiled(io, prompt, dec->elem_bytes());
+    const std::vector<int> ids = generate(*dec, io, prompt, eot, unprofiled).seqs[0].ids;
     printf("---- sample ----\n");
     if (tok) {
-        printf("%s\n", tok->decode(std::vector<int>(ids.begin() + 1, ids.end())).c_str());
+        printf("%s\n", tok->decode(ids).c_str());
     } else {
-        for (size_t i = 1; i < ids.size(); i++) printf("%d ", ids[i]);
+        for (int id : ids) printf("%d ", id);
         printf("\n(token ids: no gpt2_tokenizer.bin beside the train data)\n");
     }
     printf("----------------\n");
@@ -93,6 +102,9 @@ void print_banner(const TrainBackend& be, const RunPlan& p) {
     printf("| AdamW b1 b2 eps / wd  | %-40s |\n", strprintf("%g %g %g / %g", adam.beta1, adam.beta2, adam.eps, adam.weight_decay).c_str());
     printf("| grad clip             | %-40s |\n", adam.grad_clip > 0 ? strprintf("global norm %g", adam.grad_clip).c_str() : "off");
     printf("+-----------------------+------------------------------------------+\n");
+    if (opt.sample_every > 0 && sample_length(cfg, opt) < opt.gen_tokens)
+        printf("samples: -g %d is more than the model's context holds after the prompt: %d tokens each\n",
+               opt.gen_tokens, sample_length(cfg, opt));
     be.print_memory();
 }
 
@@ -109,9 +121,10 @@ struct Boundary {
  * 0: before training).
  */
 struct TrainRun {
-    TrainRun(RunPlan& plan, TrainBackend& be, Communicator& comm, TokenBatches& batches, Rng sample_rng)
+    TrainRun(RunPlan& plan, TrainBackend& be, Communicator& comm, TokenBatches& batches, Rng sample_rng,
+             InferBackendFactory sampler = nullptr)
         : plan(plan), opt(plan.opt), be(be), comm(comm), batches(batches), profile(be.profile_session()),
-          sample_rng(sample_rng),
+          sampler(sampler), sample_rng(sample_rng),
           log(plan.rank == 0 ? opt.output_dir : "", plan.resume_step),
           sched{opt.schedule, opt.lr, opt.warmup, opt.final_lr_frac, plan.max_steps},
           every{plan.has_val ? opt.val_every : 0, opt.sample_every, opt.checkpoint_every} {}
@@ -130,6 +143,7 @@ struct TrainRun {
     Communicator& comm;
     TokenBatches& batches;         // what the steps train on
     prof::ProfileSession* profile; // with --profile
+    InferBackendFactory sampler;   // the samples' decoder (null: no samples)
     Rng sample_rng;
     TrainLog log;
     LRScheduler sched;
@@ -155,7 +169,7 @@ int TrainRun::loop(const char* program) {
         train_step(step);
     }
     summary();
-    return 0;
+    return log.failed() ? 1 : 0; // its one error line was printed when the write failed
 }
 
 Boundary TrainRun::boundary_work(int step) {
@@ -163,7 +177,7 @@ Boundary TrainRun::boundary_work(int step) {
     const bool last = step == max_steps;
     Boundary due;
     due.val = plan.has_val && (step % opt.val_every == 0 || last);
-    due.sample = opt.sample_every > 0 && step > plan.start_step && (step % opt.sample_every == 0 || last);
+    due.sample = sampler && opt.sample_every > 0 && step > plan.start_step && (step % opt.sample_every == 0 || last);
     due.checkpoint = opt.checkpoint_every > 0 && step > plan.start_step && (step % opt.checkpoint_every == 0 || last);
     // Each piece's time goes to the ETA and, inside a profile window, to the profile's rows of work outside the steps.
     auto t_boundary = Clock::now();
@@ -181,7 +195,7 @@ Boundary TrainRun::boundary_work(int step) {
     }
     if (due.sample && plan.rank == 0) {
         t_boundary = Clock::now();
-        print_sample(be, plan.cfg, sample_rng, opt, plan.tokenizer.get());
+        print_sample(be, sampler, plan.cfg, sample_rng, opt, plan.tokenizer.get());
         account(RunEta::sample, "sample");
     }
     if (due.checkpoint) {
@@ -264,27 +278,42 @@ void TrainRun::write_distributed_summary() {
     printf("\n%s", text.c_str());
 }
 
+// --memory-plan: the plan of the model the run would train (rank 0 prints it), nothing trained.
+int print_memory_plan(const TrainProgram& program, const TrainOptions& opt, const Communicator& comm) {
+    if (!program.memory_plan)
+        throw UsageError(strprintf("--memory-plan: %s has no GPU memory to plan; ./train_gpt2cu --memory-plan answers "
+                                   "without a GPU", program.name));
+    const RunPlan model = plan_model_only(opt);
+    if (comm.rank() != 0) return 0;
+    if (opt.zero_stage && comm.world() == 1)
+        printf("-z 1 in one process shards nothing: under mpirun -n N the optimizer state is split N ways\n");
+    return program.memory_plan(model, opt.zero_stage ? comm.world() : 1);
+}
+
 // One rank's run. backend: the caller's, so that it outlives an error.
-int train_run(Communicator* comm, const char* program, int argc, char** argv, const TrainOptions& defaults,
-              BackendFactory make_backend, std::unique_ptr<TrainBackend>& backend) {
+int train_run(Communicator* comm, const TrainProgram& program, int argc, char** argv,
+              std::unique_ptr<TrainBackend>& backend) {
     check_same_args(*comm, argc, argv);
-    const TrainOptions opt = parse_train_options(argc, argv, defaults);
+    const TrainOptions opt = parse_train_options(argc, argv, program.defaults);
     if (opt.help) {
-        printf("%s", usage(program, defaults).c_str());
+        printf("%s", usage(program.name, program.defaults).c_str());
         return 0;
     }
+    if (opt.memory_plan) return print_memory_plan(program, opt, *comm);
+    if (program.check_device) program.check_device();
     // ---- every input is checked before the model is allocated: model shape, data, checkpoint ----
-    RunPlan plan = plan_run(program, opt, comm->rank(), comm->world());
+    RunPlan plan = plan_run(opt, comm->rank(), comm->world());
     if (opt.resume && plan.resume_step < 0) printf("resume: no checkpoint in %s, starting fresh\n", opt.output_dir.c_str());
     std::vector<float> weights = initial_weights(plan);
     if (plan.world > 1) check_same_run(*comm, plan, weights);
-    if (!opt.output_dir.empty() && plan.rank == 0) make_dirs(opt.output_dir);
+    const std::unique_ptr<DirLock> lock = claim_output_dir(plan); // held to the end of the run
     // ---- the model ----
-    backend = make_backend(plan.cfg, plan.opt, *comm);
+    backend = program.make_backend(plan.cfg, plan.opt, *comm);
     LoaderBatches batches(*plan.train);
-    TrainRun run(plan, *backend, *comm, batches, start_backend(*backend, plan, std::move(weights)));
+    TrainRun run(plan, *backend, *comm, batches, start_backend(*backend, plan, std::move(weights)),
+                 program.make_sampler);
     print_banner(*backend, plan);
-    return run.loop(program);
+    return run.loop(program.name);
 }
 
 } // namespace
@@ -297,14 +326,12 @@ void run_steps(const char* program, RunPlan& plan, TrainBackend& be, Communicato
     run.loop(program);
 }
 
-int run_training(Communicator& comm, const char* program, int argc, char** argv, const TrainOptions& defaults,
-                 BackendFactory make_backend) {
+int run_training(Communicator& comm, const TrainProgram& program, int argc, char** argv) {
     std::unique_ptr<TrainBackend> backend;
-    return train_run(&comm, program, argc, argv, defaults, make_backend, backend);
+    return train_run(&comm, program, argc, argv, backend);
 }
 
-int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
-                 BackendFactory make_backend) {
+int run_training(const TrainProgram& program, int argc, char** argv) {
     // The communicator lives until the process exits: MPI_Finalize (its destructor) comes after main_guard has
     // printed the error line, so no rank can end the job (and mpirun kill rank 0) before rank 0 has said why.
     static const std::unique_ptr<Communicator> comm = make_communicator();
@@ -313,7 +340,7 @@ int run_training(const char* program, int argc, char** argv, const TrainOptions&
     // thread, inside a collective the others never finish would block for ever).
     std::unique_ptr<TrainBackend> backend;
     try {
-        return train_run(comm.get(), program, argc, argv, defaults, make_backend, backend);
+        return train_run(comm.get(), program, argc, argv, backend);
     } catch (const std::exception& e) {
         comm->on_error(e.what(), exit_code_for(e)); // returns when every rank has failed
         throw;

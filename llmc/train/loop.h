@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "llmc/cli.h"
+#include "llmc/infer/driver.h"
 #include "llmc/rand.h"
 #include "llmc/train/dist.h"
 
@@ -81,7 +82,6 @@ public:
     // grad_accum: this rank's micro-batches; t: 1-based AdamW step
     virtual StepStats train_step(TokenBatches& train, int grad_accum, float lr, int t) = 0;
     virtual float val_loss(DataLoader& val, int batches, Progress& progress) = 0; // progress: ticked per batch
-    virtual std::vector<float> next_token_probs(const std::vector<int>& ids) = 0; // softmax at the last position
     virtual const SubBlockTimes* timings() const { return nullptr; }  // per-sub-block wall time, or null
     virtual std::string step_extras(double /*ms*/, long /*tokens*/) const { return ""; } // more step-line fields
     virtual void print_memory() const = 0;
@@ -99,13 +99,29 @@ public:
 };
 
 using BackendFactory = std::unique_ptr<TrainBackend> (*)(const GPT2Config&, const TrainOptions&, Communicator&);
+struct RunPlan;
+
+// One training program: its name (--help, messages), its defaults and backend, and what only some programs do.
+struct TrainProgram {
+    const char* name;
+    TrainOptions defaults;
+    BackendFactory make_backend;
+    // --memory-plan: prints the plan of the model the run would train (model.cfg: -e's, or with -y 1 the
+    // checkpoint's; model.opt: the flags) with the optimizer state split `shards` ways (-z 1: one shard per rank),
+    // and returns the exit code; null: the program refuses the flag.
+    int (*memory_plan)(const RunPlan& model, int shards) = nullptr;
+    // After the flags, before anything is planned: throws when the program cannot run here (no GPU); null: it
+    // always can.
+    void (*check_device)() = nullptr;
+    // The samples (-s, -g): the program's inference backend (llmc/infer/driver.h), a KV-cache decoder made for
+    // each sample from the trained weights; null: no samples.
+    InferBackendFactory make_sampler = nullptr;
+};
 
 // The whole run of a trainer: returns the exit code (errors are thrown, for main_guard).
-int run_training(const char* program, int argc, char** argv, const TrainOptions& defaults,
-                 BackendFactory make_backend);
+int run_training(const TrainProgram& program, int argc, char** argv);
 // The same as one process over `comm` (a test's single_process_communicator(): no MPI, whatever the build).
-int run_training(Communicator& comm, const char* program, int argc, char** argv, const TrainOptions& defaults,
-                 BackendFactory make_backend);
+int run_training(Communicator& comm, const TrainProgram& program, int argc, char** argv);
 
 struct RunPlan;
 

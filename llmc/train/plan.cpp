@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 
 #include "llmc/profiler/session.h"
@@ -14,18 +15,19 @@ namespace llmc {
 namespace {
 
 // The flags against each other and the ranks; the output and profile directories checked, nothing made.
-void check_flags(const char* program, RunPlan& p) {
+void check_flags(RunPlan& p) {
     TrainOptions& opt = p.opt;
-    if (opt.memory_plan) // the GPU trainer answers it before training (train_gpt2.cu)
-        throw UsageError(strprintf("--memory-plan: %s has no GPU memory to plan; ./train_gpt2cu --memory-plan answers "
-                                   "without a GPU", program));
     if (opt.grad_accum % p.world != 0)
         throw UsageError(strprintf("-d: total batch %ld tokens is %d micro-batches of B*T = %ld, which %d ranks cannot "
                                    "share; make it a multiple of B*T*%d", opt.total_batch, opt.grad_accum,
                                    (long)opt.B * opt.T, p.world, p.world));
     p.profile_root = opt.profile_dir;
     if (p.world > 1 && !opt.profile_dir.empty()) opt.profile_dir += strprintf("/rank%d", p.rank);
-    if (!opt.output_dir.empty() && p.rank == 0) check_output_dir(opt.output_dir); // rank 0 makes it
+    if (!opt.output_dir.empty() && p.rank == 0) { // rank 0 makes it and writes into it
+        check_output_dir(opt.output_dir);
+        check_output_file(opt.output_dir + "/main.log");
+        for (const std::string& name : checkpoint_files(opt.output_dir)) check_output_file(opt.output_dir + "/" + name);
+    }
     if (!opt.profile_dir.empty()) prof::check_profile_dir(opt.profile_dir, "--profile"); // before the data is read
 }
 
@@ -47,10 +49,26 @@ void check_resumed_model(const TrainOptions& opt, const GPT2Config& ckpt, int64_
                                    shape(ckpt).c_str(), shape(want).c_str()));
 }
 
+/*
+ * A run that does not resume writes its log and checkpoints into -o from step 0: another run's checkpoints there
+ * would mix with its own (a later -y 1 resumes whichever is latest, and main.log holds both). Refused, unless none
+ * is there; resuming them is the user's call (-y 1), as is another -o.
+ */
+void check_no_other_run(const TrainOptions& opt) {
+    const std::vector<std::string> found = checkpoint_files(opt.output_dir);
+    if (found.empty()) return;
+    const std::string which = found.size() == 1 ? found[0]
+                              : strprintf("%s ... %s, %zu files", found.front().c_str(), found.back().c_str(), found.size());
+    throw UsageError(strprintf("-o %s: holds another run's checkpoints (%s)%s; pass -y 1 to resume that run, or choose "
+                               "another -o", opt.output_dir.c_str(), which.c_str(),
+                               opt.resume ? ", none of them complete (model_N.bin and state_N.bin)" : ""));
+}
+
 // The model's shape: random init (dN), a model file, or the latest checkpoint when resuming; headers only.
 void plan_model(RunPlan& p) {
     const TrainOptions& opt = p.opt;
     p.resume_step = opt.resume ? find_latest_checkpoint(opt.output_dir) : -1;
+    if (p.resume_step < 0 && !opt.output_dir.empty() && p.rank == 0) check_no_other_run(opt);
     p.source = p.resume_step >= 0 ? checkpoint_model_path(opt.output_dir, p.resume_step) : opt.model;
     ModelSource src = load_model_source(p.source, opt.seed, /*weights=*/false);
     p.cfg = src.cfg;
@@ -125,16 +143,40 @@ uint64_t shards_fingerprint(const std::vector<std::string>& files) {
 
 } // namespace
 
-RunPlan plan_run(const char* program, const TrainOptions& opt, int rank, int world) {
+RunPlan plan_model_only(const TrainOptions& opt) {
+    RunPlan p;
+    p.opt = opt;
+    p.rank = -1; // no rank writes: a plan of the model alone
+    plan_model(p);
+    return p;
+}
+
+RunPlan plan_run(const TrainOptions& opt, int rank, int world) {
     RunPlan p;
     p.opt = opt;
     p.rank = rank, p.world = world;
-    check_flags(program, p);
+    check_flags(p);
     plan_model(p);
     plan_data(p);
     plan_steps(p);
     plan_resume(p);
     return p;
+}
+
+std::unique_ptr<DirLock> claim_output_dir(const RunPlan& plan) {
+    const std::string& dir = plan.opt.output_dir;
+    if (dir.empty() || plan.rank != 0) return nullptr;
+    make_dirs(dir);
+    auto lock = std::make_unique<DirLock>(dir, "-o");
+    // What the plan read may have changed before the lock was taken (a run that held it until then).
+    if (plan.resume_step < 0) check_no_other_run(plan.opt);
+    else if (find_latest_checkpoint(dir) != plan.resume_step)
+        throw Error(strprintf("-o %s: another run wrote a checkpoint there while this one was starting (it planned to "
+                              "resume step %lld); start it again", dir.c_str(), (long long)plan.resume_step));
+    if (int n = remove_stale_temporaries(dir))
+        printf("removed %d temporary file%s left in %s by a run that was stopped while writing\n", n, n > 1 ? "s" : "",
+               dir.c_str());
+    return lock;
 }
 
 std::vector<float> initial_weights(RunPlan& plan) {

@@ -43,9 +43,24 @@ struct RunPlan {
     int start_step = 0; // the first step trained is start_step + 1 (the checkpoint's step on a resume)
 };
 
-// The plan of `program`'s run for these options as rank `rank` of `world`; throws UsageError for a flag that does
+/*
+ * The model part of a run's plan (opt, source, cfg, resume_step), from headers alone: -e's model, or with -y 1
+ * the latest checkpoint's in -o (a -e given beside it must describe that model); -t checked against its maximum.
+ * What --memory-plan plans.
+ */
+RunPlan plan_model_only(const TrainOptions& opt);
+
+// The plan of a run of these options as rank `rank` of `world`; throws UsageError for a flag that does
 // not fit (exit 2) and Error for an input that cannot be used (exit 1), each naming the flag or file.
-RunPlan plan_run(const char* program, const TrainOptions& opt, int rank, int world);
+RunPlan plan_run(const TrainOptions& opt, int rank, int world);
+
+/*
+ * -o made and locked for this run (rank 0 with -o; null otherwise): the lock (DirLock) is held for as long as the
+ * returned object lives, and a second run into the same -o is refused naming this one's pid. Once it is held, the
+ * checkpoints are checked again against the plan (another run may have written one meanwhile), and the
+ * temporaries that a run killed mid-write left are removed.
+ */
+std::unique_ptr<DirLock> claim_output_dir(const RunPlan& plan);
 
 // The weights the run starts from, in llm.c order: drawn from --seed, the model file's, or the checkpoint's
 // (its fp32 master weights when it has them). Takes the master weights out of plan.state.

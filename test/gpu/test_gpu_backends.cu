@@ -61,7 +61,7 @@ int train(const char* program, BackendFactory backend, std::vector<std::string> 
     args.insert(args.begin(), program);
     testutil::CommandLine cl(std::move(args));
     const std::unique_ptr<Communicator> comm = single_process_communicator();
-    return run_training(*comm, program, cl.argc(), cl.argv(), TrainOptions{}, backend);
+    return run_training(*comm, TrainProgram{program, TrainOptions{}, backend}, cl.argc(), cl.argv());
 }
 
 // main.log's losses by kind ("trl" or "tel") in step order.
