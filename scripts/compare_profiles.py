@@ -14,11 +14,12 @@ ratio and no whole-run total.
     python3 scripts/compare_profiles.py A B [-o compare.png] [--per-token]
 """
 import argparse
-import csv
-import json
 import math
 import os
 import sys
+
+from plot_profile import (BadInput, num, output_problem, phase_counts, read_json_object, read_table, section,
+                          window_steps)
 
 PHASES = ("fwd", "bwd", "opt", "prefill", "decode")  # training, then inference (infer_gpt2)
 
@@ -67,35 +68,31 @@ def load(d):
     for name in ("profile.json", "subblocks.csv"):
         if not os.path.isfile(os.path.join(d, name)):
             fail(f"{d}: missing {name} (not a complete profile directory)")
-    with open(os.path.join(d, "profile.json")) as f:
-        prof = json.load(f)
-    steps = max(1, prof.get("throughput", {}).get("steps", 1) or 1)
-    phases = (prof.get("inference") or {}).get("phases", [])
-    phase_steps = {p["phase"]: p["steps"] for p in phases if p.get("steps")}
-    phase_tokens = {p["phase"]: p["tokens"] for p in phases if p.get("tokens")}
+    prof = read_json_object(os.path.join(d, "profile.json"))
     us = {}
-    with open(os.path.join(d, "subblocks.csv"), newline="") as f:
-        for r in csv.DictReader(f):
-            try:
-                t = float(r["time_us"])
-            except ValueError:
-                continue
-            if t > 0:
-                us[(r["subblock"], r["phase"])] = t
-    return Profile(prof.get("context", {}), us, steps, phase_steps, phase_tokens)
+    for r in read_table(os.path.join(d, "subblocks.csv"), ("subblock", "phase", "time_us"), "sub-block table")[1]:
+        try:
+            t = float(r["time_us"])
+        except ValueError:
+            continue
+        if 0 < t < math.inf:
+            us[(r["subblock"], r["phase"])] = t
+    return Profile(section(prof, "context"), us, window_steps(prof), phase_counts(prof, "steps"),
+                   phase_counts(prof, "tokens"))
 
 
 def shape(c):
     """The model and batch of a profile's context, as (name, value) pairs that must match for a fair compare."""
-    m, b = c.get("model", {}), c.get("batch", {})
+    m, b = section(c, "model"), section(c, "batch")
     model = f"L={m.get('num_layers')} NH={m.get('num_heads')} C={m.get('channels')} V={m.get('vocab_size')}"
     return (("model", model), ("B", b.get("B")), ("T", b.get("T")), ("grad_accum", b.get("grad_accum", 1)))
 
 
 def tokens_per_step(c):
-    b = c.get("batch", {})
-    n = (b.get("B") or 0) * (b.get("T") or 0) * (b.get("grad_accum") or 1)
-    return n if n > 0 else None
+    b = section(c, "batch")
+    grad_accum = num(b.get("grad_accum"))
+    n = num(b.get("B")) * num(b.get("T")) * (grad_accum if grad_accum > 0 else 1)
+    return n if 0 < n < math.inf else None
 
 
 def distinct_names(pa, pb):
@@ -113,39 +110,39 @@ def fmt(v, spec=".3f"):
     return f"{v:{spec}}" if v is not None and not math.isnan(v) else "-"
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("a", help="profile directory A")
     ap.add_argument("b", help="profile directory B")
-    ap.add_argument("-o", "--out", default="compare.png", help="comparison plot [compare.png]")
+    ap.add_argument("-o", "--out", default="compare.png", help="comparison plot, a .png file [compare.png]")
     ap.add_argument("--per-token", action="store_true", help="compare microseconds per token instead of ms per step")
     args = ap.parse_args()
-    pa, pb = load(args.a), load(args.b)
-    ca, cb = pa.context, pb.context
-    # Legends say which directory each bar comes from: two runs on one device differ in nothing else.
-    na, nb = distinct_names(args.a, args.b)
-    la = f"{na}: {ca.get('program', '?')} ({ca.get('device', '?')})"
-    lb = f"{nb}: {cb.get('program', '?')} ({cb.get('device', '?')})"
+    # The plot goes exactly where -o says: a name without .png would be written as NAME.png.
+    if not args.out.lower().endswith(".png"):
+        fail(f"-o: '{args.out}' is not a .png file name", 2)
+    problem = output_problem(args.out)
+    if problem:
+        fail(f"-o: {problem}", 2)
+    if not os.path.isdir(os.path.dirname(args.out) or "."):
+        fail(f"-o: '{args.out}': no directory '{os.path.dirname(args.out)}'", 2)
+    return args
 
-    same_kind = pa.kind == pb.kind
-    differ = [f"{name} ({x} vs {y})" for (name, x), (_, y) in zip(shape(ca), shape(cb)) if x != y]
-    if not same_kind:  # fwd/bwd/opt against prefill/decode: no row, and no step, is the other's
+
+def warn_if_unlike(pa, pb, per_token):
+    """The warning for profiles of different kinds (no shared phase) or shapes (different work per step)."""
+    differ = [f"{name} ({x} vs {y})" for (name, x), (_, y) in zip(shape(pa.context), shape(pb.context)) if x != y]
+    if pa.kind != pb.kind:  # fwd/bwd/opt against prefill/decode: no row, and no step, is the other's
         a_kind = {"training": "a training", "inference": "an inference"}
         print(f"compare_profiles.py: warning: A is {a_kind[pa.kind]} profile and B {a_kind[pb.kind]} one: they share "
               f"no phase, so no row has a ratio and there is no whole-run total", file=sys.stderr)
     elif differ:
         print(f"compare_profiles.py: warning: A and B differ in {', '.join(differ)}: they do different work per "
-              f"step{'' if args.per_token else '; --per-token compares time per token'}", file=sys.stderr)
-    if args.per_token:
-        for d, p in ((args.a, pa), (args.b, pb)):
-            if p.divisor(None, True) is None:
-                fail(f"{d}: profile.json has no batch shape (B, T), so no tokens per step for --per-token")
-    unit = "us/tok" if args.per_token else "ms"
-    a, b = pa.values(args.per_token), pb.values(args.per_token)
+              f"step{'' if per_token else '; --per-token compares time per token'}", file=sys.stderr)
 
-    # Rows in A's order, then B's extra ones: both follow the report's phase / sub-block order.
-    keys = list(dict.fromkeys(list(a) + list(b)))
-    keys.sort(key=lambda k: PHASES.index(k[1]) if k[1] in PHASES else len(PHASES))
+
+def print_table(pa, pb, la, lb, keys, per_token):
+    unit = "us/tok" if per_token else "ms"
+    a, b = pa.values(per_token), pb.values(per_token)
     print(f"A: {la}")  # as the plot's legend names them
     print(f"B: {lb}")
     print(f"{'subblock':<12} {'phase':<7} {'A ' + unit:>12} {'B ' + unit:>12} {'A/B':>10}")
@@ -158,11 +155,14 @@ def main():
     for s, p in keys:
         row(s, p, a.get((s, p)), b.get((s, p)))
     print()
-    for p in PHASES + ((None,) if same_kind else ()):
-        ta, tb = pa.total(p, args.per_token), pb.total(p, args.per_token)
+    for p in PHASES + ((None,) if pa.kind == pb.kind else ()):
+        ta, tb = pa.total(p, per_token), pb.total(p, per_token)
         if ta or tb:
             row(p or "total", "", ta, tb)
 
+
+def draw(a, b, la, lb, keys, per_token, out):
+    """The grouped bar chart, written to exactly `out`."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -180,12 +180,36 @@ def main():
     ax.invert_yaxis()
     if any(a.values()) or any(b.values()):
         ax.set_xscale("log")
-    ax.set_xlabel("microseconds per token" if args.per_token else "ms per step")
-    ax.set_title("Sub-block time per token" if args.per_token else "Sub-block time per step", fontsize=10)
+    ax.set_xlabel("microseconds per token" if per_token else "ms per step")
+    ax.set_title("Sub-block time per token" if per_token else "Sub-block time per step", fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(args.out, dpi=100)
+    fig.savefig(out, dpi=100, format="png")
     plt.close(fig)
+
+
+def main():
+    args = parse_args()
+    try:
+        pa, pb = load(args.a), load(args.b)
+    except BadInput as e:
+        fail(str(e))
+    ca, cb = pa.context, pb.context
+    # Legends say which directory each bar comes from: two runs on one device differ in nothing else.
+    na, nb = distinct_names(args.a, args.b)
+    la = f"{na}: {ca.get('program', '?')} ({ca.get('device', '?')})"
+    lb = f"{nb}: {cb.get('program', '?')} ({cb.get('device', '?')})"
+    warn_if_unlike(pa, pb, args.per_token)
+    if args.per_token:
+        for d, p in ((args.a, pa), (args.b, pb)):
+            if p.divisor(None, True) is None:
+                fail(f"{d}: profile.json has no batch shape (B, T), so no tokens per step for --per-token")
+    a, b = pa.values(args.per_token), pb.values(args.per_token)
+    # Rows in A's order, then B's extra ones: both follow the report's phase / sub-block order.
+    keys = list(dict.fromkeys(list(a) + list(b)))
+    keys.sort(key=lambda k: PHASES.index(k[1]) if k[1] in PHASES else len(PHASES))
+    print_table(pa, pb, la, lb, keys, args.per_token)
+    draw(a, b, la, lb, keys, args.per_token, args.out)
     print(f"wrote {args.out}")
 
 

@@ -836,15 +836,31 @@ def judge(stage, rc, text, report_dir=None, limit=None, write_files=False, kille
 
 # ---------------------------------------------------------------- the report
 
+class BadStages(Exception):
+    """A stages.tsv the report cannot stand on; its text is the one line that says why, naming the file."""
+
+
 def read_stages(report_dir):
+    """{stage: its row} of DIR/stages.tsv, in the order they ran; BadStages where a known stage's exit status is
+    neither a number nor "skip", or where the file cannot be read as text."""
     rows = {}
     path = os.path.join(report_dir, "stages.tsv")
-    if os.path.exists(path):
+    if not os.path.exists(path):
+        return rows
+    try:
         with open(path, encoding="utf-8") as f:
-            for line in f:
+            for n, line in enumerate(f, 1):
                 t = line.rstrip("\n").split("\t")
-                if len(t) >= 4 and t[0] in KIND:
-                    rows[t[0]] = {"rc": t[1], "seconds": t[2], "limit": t[3], "note": t[4] if len(t) > 4 else ""}
+                if len(t) < 4 or t[0] not in KIND:
+                    continue
+                if t[1] != "skip" and not re.fullmatch(r"-?\d+", t[1]):
+                    raise BadStages(f"{path}: line {n}: exit status '{t[1]}' of stage {t[0]} is neither a number "
+                                    f"nor skip")
+                rows[t[0]] = {"rc": t[1], "seconds": t[2], "limit": t[3], "note": t[4] if len(t) > 4 else ""}
+    except UnicodeDecodeError:
+        raise BadStages(f"{path}: not UTF-8 text") from None
+    except OSError as e:
+        raise BadStages(f"{path}: {e.strerror}") from None
     return rows
 
 
@@ -872,6 +888,10 @@ def md_cell(s):
 
 def make_report(report_dir, write_files=True):
     rows = read_stages(report_dir)
+    if not rows:  # a report of nothing is no success
+        path = os.path.join(report_dir, "stages.tsv")
+        raise BadStages(f"{path}: " + ("no stage rows (no stage has run, or the file is not gpu_check.sh's)"
+                                       if os.path.exists(path) else "no such file (not a gpu_check.sh report directory)"))
     what = {stage: w for stage, _, w in STAGES}
     verdicts = []
     for stage, row in rows.items():  # in the order they ran
@@ -999,14 +1019,24 @@ def main(argv):
     if not os.path.isdir(a.dir):
         print(f"gpu_report.py: no report directory '{a.dir}'", file=sys.stderr)
         return 2
-    if a.cmd == "judge":
-        row = read_stages(a.dir).get(a.stage)
-        if row is None:
-            print(f"gpu_report.py: stage {a.stage} not in {a.dir}/stages.tsv", file=sys.stderr)
-            return 1
-        status, key = stage_verdict(a.dir, a.stage, row)
-        print(f"{a.stage} {status}: {key}")
-        return 0
+    try:
+        return judge_command(a) if a.cmd == "judge" else report_command(a)
+    except BadStages as e:
+        print(f"gpu_report.py: {e}", file=sys.stderr)
+        return 1
+
+
+def judge_command(a):
+    row = read_stages(a.dir).get(a.stage)
+    if row is None:
+        print(f"gpu_report.py: stage {a.stage} not in {a.dir}/stages.tsv", file=sys.stderr)
+        return 1
+    status, key = stage_verdict(a.dir, a.stage, row)
+    print(f"{a.stage} {status}: {key}")
+    return 0
+
+
+def report_command(a):
     md, summary, counts = make_report(a.dir, write_files=not a.output)
     out = a.output or os.path.join(a.dir, "report.md")
     with open(out, "w", encoding="utf-8") as f:

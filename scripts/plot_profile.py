@@ -14,6 +14,7 @@ import csv
 import json
 import math
 import os
+import stat
 import sys
 
 PHASES = ("fwd", "bwd", "opt")  # training: parts of one step, stacked
@@ -27,9 +28,109 @@ def fail(msg, code=1):
     sys.exit(code)
 
 
+class BadInput(Exception):
+    """A file a script reads or writes that it cannot use; its text is the one line that says why, naming it."""
+
+
+def read_json_object(path):
+    """A JSON file that must hold an object (profile.json, trace.json)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: not UTF-8 text (a binary file?)") from None
+    except ValueError as e:  # empty, truncated, not JSON
+        raise BadInput(f"{path}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise BadInput(f"{path}: {e.strerror}") from None
+    if not isinstance(data, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
+        raise BadInput(f"{path}: not a JSON object (it holds {kind})")
+    return data
+
+
+def section(obj, key):
+    """obj[key] where it is a JSON object, else {} (a missing or damaged part of profile.json)."""
+    v = obj.get(key) if isinstance(obj, dict) else None
+    return v if isinstance(v, dict) else {}
+
+
+class Row(dict):
+    """A CSV row by column name, with the line it starts on (for messages)."""
+    line = 0
+
+
+def read_table(path, needed=(), what="table"):
+    """A CSV file's header and rows, read strictly: UTF-8, every row with as many fields as the header (a row cut
+    short, or two run together, is named by its line), the columns `needed` present. BadInput otherwise."""
+    header, rows = None, []
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            header = next(reader, None) or []
+            start = reader.line_num + 1
+            for fields in reader:
+                if fields and len(fields) != len(header):
+                    raise BadInput(f"{path}: line {start}: {len(fields)} fields where the header has "
+                                   f"{len(header)} (a row cut short, or two rows run together)")
+                if fields:
+                    rows.append(Row(zip(header, fields)))
+                    rows[-1].line = start
+                start = reader.line_num + 1
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: not UTF-8 text (a binary file?)") from None
+    except csv.Error as e:
+        raise BadInput(f"{path}: line {reader.line_num}: {e}") from None
+    except OSError as e:
+        raise BadInput(f"{path}: {e.strerror}") from None
+    missing = [c for c in needed if c not in header]
+    if missing:
+        raise BadInput(f"{path}: not a {what} (no column {missing[0]})")
+    return header, rows
+
+
 def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    return read_table(path)[1]
+
+
+# What an existing path is, where it is not a regular file, by its stat mode.
+KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+         (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+
+
+def output_problem(path):
+    """None where a script may write path (a regular file, replaced, or a new name); else the line saying why not.
+    A link is not followed: what it points to is not the script's to write."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"{path}: {e.strerror}"
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in KINDS if test(mode)), "not a regular file")
+    return f"{path}: {kind}; an output must be a regular file or a new name"
+
+
+def check_outputs(paths):
+    """BadInput for the first of paths a script may not write (output_problem), before it writes any."""
+    for path in paths:
+        problem = output_problem(path)
+        if problem:
+            raise BadInput(problem)
+
+
+def output_dir(out, fail):
+    """-o DIR of a script that writes files into DIR: made where it is new; fail(message, 2) where it exists as
+    something else."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        fail(f"-o: '{out}' exists and is not a directory", 2)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        fail(f"-o: cannot create '{out}' ({e.strerror})")
+    return out
 
 
 def num(s):
@@ -41,29 +142,64 @@ def num(s):
 
 
 def load(d):
-    """The profile directory's tables, with a clear error for a missing file."""
+    """The profile directory's tables, with a clear error for a missing or unreadable file (BadInput)."""
     need = ("profile.json", "kernels.csv", "roofline.csv", "trace.json")
     for name in need:
         if not os.path.isfile(os.path.join(d, name)):
-            fail(f"{d}: missing {name} (not a complete profile directory)")
-    with open(os.path.join(d, "profile.json")) as f:
-        prof = json.load(f)
+            raise BadInput(f"{d}: missing {name} (not a complete profile directory)")
+    prof = read_json_object(os.path.join(d, "profile.json"))
+    subblocks = prof.get("subblocks")  # subblocks.csv's rows, with times and rates unrounded
     return {
         "profile": prof,
-        "subblocks": prof.get("subblocks", []),  # subblocks.csv's rows, with times and rates unrounded
-        "kernels": read_csv(os.path.join(d, "kernels.csv")),
+        "subblocks": [r for r in subblocks if isinstance(r, dict)] if isinstance(subblocks, list) else [],
+        "kernels": read_table(os.path.join(d, "kernels.csv"), ("category", "total_us"), "kernel table")[1],
         "roofline": read_csv(os.path.join(d, "roofline.csv")),
-        "trace": os.path.join(d, "trace.json"),
+        "power": power_samples(os.path.join(d, "trace.json")),
+        "dir": d,
     }
 
 
 def device_kind(prof):
-    return prof["context"].get("device_kind", "GPU")
+    return section(prof, "context").get("device_kind", "GPU")
 
 
 def title(prof, what):
-    c = prof["context"]
+    c = section(prof, "context")
     return f"{what}: {c.get('program', '')} on {c.get('device', '')}"
+
+
+def ceilings(prof):
+    """context.ceilings as {name: TFLOP/s or GB/s, 0 where unknown}, and those that are missing or not a number
+    (null, not finite, negative: a damaged ceiling cache), each with what stands there."""
+    ce = section(section(prof, "context"), "ceilings")
+    values, bad = {}, []
+    for key in ("bf16_tflops", "fp32_tflops", "dram_gbps"):
+        v = ce.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf:
+            values[key] = v
+        else:
+            values[key] = 0
+            bad.append(f"{key} ({json.dumps(v) if key in ce else 'missing'})")
+    return values, bad
+
+
+def draw_roofs(ax, ce, matmul, lo, hi):
+    """The compute roofs (bf16, or the CPU's matmul rate, and fp32 where it differs) and the memory slope, those
+    that are known; returns the x range, widened to show each ridge."""
+    bw = ce["dram_gbps"] * 1e9
+    peaks = [(ce["bf16_tflops"], matmul)]
+    if ce["fp32_tflops"] and ce["fp32_tflops"] != ce["bf16_tflops"]:
+        peaks.append((ce["fp32_tflops"], "fp32"))
+    for tflops, name in peaks:
+        if bw > 0 and tflops > 0:
+            peak = tflops * 1e12
+            ridge = peak / bw
+            lo, hi = min(lo, ridge / 10), max(hi, ridge * 10)
+            xs = [lo, ridge, hi]
+            ax.plot(xs, [min(bw * x, peak) for x in xs], "-", lw=2, label=f"{name} {tflops:.3g} TFLOP/s")
+    if bw > 0:
+        ax.plot([lo, hi], [bw * lo, bw * hi], ":", color="gray", lw=1, label=f"memory {bw / 1e9:.0f} GB/s")
+    return lo, hi
 
 
 def overlap(a, b):
@@ -136,14 +272,19 @@ def place_labels(ax, points, fontsize=6):
 
 def plot_roofline(p, plt, out):
     prof = p["profile"]
-    ce = prof["context"]["ceilings"]
+    ce, bad = ceilings(prof)
+    if bad:  # drawn without them: the points are still worth seeing
+        many = len(bad) > 1
+        print(f"plot_profile.py: warning: {os.path.join(p['dir'], 'profile.json')}: ceiling{'s' if many else ''} "
+              f"{', '.join(bad)} {'are not numbers' if many else 'is not a number'}; {os.path.basename(out)} is "
+              f"drawn without {'them' if many else 'it'}", file=sys.stderr)
     fig, ax = plt.subplots(figsize=(9, 6))
     points = []  # (intensity, flop/s, label, kind)
     for r in p["subblocks"]:
-        roof = r.get("roofline") or {}
+        roof = section(r, "roofline")
         x, y = num(roof.get("intensity")), num(roof.get("tflops")) * 1e12
         if x > 0 and y > 0:
-            points.append((x, y, f"{r['subblock']} {r['phase']}", "subblock"))
+            points.append((x, y, f"{r.get('subblock')} {r.get('phase')}", "subblock"))
     # Per-kernel points: hardware counters under kernel replay where present, else analytic per-kernel rows.
     for r in p["roofline"]:
         if not r.get("kernel"):
@@ -158,19 +299,7 @@ def plot_roofline(p, plt, out):
         lo, hi = min(xs) / 4, max(xs) * 4
     else:
         lo, hi = 0.1, 1000.0
-    bw = ce.get("dram_gbps", 0) * 1e9
-    peaks = [(ce.get("bf16_tflops", 0), "bf16" if device_kind(prof) == "GPU" else "matmul")]
-    if ce.get("fp32_tflops", 0) and ce.get("fp32_tflops") != ce.get("bf16_tflops"):
-        peaks.append((ce["fp32_tflops"], "fp32"))
-    for tflops, name in peaks:
-        if bw > 0 and tflops > 0:
-            peak = tflops * 1e12
-            ridge = peak / bw
-            lo, hi = min(lo, ridge / 10), max(hi, ridge * 10)
-            xs = [lo, ridge, hi]
-            ax.plot(xs, [min(bw * x, peak) for x in xs], "-", lw=2, label=f"{name} {tflops:.3g} TFLOP/s")
-    if bw > 0:
-        ax.plot([lo, hi], [bw * lo, bw * hi], ":", color="gray", lw=1, label=f"memory {bw / 1e9:.0f} GB/s")
+    lo, hi = draw_roofs(ax, ce, "bf16" if device_kind(prof) == "GPU" else "matmul", lo, hi)
     for kind, marker in (("subblock", "o"), ("kernel", "x")):
         sel = [q for q in points if q[3] == kind]
         if sel:
@@ -194,19 +323,30 @@ def plot_roofline(p, plt, out):
     return boxes
 
 
+def window_steps(prof):
+    """The steps of the profile's window (at least 1)."""
+    n = num(section(prof, "throughput").get("steps"))
+    return n if n >= 1 else 1
+
+
+def phase_counts(prof, key):
+    """{phase: its count of `key` ("steps", "tokens")} from an inference profile's phases; {} for training."""
+    phases = section(prof, "inference").get("phases")
+    return {p["phase"]: p[key] for p in phases if isinstance(p, dict) and num(p.get(key)) > 0} \
+        if isinstance(phases, list) else {}
+
+
 def phase_steps(prof):
     """{phase: the steps its time is divided by}: an inference profile's prefill and decode steps; a training
     profile's steps for every phase (each step runs fwd, bwd and opt)."""
-    steps = max(1, prof.get("throughput", {}).get("steps", 1) or 1)
-    phases = (prof.get("inference") or {}).get("phases", [])
-    return {p["phase"]: p["steps"] for p in phases if p.get("steps")} or {ph: steps for ph in PHASES}
+    return phase_counts(prof, "steps") or {ph: window_steps(prof) for ph in PHASES}
 
 
 def subblock_ms(prof, rows):
     """{(subblock, phase): ms per step of its phase} from profile.json's sub-block rows (time over the window)."""
     steps = phase_steps(prof)
-    return {(r["subblock"], r["phase"]): num(r["time_us"]) / 1e3 / steps[r["phase"]] for r in rows
-            if num(r["time_us"]) > 0 and r["phase"] in steps}
+    return {(r.get("subblock"), r["phase"]): num(r.get("time_us")) / 1e3 / steps[r["phase"]] for r in rows
+            if num(r.get("time_us")) > 0 and r.get("phase") in steps}
 
 
 def plot_subblocks(p, plt, out):
@@ -247,7 +387,7 @@ def plot_subblocks(p, plt, out):
 
 def plot_kernels(p, plt, out):
     prof = p["profile"]
-    steps = max(1, prof.get("throughput", {}).get("steps", 1) or 1)
+    steps = window_steps(prof)
     by_cat = {}
     for r in p["kernels"]:
         by_cat[r["category"]] = by_cat.get(r["category"], 0.0) + num(r["total_us"]) / 1e3 / steps
@@ -256,7 +396,7 @@ def plot_kernels(p, plt, out):
     ax.barh(cats[::-1], [by_cat[c] for c in cats[::-1]], color="tab:purple")
     total = sum(by_cat.values())
     for i, c in enumerate(cats[::-1]):
-        ax.text(by_cat[c], i, f" {100 * by_cat[c] / total:.1f}%", va="center", fontsize=8)
+        ax.text(by_cat[c], i, f" {100 * by_cat[c] / total if total else 0:.1f}%", va="center", fontsize=8)
     ax.set_xlabel("ms per step")
     ax.set_ylabel("category")
     ax.set_title(title(prof, f"{device_kind(prof)} time by category"), fontsize=9)
@@ -269,25 +409,24 @@ def plot_kernels(p, plt, out):
 
 def power_samples(trace_path):
     """(t_s, watts) from the trace's "power" counter events; timestamps are microseconds."""
-    with open(trace_path) as f:
-        events = json.load(f).get("traceEvents", [])
-    pts = [(e["ts"] / 1e6, e["args"]["W"]) for e in events
-           if e.get("ph") == "C" and e.get("name") == "power" and "W" in e.get("args", {})]
-    return sorted(pts)
+    events = read_json_object(trace_path).get("traceEvents")
+    pts = [(num(e.get("ts")) / 1e6, num(section(e, "args").get("W"))) for e in events
+           if isinstance(e, dict) and e.get("ph") == "C" and e.get("name") == "power"] if isinstance(events, list) else []
+    return sorted((t, w) for t, w in pts if math.isfinite(t) and math.isfinite(w))
 
 
 def plot_power(p, plt, out):
     prof = p["profile"]
-    pts = power_samples(p["trace"])
+    pts = p["power"]
     fig, ax = plt.subplots(figsize=(9, 4))
     if pts:
         t0 = pts[0][0]
         ax.plot([t - t0 for t, _ in pts], [w for _, w in pts], "-", color="tab:red")
         ax.set_xlabel("time (s)")
         ax.set_ylabel("power (W)")
-        pw = prof.get("power", {})
-        if pw.get("avg_w") is not None:
-            ax.axhline(pw["avg_w"], ls="--", color="gray", label=f"average in window {pw['avg_w']:.0f} W")
+        avg_w = num(section(prof, "power").get("avg_w"))
+        if math.isfinite(avg_w):
+            ax.axhline(avg_w, ls="--", color="gray", label=f"average in window {avg_w:.0f} W")
             ax.legend(fontsize=8)
         ax.grid(True, alpha=0.3)
     else:
@@ -312,12 +451,15 @@ def main():
         import matplotlib.pyplot as plt
     except ImportError:
         fail("matplotlib is not installed (python3 -m pip install matplotlib)")
-    p = load(args.dir)
-    out = args.out or args.dir
-    os.makedirs(out, exist_ok=True)
-    for name, fn in (("roofline", plot_roofline), ("subblocks", plot_subblocks), ("kernels", plot_kernels),
-                     ("power", plot_power)):
-        path = os.path.join(out, f"{name}.png")
+    try:
+        p = load(args.dir)
+        out = output_dir(args.out or args.dir, fail)
+        plots = [(os.path.join(out, f"{name}.png"), fn) for name, fn in (
+            ("roofline", plot_roofline), ("subblocks", plot_subblocks), ("kernels", plot_kernels), ("power", plot_power))]
+        check_outputs(path for path, _ in plots)
+    except BadInput as e:
+        fail(str(e))
+    for path, fn in plots:
         fn(p, plt, path)
         print(f"wrote {path}")
 

@@ -13,22 +13,52 @@ marker and line style, so lines that coincide (the same memory at two sequence l
     python3 scripts/plot_sweep.py DIR [-o OUTDIR]      (DIR/sweep.csv)
 """
 import argparse
-import csv
 import math
 import os
 import sys
 
-from plot_profile import num  # a CSV cell as a float, NaN when empty
+from plot_profile import BadInput, check_outputs, num, output_dir, read_table  # num: a CSV cell as a float, NaN when empty
 
 
-# The columns the plots read (scripts/sweep.py writes them).
+# The columns the plots read (scripts/sweep.py writes them), and those of them that hold numbers.
 NEEDED = ("mode", "device", "model", "B", "T", "prompt_len", "gen_len", "status", "tok_s", "peak_mem_mib",
           "mem_limit_mib", "flops_per_w", "fwd_ms", "bwd_ms", "opt_ms", "ttft_ms", "decode_tok_s")
+NUMBERS = NEEDED[3:7] + NEEDED[8:]
+# The plots of each mode, in the order they are written.
+PNGS = {"train": ("train_throughput.png", "train_memory.png", "train_efficiency.png", "train_phases.png"),
+        "infer": ("infer_throughput.png", "infer_ttft.png", "infer_memory.png", "infer_efficiency.png")}
+# Magnitudes from here up are no measurement (tok/s, MiB, FLOP/s per W are all far below), and matplotlib
+# overflows on them: a cell the sweep writes is empty (unknown) rather than this large or not finite.
+TOO_LARGE = 1e30
 
 
 def fail(msg, code=1):
     print(f"plot_sweep.py: error: {msg}", file=sys.stderr)
     sys.exit(code)
+
+
+def plottable(x):
+    """Whether a number can stand in a sweep CSV's cell: finite and below TOO_LARGE."""
+    return abs(x) < TOO_LARGE  # False for NaN and the infinities
+
+
+def check_numbers(csv_path, rows):
+    """BadInput for the first number cell of rows (read_table's) that is neither empty nor a number the plots can
+    draw."""
+    limit = f"{TOO_LARGE:.0e}".replace("e+", "e")
+    for r in rows:
+        for c in NUMBERS:
+            if r.get(c) and not plottable(num(r[c])):
+                raise BadInput(f"{csv_path}: line {r.line}: {c} '{r[c]}' is not a finite number of magnitude below "
+                               f"{limit}")
+
+
+def read_sweep(csv_path):
+    """A sweep CSV's rows, read strictly (plot_profile.read_table: UTF-8, whole rows, named by line when not; the
+    columns the plots need; check_numbers). BadInput otherwise."""
+    rows = read_table(csv_path, NEEDED, "sweep CSV")[1]
+    check_numbers(csv_path, rows)
+    return rows
 
 
 def model_label(model):
@@ -173,22 +203,16 @@ def plot(csv_path, out_dir):
         import matplotlib.pyplot as plt
     except ImportError:
         fail("matplotlib is not installed (python3 -m pip install matplotlib)")
-    with open(csv_path, newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in NEEDED if c not in (reader.fieldnames or [])]
-        if missing:
-            fail(f"{csv_path}: not a sweep CSV (no column {missing[0]})")
-        rows = list(reader)
-    written = []
+    rows = read_sweep(csv_path)
+    modes = [m for m in PNGS if any(r["mode"] == m for r in rows)]
+    written = [os.path.join(out_dir, name) for m in modes for name in PNGS[m]]
+    check_outputs(written)  # each one before any is drawn
 
-    def path(name):
-        written.append(os.path.join(out_dir, name))
-        return written[-1]
+    def path(name):  # one of the PNGS of its mode, checked above
+        return os.path.join(out_dir, name)
 
-    for mode in ("train", "infer"):
+    for mode in modes:
         mrows = [r for r in rows if r["mode"] == mode]
-        if not mrows:
-            continue
         device = "/".join(sorted({r["device"].upper() for r in mrows}))
         B = "micro-batch B (sequences)"
         no_power = "no power measured (GPU, with --profile)"
@@ -220,10 +244,11 @@ def main():
     csv_path = os.path.join(args.dir, "sweep.csv")
     if not os.path.isfile(csv_path):
         fail(f"no sweep.csv in '{args.dir}'", 2)
-    out = args.out or args.dir
-    os.makedirs(out, exist_ok=True)
-    for p in plot(csv_path, out):
-        print(f"wrote {p}")
+    try:
+        for p in plot(csv_path, output_dir(args.out or args.dir, fail)):
+            print(f"wrote {p}")
+    except BadInput as e:
+        fail(str(e))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ Each configuration runs as its own process, with a time limit, from OUT/runs/<na
 trainer's main.log, and with --profile its profile directory. A configuration that does not fit the device is
 a row with status `oom`, one that fails otherwise a row with `error: <its error line>`; the sweep goes on. On the
 GPU each configuration's memory plan is asked first (`--memory-plan`, with --device-memory when given): one the
-plan says will not fit is the row `oom (planned)` and is not launched.
-Rows already in OUT/sweep.csv are skipped, so an interrupted sweep is resumed by running it again.
+plan says will not fit is the row `oom (planned)` and is not launched (with --device-memory, neither is one
+whose plan fails: an error row). Rows already in OUT/sweep.csv are skipped, so an interrupted sweep is resumed
+by running it again. The flags passed to every run, the grid and every output are checked before the first run;
+OUT is locked (OUT/.lock) for one sweep at a time.
 
     python3 scripts/sweep.py --cpu --mode train --models d2,d4 --batch 1,2 --seq 32,64 --steps 3 -o OUT
     python3 scripts/sweep.py --gpu --mode infer --models d12 --batch 1,8,32 --prompt-len 128 --gen-len 64 -o OUT
@@ -17,6 +19,7 @@ doc/sweeps.md has the columns and where each number comes from.
 import argparse
 import csv
 import ctypes
+import fcntl
 import glob
 import json
 import math
@@ -29,6 +32,7 @@ import time
 import zlib
 
 import plot_sweep
+from plot_profile import BadInput, check_outputs, output_problem, read_json_object, read_table, section
 
 COLUMNS = [
     "mode", "device", "model", "params", "B", "T", "prompt_len", "gen_len", "status",
@@ -43,6 +47,12 @@ PROGRAMS = {("train", "cpu"): "./train_gpt2", ("train", "gpu"): "./train_gpt2cu"
 # Each mode's own flags and their defaults.
 MODE_FLAGS = {"train": {"seq": [64], "steps": 5, "warmup": 1, "input": "data/tinyshakespeare", "val_batches": 4},
               "infer": {"prompt_len": [64], "gen_len": [64]}}
+# The programs' flag limits (llmc/cli.cpp, llmc/infer_options.cpp): integers up to INT_MAX, the inference
+# programs' -b up to kMaxInferBatch (llmc/infer_options.h); dN from d1 to d999 (llmc/gpt2_config.cpp,
+# parse_depth_descriptor), at GPT-2's maximum sequence length.
+IMAX = 2**31 - 1
+MAX_INFER_BATCH = 65535
+DEPTH_MAX_SEQ_LEN = 1024
 # What the GPU programs say when a request does not fit: the trainer's refusal before it allocates
 # ("-b 64: needs 90000 MiB of GPU memory, ..."), and CUDA's own allocation failure.
 OOM = re.compile(r"MiB of GPU memory|out of memory|cudaErrorMemoryAllocation")
@@ -78,6 +88,19 @@ def int_list(flag):
             raise argparse.ArgumentTypeError(f"{flag}: '{text}' is not a comma-separated list of positive integers")
         return once_each(flag, values)
     return parse
+
+
+def depth_of(model):
+    """N for a dN the programs read as a depth (d1 to d999), else None (a model file's name)."""
+    m = re.fullmatch(r"d(\d{1,3})", model)
+    return int(m.group(1)) if m and int(m.group(1)) >= 1 else None
+
+
+def in_range(flag, value, lo, hi):
+    """value, refused (one line, exit 2) outside [lo, hi], in the programs' words for the same flag."""
+    if not lo <= value <= hi:
+        fail(f"{flag}: expected an integer in [{lo}, {hi}], got '{value}'", 2)
+    return value
 
 
 def model_list(text):
@@ -119,8 +142,7 @@ def parse_args(argv):
             elif mode != a.mode:
                 print(f"sweep.py: note: --{name.replace('_', '-')} is a --mode {mode} flag, unused here",
                       file=sys.stderr)
-    if a.steps < 1 or a.warmup < 0:
-        fail("--steps must be >= 1 and --warmup >= 0", 2)
+    check_flags(a)
     if not 0 < a.timeout < math.inf:  # NaN too
         fail(f"--timeout: '{a.timeout:g}' is not a positive number of seconds", 2)
     if os.path.exists(a.output) and not os.path.isdir(a.output):
@@ -131,27 +153,72 @@ def parse_args(argv):
     if a.mode == "train" and not (os.path.exists(a.input) or glob.glob(a.input)):
         fail(f"-i: '{a.input}' not found; prepare it with `make tinyshakespeare` or pass -i")
     for m in a.models:
-        if not (re.fullmatch(r"d\d+", m) or os.path.isfile(m)):
-            fail(f"--models: '{m}' is neither dN (e.g. d12) nor an existing model file", 2)
-    once_each("--models", a.models, lambda m: m if re.fullmatch(r"d\d+", m) else os.path.realpath(m))
+        if not (depth_of(m) or os.path.isfile(m)):
+            fail(f"--models: '{m}' is neither dN (d1 to d999, e.g. d12) nor an existing model file", 2)
+    once_each("--models", a.models, lambda m: m if depth_of(m) else os.path.realpath(m))
+    check_grid(a)
     return a
 
 
+# The units of the sizes --device-memory takes (llmc/flags.cpp, parse_bytes_flag).
+SIZE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def is_size(text):
+    """Whether the programs' --device-memory takes text: a decimal number and one of SIZE_UNITS, 1 byte to 2^64."""
+    m = re.fullmatch(r"(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)([A-Za-z]+)", text)
+    return bool(m) and m.group(2) in SIZE_UNITS and 1 <= float(m.group(1)) * SIZE_UNITS[m.group(2)] < 1.8e19
+
+
+def check_flags(a):
+    """The flags passed to every run, within what the programs take: refused here, once, rather than as an error
+    row for every configuration."""
+    in_range("--steps", a.steps, 1, IMAX)
+    in_range("--warmup", a.warmup, 0, IMAX)
+    if a.warmup + a.steps > IMAX:  # the trainers' -x and -v
+        fail(f"--warmup, --steps: {a.warmup} + {a.steps} steps are more than the trainers' {IMAX}", 2)
+    in_range("--val-batches", a.val_batches, 1, IMAX)
+    in_range("--seed", a.seed, 0, IMAX)
+    for flag, values in (("--seq", a.seq), ("--prompt-len", a.prompt_len), ("--gen-len", a.gen_len)):
+        in_range(flag, max(values), 1, IMAX)
+    in_range("--batch", max(a.batch), 1, MAX_INFER_BATCH if a.mode == "infer" else IMAX)
+    if a.device_memory is not None and not is_size(a.device_memory):
+        fail(f"--device-memory: expected a size such as 80GiB, 40GB, 512MiB or 4096B, got '{a.device_memory}'", 2)
+
+
+def check_grid(a):
+    """Every configuration within its model's maximum sequence length (a model file that cannot be read is left to
+    its rows, which say why)."""
+    for m in a.models:
+        shape = model_shape(m)
+        if shape is None:
+            continue
+        if a.mode == "train" and max(a.seq) > shape[0]:
+            fail(f"--seq: {max(a.seq)} is longer than {m}'s maximum sequence length {shape[0]}", 2)
+        if a.mode == "infer" and max(a.prompt_len) + max(a.gen_len) > shape[0]:
+            fail(f"--prompt-len, --gen-len: {max(a.prompt_len)} + {max(a.gen_len)} tokens are longer than {m}'s "
+                 f"maximum sequence length {shape[0]}", 2)
+
+
+def model_shape(model):
+    """(maxT, L, C, Vp) of dN (the trainers' GPT-2 shapes) or of a model file's header; None when unreadable."""
+    L = depth_of(model)
+    if L:  # llmc/gpt2_config.h, gpt2_config_for_depth: GPT-2's own widths at 12/24/36/48 layers, else 64 per layer
+        return DEPTH_MAX_SEQ_LEN, L, {12: 768, 24: 1024, 36: 1280, 48: 1600}.get(L, 64 * L), 50304
+    try:
+        with open(model, "rb") as f:
+            h = struct.unpack("<8i", f.read(32))
+    except (OSError, struct.error):
+        return None
+    return (h[2], h[4], h[6], h[7]) if h[0] == 20240326 else None
+
+
 def model_params(model):
-    """Parameter count from dN (the trainers' GPT-2 shapes) or a model file's header; None when unreadable."""
-    m = re.fullmatch(r"d(\d+)", model)
-    if m:  # llmc/gpt2_config.h, gpt2_config_for_depth: GPT-2's own widths at 12/24/36/48 layers, else 64 per layer
-        L = int(m.group(1))
-        maxT, C, Vp = 1024, {12: 768, 24: 1024, 36: 1280, 48: 1600}.get(L, 64 * L), 50304
-    else:
-        try:
-            with open(model, "rb") as f:
-                h = struct.unpack("<8i", f.read(32))
-        except (OSError, struct.error):
-            return None
-        if h[0] != 20240326:
-            return None
-        maxT, L, C, Vp = h[2], h[4], h[6], h[7]
+    """Parameter count from dN or a model file's header (model_shape); None when unreadable."""
+    shape = model_shape(model)
+    if shape is None:
+        return None
+    maxT, L, C, Vp = shape
     return Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C
 
 
@@ -171,7 +238,7 @@ def configurations(a):
 
 def run_name(cfg):
     model = cfg["model"]
-    if not re.fullmatch(r"d\d+", model):  # a file: its name, and which file, since two may share a name
+    if not depth_of(model):  # a file: its name, and which file, since two may share a name
         base = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.splitext(os.path.basename(model))[0])
         model = f"{base}-{zlib.crc32(os.path.abspath(model).encode()):08x}"
     shape = f"T{cfg['T']}" if cfg["mode"] == "train" else f"P{cfg['prompt_len']}_G{cfg['gen_len']}"
@@ -199,15 +266,29 @@ def plan_command(a, cfg):
             "--memory-plan"] + mem
 
 
-def planned_oom(a, cfg, log_path):
-    """True when the GPU program's memory plan says the configuration does not fit; its answer goes to the log.
-    A program that cannot answer (an older build, another program) is launched as before."""
+def read_log(path, offset=0):
+    """A run's log from offset (bytes) on."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def plan_status(a, cfg, log_path):
+    """On the GPU, the program's memory plan for the configuration, its answer at the head of the log: the row's
+    status where the configuration is not to be launched ("oom (planned)"; with --device-memory, a plan that failed,
+    since the limit asked for could not be checked), else None. Without --device-memory a program that cannot
+    answer (an older build, another program) is launched as before."""
     if a.device != "gpu":
-        return False
+        return None
     code, _ = run_limited(plan_command(a, cfg), log_path, min(a.timeout, 120))
-    with open(log_path, errors="replace") as f:
-        output = f.read()
-    return code == 0 and re.search(r"^fits: no$", output, re.M) is not None
+    output = read_log(log_path)
+    fits = re.search(r"^fits: (yes|no)$", output, re.M) if code == 0 else None
+    if fits and fits.group(1) == "no":
+        return "oom (planned)"
+    if not fits and a.device_memory:
+        return "error: --memory-plan: " + (status_of(code, output).removeprefix("error: ") if code != 0 else
+                                           "no 'fits: yes' or 'fits: no' in its answer")
+    return None
 
 
 def adopt_orphans():
@@ -271,12 +352,12 @@ def stop_run(pid):
         time.sleep(0.01)
 
 
-def run_limited(argv, log_path, timeout):
-    """Runs argv in a session (and process group) of its own with stdout and stderr into log_path, until it
-    and every process it started have ended, or until timeout. Returns (argv's exit status, negative for a
-    signal, or None when the run went past timeout and was killed; the largest max RSS of its processes in
-    MiB)."""
-    with open(log_path, "w") as log:
+def run_limited(argv, log_path, timeout, append=False):
+    """Runs argv in a session (and process group) of its own with stdout and stderr into log_path (after what it
+    holds, with append), until it and every process it started have ended, or until timeout. Returns (argv's exit
+    status, negative for a signal, or None when the run went past timeout and was killed; the largest max RSS of
+    its processes in MiB)."""
+    with open(log_path, "a" if append else "w") as log:
         log.write(" ".join(argv) + "\n")
         log.flush()
         # OpenMP threads that sleep while waiting (doc/cpu_reference.md) unless the caller chose otherwise: a
@@ -366,22 +447,28 @@ def train_results(a, cfg, output, run_dir):
     return r
 
 
+def numbers(obj):
+    """A JSON object's members that are numbers (null, text and the like left out: unknown)."""
+    return {k: v for k, v in obj.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def profile_results(prof_dir):
-    """Phases, MFU, power and peak memory from a training profile directory's profile.json."""
+    """Phases, MFU, power and peak memory from a training profile directory's profile.json (none from one that
+    cannot be read)."""
     try:
-        with open(os.path.join(prof_dir, "profile.json")) as f:
-            p = json.load(f)
-    except (OSError, ValueError):
+        p = read_json_object(os.path.join(prof_dir, "profile.json"))
+    except BadInput:
         return {}
-    steps = p.get("steps", [])
+    steps = [numbers(s) for s in p["steps"] if isinstance(s, dict)] if isinstance(p.get("steps"), list) else []
     r = {f"{ph}_ms": mean([s[f"{ph}_ms"] for s in steps if f"{ph}_ms" in s]) for ph in ("fwd", "bwd", "opt")}
-    r["mfu_pct"] = p.get("throughput", {}).get("mfu_pct")
-    power = p.get("power", {})
+    r["mfu_pct"] = numbers(section(p, "throughput")).get("mfu_pct")
+    power = numbers(section(p, "power"))
     if power.get("integrated_steps") or power.get("samples"):
         r["avg_power_w"], r["j_per_token"] = power.get("avg_w"), power.get("joules_per_token")
         r["flops_per_w"] = power.get("flops_per_w")
-    if p.get("context", {}).get("peak_memory_bytes"):
-        r["peak_mem_mib"] = p["context"]["peak_memory_bytes"] / 1048576
+    peak = numbers(section(p, "context")).get("peak_memory_bytes")
+    if peak:
+        r["peak_mem_mib"] = peak / 1048576
     return r
 
 
@@ -395,9 +482,9 @@ def infer_results(output, params):
                 summary = json.loads(line).get("summary", summary)
             except ValueError:
                 pass
-    if summary is None:
+    if not isinstance(summary, dict):
         return None
-    s = summary
+    s = numbers(summary)
     r = {k: s.get(k) for k in ("ttft_ms", "prefill_tok_s", "decode_tok_s", "latency_p50_ms", "latency_p90_ms",
                                "avg_power_w", "j_per_token")}
     r["tok_s"] = s.get("decode_tok_s")
@@ -412,27 +499,48 @@ def infer_results(output, params):
 
 
 def cell(v):
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
+    """A CSV cell: empty for an unknown number (None, NaN, infinite, or too large to plot: plot_sweep.plottable)."""
     if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
+        return f"{v:.6g}" if plot_sweep.plottable(v) else ""
+    return "" if v is None else str(v)
+
+
+def known(numbers):
+    return {k: v for k, v in numbers.items() if v is not None}
+
+
+def add_results(a, cfg, row, output, run_dir):
+    """The numbers of a run that exited 0 into its row; an error status where those every run prints (its time per
+    step) are not there."""
+    if cfg["mode"] == "train":
+        row.update(known(train_results(a, cfg, output, run_dir)))
+        if a.profile:
+            row.update(known(profile_results(os.path.join(run_dir, "profile"))))
+        missing = "no timed step line with its time ('step N/M | loss ... | X ms') in the output"
+    else:
+        r = infer_results(output, row["params"])
+        if r is None:
+            row["status"] = "error: no {\"summary\": ...} line in the --json output"
+            return
+        row.update({k: v for k, v in known(r).items() if not (k == "peak_mem_mib" and a.device == "cpu")})
+        missing = "no decode_tok_s and B in the --json output's summary"
+    if not plot_sweep.plottable(row.get("ms_per_step", math.nan)):
+        row["status"] = "error: " + missing
 
 
 def run_config(a, cfg, out_dir):
     """Runs one configuration and returns its CSV row."""
-    name = run_name(cfg)
-    run_dir = os.path.join(out_dir, "runs", name)
+    run_dir = os.path.join(out_dir, "runs", run_name(cfg))
     os.makedirs(run_dir, exist_ok=True)
     log_path = os.path.join(run_dir, "log.txt")
-    if planned_oom(a, cfg, log_path):
-        return dict(cfg, params=model_params(cfg["model"]), status="oom (planned)",
-                    log=os.path.relpath(log_path, out_dir))
-    code, maxrss_mib = run_limited(command(a, cfg, run_dir), log_path, a.timeout)
-    with open(log_path, errors="replace") as f:
-        output = f.read()
-    row = dict(cfg, params=model_params(cfg["model"]), status=status_of(code, output),
-               log=os.path.relpath(log_path, out_dir))
+    row = dict(cfg, params=model_params(cfg["model"]), log=os.path.relpath(log_path, out_dir))
+    row["status"] = plan_status(a, cfg, log_path)
+    if row["status"]:
+        return {c: cell(row.get(c)) for c in COLUMNS}
+    start = os.path.getsize(log_path) if a.device == "gpu" else 0  # after the plan's answer
+    code, maxrss_mib = run_limited(command(a, cfg, run_dir), log_path, a.timeout, append=start > 0)
+    output = read_log(log_path, start)
+    row["status"] = status_of(code, output)
     if a.profile:
         row["profile"] = os.path.relpath(os.path.join(run_dir, "profile"), out_dir)
     if a.device == "cpu":
@@ -443,33 +551,94 @@ def run_config(a, cfg, out_dir):
         if m:
             row["mem_limit_mib"] = float(m.group(1) or m.group(2))
     if row["status"] == "ok":
-        if cfg["mode"] == "train":
-            row.update({k: v for k, v in train_results(a, cfg, output, run_dir).items() if v is not None})
-            if a.profile:
-                row.update({k: v for k, v in profile_results(os.path.join(run_dir, "profile")).items()
-                            if v is not None})
-        else:
-            r = infer_results(output, row["params"])
-            if r is None:
-                row["status"] = "error: no {\"summary\": ...} line in the --json output"
-            else:
-                row.update({k: v for k, v in r.items() if v is not None and not (k == "peak_mem_mib" and
-                                                                                 a.device == "cpu")})
+        add_results(a, cfg, row, output, run_dir)
     return {c: cell(row.get(c)) for c in COLUMNS}
 
 
 def read_done(csv_path):
-    """The rows already in the CSV (resume), after checking its columns are this version's. An empty file is
-    a sweep stopped before it wrote anything."""
-    if not os.path.exists(csv_path) or os.path.isfile(csv_path) and os.path.getsize(csv_path) == 0:
+    """The rows already in the CSV (resume), read strictly (a malformed row is named by its line: BadInput), after
+    checking its columns are this version's and its numbers ones the plots draw. An empty file is a sweep stopped
+    before it wrote anything; a link, or anything else but a regular file, is refused (nothing is written through
+    it)."""
+    problem = output_problem(csv_path)
+    if problem:
+        fail(problem + "; move it away to start a new sweep")
+    if not os.path.exists(csv_path) or os.path.getsize(csv_path) == 0:
         return []
-    if not os.path.isfile(csv_path):
-        fail(f"{csv_path}: not a regular file; move it away to start a new sweep")
-    with open(csv_path, newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames != COLUMNS:
-            fail(f"{csv_path}: its columns are not this sweep's; move it away to start a new sweep")
-        return list(reader)
+    header, rows = read_table(csv_path)
+    if header != COLUMNS:
+        fail(f"{csv_path}: its columns are not this sweep's; move it away to start a new sweep")
+    plot_sweep.check_numbers(csv_path, rows)
+    return rows
+
+
+def lock_output(out_dir):
+    """Takes OUT/.lock (flock) for as long as this process lives, and writes its pid into it; the kernel lets go of
+    the lock when the process ends, however it ends, so a killed sweep leaves no directory locked. A second sweep
+    into the same directory is refused, with the first one's pid. Returns the lock file's descriptor."""
+    path = os.path.join(out_dir, ".lock")
+    problem = output_problem(path)
+    if problem:
+        fail(problem)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # not inherited by the runs
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fail(f"-o: '{out_dir}' is in use by another sweep (pid {lock_holder(fd)}); wait for it or choose another -o")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def lock_holder(fd):
+    """The pid in a lock file its holder has locked (written just after the lock was taken)."""
+    for _ in range(20):
+        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        if pid:
+            return pid
+        time.sleep(0.05)
+    return "unknown"
+
+
+def check_run_outputs(a, todo, modes):
+    """Before the first run, what the sweep will write besides sweep.csv: the run directories (directories, or
+    new), each configuration's log and the plots (regular files or new names). BadInput otherwise."""
+    runs = os.path.join(a.output, "runs")
+    for d in [runs] + [os.path.join(runs, run_name(cfg)) for cfg in todo]:
+        if os.path.lexists(d) and not os.path.isdir(d):
+            raise BadInput(f"{d}: exists and is not a directory")
+    paths = [os.path.join(runs, run_name(cfg), "log.txt") for cfg in todo]
+    if not a.no_plots:
+        paths += [os.path.join(a.output, name) for m in plot_sweep.PNGS if m in modes for name in plot_sweep.PNGS[m]]
+    check_outputs(paths)
+
+
+def prepare(a):
+    """All that comes before the first run: the output directory, locked (lock_output); the rows already done;
+    every output checked. Returns (sweep.csv's path, the configurations left to run, the lock's descriptor)."""
+    try:
+        os.makedirs(a.output, exist_ok=True)
+    except OSError as e:
+        fail(f"-o: cannot create '{a.output}' ({e.strerror})")
+    lock = lock_output(a.output)
+    csv_path = os.path.join(a.output, "sweep.csv")
+    rows = read_done(csv_path)
+    done = {tuple(r[k] for k in KEY) for r in rows}
+    grid = configurations(a)
+    todo = [c for c in grid if tuple(c[k] for k in KEY) not in done]
+    check_run_outputs(a, todo, {a.mode} | {r["mode"] for r in rows})
+    if len(grid) > len(todo):
+        print(f"resuming: {len(grid) - len(todo)} configuration(s) already in {csv_path}")
+    return csv_path, todo, lock
+
+
+def last_line_open(path):
+    """Whether a file's last line lacks its newline (saved by an editor that drops it)."""
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
 
 
 def duration(s):
@@ -494,20 +663,14 @@ def main(argv):
         signal.signal(sig, lambda number, _: sys.exit(128 + number))
     a = parse_args(argv)
     adopt_orphans()
-    try:
-        os.makedirs(a.output, exist_ok=True)
-    except OSError as e:
-        fail(f"-o: cannot create '{a.output}' ({e.strerror})")
-    csv_path = os.path.join(a.output, "sweep.csv")
-    done = {tuple(r[k] for k in KEY) for r in read_done(csv_path)}
-    todo = [c for c in configurations(a) if tuple(c[k] for k in KEY) not in done]
-    skipped = len(configurations(a)) - len(todo)
-    if skipped:
-        print(f"resuming: {skipped} configuration(s) already in {csv_path}")
+    csv_path, todo, _lock = prepare(a)  # the lock is held until this process ends
     new_file = not os.path.exists(csv_path) or os.path.getsize(csv_path) == 0
     start = time.monotonic()
+    open_line = not new_file and last_line_open(csv_path)
     with open(csv_path, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
+        if open_line:  # its last row ends there: the next one goes on a line of its own
+            f.write("\n")
         if new_file:  # at once: a sweep killed in its first configuration leaves a sweep.csv it can resume
             w.writeheader()
             f.flush()
@@ -528,5 +691,7 @@ if __name__ == "__main__":
         main(sys.argv[1:])
     except KeyboardInterrupt:
         fail("interrupted; the rows written so far are kept, and the same command resumes after them", 130)
+    except BadInput as e:  # a file the sweep reads or writes that it cannot use, named
+        fail(str(e))
     except OSError as e:  # a file the sweep writes or reads (a full disk, a permission): one line, not a traceback
         fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))

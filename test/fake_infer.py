@@ -5,7 +5,8 @@ checks what the sweep makes of them against this program's own log rather than a
 
 FAKE_INFER_MAX_BATCH=N refuses -b above N as the GPU programs refuse a request that does not fit;
 FAKE_INFER_HANG_BATCH=N never finishes at -b N (the sweep's time limit must stop it);
-FAKE_INFER_PLAN_MAX_BATCH=N: --memory-plan answers "fits: no" above -b N (and "fits: yes" otherwise).
+FAKE_INFER_PLAN_MAX_BATCH=N: --memory-plan answers "fits: no" above -b N (and "fits: yes" otherwise);
+FAKE_INFER_PLAN_ERROR=TEXT: --memory-plan fails instead, with "error: TEXT".
 """
 import argparse
 import json
@@ -26,6 +27,9 @@ p.add_argument("--memory-plan", action="store_true")
 p.add_argument("--device-memory")
 a = p.parse_args()
 
+if a.memory_plan and "FAKE_INFER_PLAN_ERROR" in os.environ:
+    print(f"error: {os.environ['FAKE_INFER_PLAN_ERROR']}")
+    sys.exit(1)
 if a.memory_plan:
     print("fits: " + ("no" if a.b > int(os.environ.get("FAKE_INFER_PLAN_MAX_BATCH", "1000000")) else "yes"))
     sys.exit(0)

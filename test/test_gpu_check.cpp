@@ -13,8 +13,10 @@
 #include <unistd.h>
 #include <vector>
 
+#include "test/one_line.h"
 #include "test/test_util.h"
 
+using testutil::expect_one_line;
 using testutil::has;
 using testutil::run;
 using testutil::RunResult;
@@ -331,6 +333,22 @@ TEST(GpuCheckReport, SampleRunGivesOneTableAndASummary) {
     // With -o the sample directory is left as it is.
     EXPECT_FALSE(exists(SAMPLES + "/ncu_vs_profiler.csv"));
     EXPECT_FALSE(exists(SAMPLES + "/report.md"));
+}
+
+// A stages.tsv the report cannot stand on: empty (no stage ran, which is no success) or with an exit status that is
+// not a number. One line naming the file and exit 1, from the report and from a stage's verdict, and no report.
+TEST(GpuCheckReport, EmptyOrDamagedStagesTsvGetsOneLine) {
+    REQUIRE_PYTHON3();
+    TempDir dir;
+    const std::string report = "python3 scripts/gpu_report.py report " + dir.path;
+    write(dir / "stages.tsv", "");
+    expect_one_line(run(report), 1, "gpu_report.py: ", dir / "stages.tsv: no stage rows");
+    write(dir / "stages.tsv", "inventory\t0\t3\t10\t\nbuild\tx\t3\t10\t\n");
+    const std::string why = dir / "stages.tsv: line 2: exit status 'x' of stage build is neither a number nor skip";
+    expect_one_line(run(report), 1, "gpu_report.py: ", why);
+    expect_one_line(run("python3 scripts/gpu_report.py judge build " + dir.path), 1, "gpu_report.py: ", why);
+    EXPECT_FALSE(exists(dir / "report.md"));
+    EXPECT_FALSE(exists(dir / "summary.txt"));
 }
 
 TEST(GpuCheckScript, DryRunListsEveryStageAndItsCommand) {

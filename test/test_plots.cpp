@@ -1,8 +1,10 @@
 // scripts/plot_profile.py and scripts/compare_profiles.py on the committed sample profile
 // (test/data/sample_profile, from dev/sample_profile.cpp) and on a CPU profile written here. They need
 // python3 with matplotlib; LLMC_SKIP_PLOT_TESTS=1 skips them where neither can be installed.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -10,9 +12,12 @@
 #include <sstream>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 #include "test/cpu_profile_fixture.h"
+#include "test/one_line.h"
 
+using testutil::expect_one_line;
 using testutil::is_png;
 using testutil::run;
 using testutil::TempDir;
@@ -340,4 +345,101 @@ TEST_F(PlotInferProfile, CompareWithATrainingProfileWarnsAndDividesNothing) {
         }
     EXPECT_GT(rows, 20) << r.output;
     EXPECT_TRUE(is_png(dir / "c.png"));
+}
+
+namespace {
+
+// A copy of the sample profile at `d`, with `file` replaced by `text` (where file is given).
+void damaged_sample(const std::string& d, const std::string& file = "", const std::string& text = "") {
+    ASSERT_EQ(run("cp -r " + std::string(SAMPLE) + " " + d).exit_code, 0);
+    if (!file.empty()) std::ofstream(d + "/" + file, std::ios::binary) << text;
+}
+
+} // namespace
+
+// A profile directory whose files are damaged (profile.json empty, cut short, an array, binary; a table without the
+// column it is read by): one line naming the file and exit 1 from both scripts, not a traceback, and no plot.
+TEST(PlotProfile, DamagedFilesGetOneLineNamingThem) {
+    REQUIRE_MATPLOTLIB();
+    TempDir dir;
+    const std::string json = testutil::slurp(std::string(SAMPLE) + "/profile.json");
+    const std::vector<std::pair<std::string, std::string>> profiles = {
+        {"", "not valid JSON"},
+        {json.substr(0, json.size() / 2), "not valid JSON"},
+        {"[1, 2]", "not a JSON object (it holds an array)"},
+        {std::string("\x89PNG\r\n\x1a\n\xff\xfe\x00\x01", 12), "not UTF-8 text"}};
+    int i = 0;
+    for (const auto& [text, why] : profiles) {
+        const std::string d = dir / ("p" + std::to_string(i++));
+        damaged_sample(d, "profile.json", text);
+        SCOPED_TRACE(why);
+        expect_one_line(run("python3 scripts/plot_profile.py " + d + " -o " + (dir / "out")), 1,
+                        "plot_profile.py: error: ", d + "/profile.json: " + why);
+        expect_one_line(run("python3 scripts/compare_profiles.py " + d + " " + SAMPLE + " -o " + (dir / "c.png")), 1,
+                        "compare_profiles.py: error: ", d + "/profile.json: " + why);
+    }
+    std::string subblocks = testutil::slurp(std::string(SAMPLE) + "/subblocks.csv");
+    damaged_sample(dir / "sub", "subblocks.csv", "sub_block" + subblocks.substr(8));
+    expect_one_line(run("python3 scripts/compare_profiles.py " + std::string(SAMPLE) + " " + (dir / "sub") + " -o " +
+                        (dir / "c.png")),
+                    1, "compare_profiles.py: error: ", dir / "sub/subblocks.csv: not a sub-block table (no column subblock)");
+    std::string kernels = testutil::slurp(std::string(SAMPLE) + "/kernels.csv");
+    damaged_sample(dir / "ker", "kernels.csv", kernels.replace(kernels.find("category"), 8, "kind"));
+    expect_one_line(run("python3 scripts/plot_profile.py " + (dir / "ker") + " -o " + (dir / "out")), 1,
+                    "plot_profile.py: error: ", dir / "ker/kernels.csv: not a kernel table (no column category)");
+    EXPECT_NE(access((dir / "out/roofline.png").c_str(), F_OK), 0);
+    EXPECT_NE(access((dir / "c.png").c_str(), F_OK), 0);
+}
+
+// Where the scripts write: plot_profile.py's -o is a directory (a file given there is refused and left as it is),
+// and a plot in it that is a link is not written through; compare_profiles.py writes exactly its -o, a .png file
+// (a name without .png would have been written as NAME.png), and not through a link either.
+TEST(PlotProfile, OutputsAreRegularFilesOrNewNames) {
+    REQUIRE_MATPLOTLIB();
+    TempDir dir;
+    const std::string notes = dir / "notes.txt";
+    std::ofstream(notes) << "notes\n";
+    const std::string plot = "python3 scripts/plot_profile.py " + std::string(SAMPLE) + " -o ";
+    expect_one_line(run(plot + notes), 2, "plot_profile.py: error: ", "-o: '" + notes + "' exists and is not a directory");
+    ASSERT_EQ(run("mkdir " + (dir / "out") + " && ln -s " + notes + " " + (dir / "out/power.png")).exit_code, 0);
+    expect_one_line(run(plot + (dir / "out")), 1, "plot_profile.py: error: ",
+                    dir / "out/power.png: a symbolic link; an output must be a regular file or a new name");
+    EXPECT_NE(access((dir / "out/roofline.png").c_str(), F_OK), 0) << "drawn before the refusal";
+
+    const std::string compare = "python3 scripts/compare_profiles.py " + std::string(SAMPLE) + " " + SAMPLE + " -o ";
+    expect_one_line(run(compare + (dir / "c")), 2, "compare_profiles.py: error: ",
+                    "-o: '" + (dir / "c") + "' is not a .png file name");
+    expect_one_line(run(compare + "/dev/null"), 2, "compare_profiles.py: error: ", "-o: '/dev/null' is not a .png file name");
+    EXPECT_NE(access((dir / "c.png").c_str(), F_OK), 0);
+    expect_one_line(run(compare + (dir / "out/power.png")), 2, "compare_profiles.py: error: ",
+                    "-o: " + (dir / "out/power.png") + ": a symbolic link; an output must be a regular file or a new name");
+    EXPECT_EQ(testutil::slurp(notes), "notes\n");
+    auto r = run(compare + (dir / "c.png"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(testutil::has(r.output, "\nwrote " + (dir / "c.png") + "\n")) << r.output;
+    EXPECT_TRUE(is_png(dir / "c.png"));
+}
+
+// Ceilings that a damaged ceiling cache leaves in profile.json (null, infinite, missing): the roofline is drawn
+// without them, with one warning naming them, and the comparison, which does not use them, is as before.
+TEST(PlotProfile, CeilingsThatAreNotNumbersAreLeftOutWithAWarning) {
+    REQUIRE_MATPLOTLIB();
+    TempDir dir;
+    const std::string d = dir / "prof";
+    damaged_sample(d);
+    ASSERT_EQ(run("python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); c = p[\"context\"][\"ceilings\"]; "
+                  "c[\"bf16_tflops\"] = None; c[\"dram_gbps\"] = float(\"inf\"); del c[\"fp32_tflops\"]; "
+                  "json.dump(p, open(sys.argv[1], \"w\"))' " + d + "/profile.json").exit_code, 0);
+    auto r = run("python3 scripts/plot_profile.py " + d + " -o " + (dir / "out"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(testutil::has(r.output, "plot_profile.py: warning: " + d + "/profile.json: ceilings bf16_tflops (null), "
+                                        "fp32_tflops (missing), dram_gbps (Infinity) are not numbers; roofline.png is "
+                                        "drawn without them\n"))
+        << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 5) << r.output; // the warning and four "wrote"
+    for (const char* name : {"roofline.png", "subblocks.png", "kernels.png", "power.png"})
+        EXPECT_TRUE(is_png(dir / ("out/" + std::string(name)))) << name;
+    auto c = run("python3 scripts/compare_profiles.py " + d + " " + SAMPLE + " -o " + (dir / "c.png"));
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    EXPECT_TRUE(testutil::has(c.output, "\ntotal ")) << c.output;
 }

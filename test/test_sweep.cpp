@@ -24,8 +24,10 @@
 #include "llmc/cpu/gpt2.h"
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
+#include "test/one_line.h"
 #include "test/test_util.h"
 
+using testutil::expect_one_line;
 using testutil::has;
 using testutil::is_png;
 using testutil::read_csv;
@@ -485,10 +487,7 @@ print(json.dumps(seen))
 
 TEST_F(Sweep, ClearErrors) {
     auto one_line = [](const RunResult& r, int code, const std::string& part) {
-        EXPECT_EQ(r.exit_code, code) << r.output;
-        EXPECT_EQ(r.output.rfind("sweep.py: error: ", 0), 0u) << r.output;
-        EXPECT_TRUE(has(r.output, part)) << r.output;
-        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+        expect_one_line(r, code, "sweep.py: error: ", part);
     };
     const std::string data = " -i " + (dir / "data") + " -o " + out();
     one_line(sweep("--models d1" + data), 2, "--cpu");
@@ -522,4 +521,207 @@ TEST_F(Sweep, ClearErrors) {
     auto plot = run("python3 scripts/plot_sweep.py " + (dir / "data"));
     EXPECT_EQ(plot.exit_code, 2);
     EXPECT_TRUE(has(plot.output, "plot_sweep.py: error: no sweep.csv in")) << plot.output;
+}
+
+// The flags passed to every run are checked against what the programs take, and the grid against each model's
+// maximum sequence length, before anything runs: one line and exit 2, not a sweep of error rows (nor, for
+// --device-memory, plans that all fail and configurations launched without them).
+TEST_F(Sweep, FlagsTheProgramsWouldRefuseAreRefusedBeforeTheFirstRun) {
+    const std::string train = "--cpu --program test/fake_infer.py --models d1 --seq 16 --no-plots -i " + (dir / "data") +
+                              " -o " + out() + " ";
+    const std::string infer = "--mode infer --program test/fake_infer.py --models d1 --no-plots -o " + out() + " ";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {train + "--seed -1", "--seed: expected an integer in [0, 2147483647], got '-1'"},
+        {train + "--val-batches 0", "--val-batches: expected an integer in [1, 2147483647], got '0'"},
+        {train + "--steps 99999999999", "--steps: expected an integer in [1, 2147483647], got '99999999999'"},
+        {train + "--warmup 2147483647", "--warmup, --steps: 2147483647 + 5 steps are more than the trainers' 2147483647"},
+        {train + "--models d0", "--models: 'd0' is neither dN (d1 to d999, e.g. d12) nor an existing model file"},
+        {train + "--seq 2048", "--seq: 2048 is longer than d1's maximum sequence length 1024"},
+        {train + "--models " + model(1) + " --seq 64", "--seq: 64 is longer than " + model(1) +
+                                                          "'s maximum sequence length 32"},
+        {infer + "--cpu --batch 70000", "--batch: expected an integer in [1, 65535], got '70000'"},
+        {infer + "--cpu --prompt-len 1000 --gen-len 100",
+         "--prompt-len, --gen-len: 1000 + 100 tokens are longer than d1's maximum sequence length 1024"},
+        {infer + "--gpu --device-memory 80G",
+         "--device-memory: expected a size such as 80GiB, 40GB, 512MiB or 4096B, got '80G'"},
+    };
+    for (const auto& [args, part] : cases) {
+        SCOPED_TRACE(args);
+        expect_one_line(sweep(args), 2, "sweep.py: error: ", part);
+        EXPECT_FALSE(llmc::file_exists(out())) << "written before the refusal";
+    }
+}
+
+// With --device-memory, a configuration whose memory plan cannot be had (the program's plan fails, as an older
+// build's would) is an error row that says so, and is not launched: the limit asked for could not be checked.
+// Without it the configuration runs, as before. Either way the plan's answer stays in the log, ahead of the run's.
+TEST_F(Sweep, APlanThatFailsIsAnErrorRowUnderDeviceMemoryAndStaysInTheLog) {
+    const std::string grid = " python3 scripts/sweep.py --gpu --mode infer --program test/fake_infer.py --models d1 "
+                             "--batch 1 --prompt-len 8 --gen-len 4 --no-plots -o ";
+    const std::string failing = "FAKE_INFER_PLAN_ERROR='unknown flag --memory-plan'";
+    // (directory, environment, extra flags) -> the row's status, and what its log holds in this order
+    struct Case {
+        std::string name, env, flags, status;
+        std::vector<std::string> log;
+    };
+    for (const Case& c : {Case{"limited", failing, " --device-memory 1GiB", "error: --memory-plan: unknown flag --memory-plan",
+                               {"--memory-plan --device-memory 1GiB", "error: unknown flag --memory-plan"}},
+                          Case{"unlimited", failing, "", "ok", {"error: unknown flag --memory-plan", "{\"summary\""}},
+                          Case{"fits", "", " --device-memory 1GiB", "ok", {"fits: yes", "--json", "{\"summary\""}}}) {
+        SCOPED_TRACE(c.name);
+        auto r = run(c.env + grid + (dir / c.name) + c.flags);
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        auto rows = read_csv(dir / c.name + "/sweep.csv");
+        ASSERT_EQ(rows.size(), 1u);
+        EXPECT_EQ(rows[0]["status"], c.status);
+        const std::string log = slurp(dir / c.name + "/" + rows[0]["log"]);
+        size_t at = 0;
+        for (const std::string& part : c.log) {
+            at = log.find(part, at);
+            EXPECT_NE(at, std::string::npos) << part << " in\n" << log;
+        }
+        EXPECT_EQ(has(log, "{\"summary\""), c.status == "ok") << log;
+    }
+}
+
+// A program that exits 0 without the numbers it must print (its timed step lines; the summary's decode rate) gives
+// an error row, not "ok" with empty cells.
+TEST_F(Sweep, ARunWithoutItsNumbersIsAnErrorRow) {
+    auto r = sweep("--cpu --program /bin/true --models d1 --batch 1 --seq 16 --no-plots -i " + (dir / "data") + " -o " +
+                   (dir / "train"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto rows = read_csv(dir / "train/sweep.csv");
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0]["status"], "error: no timed step line with its time ('step N/M | loss ... | X ms') in the output");
+    write_script(dir / "no_rate.sh", "echo '{\"summary\": {\"B\": 1, \"ttft_ms\": 2.5}}'\n");
+    r = sweep("--cpu --mode infer --program " + (dir / "no_rate.sh") + " --models d1 --batch 1 --no-plots -o " +
+              (dir / "infer"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    rows = read_csv(dir / "infer/sweep.csv");
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0]["status"], "error: no decode_tok_s and B in the --json output's summary");
+}
+
+// Two sweeps into one directory would interleave their rows and runs: the second is refused with one line naming
+// the first's pid, and leaves the CSV as it is. The lock ends with the first sweep's process, however it ends:
+// after kill -9 the same command runs.
+TEST_F(Sweep, ASecondSweepIntoTheSameDirectoryIsRefused) {
+    const std::string pids = dir / "pids";
+    write_script(dir / "hang.sh", "echo $PPID $$ > " + pids + ".tmp && mv " + pids + ".tmp " + pids + "\nexec sleep 60\n");
+    const std::string grid = "--cpu --mode infer --models d1 --batch 1 --no-plots -o " + out();
+    (void)!system(("python3 scripts/sweep.py --program " + (dir / "hang.sh") + " " + grid + " > " + (dir / "log") +
+                   " 2>&1 &").c_str());
+    ASSERT_TRUE(wait_for_file(pids, 60)) << slurp(dir / "log");
+    int sweep_pid = 0, run_pid = 0;
+    std::ifstream(pids) >> sweep_pid >> run_pid;
+    ASSERT_GT(sweep_pid, 1);
+    ASSERT_GT(run_pid, 1);
+    const std::string csv = slurp(out() + "/sweep.csv");
+    expect_one_line(sweep("--program test/fake_infer.py " + grid), 1, "sweep.py: error: ",
+                    "-o: '" + out() + "' is in use by another sweep (pid " + std::to_string(sweep_pid) +
+                        "); wait for it or choose another -o");
+    EXPECT_EQ(slurp(out() + "/sweep.csv"), csv);
+    kill(sweep_pid, SIGKILL);
+    for (int i = 0; i < 500 && running(sweep_pid); i++) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    kill(run_pid, SIGKILL); // kill -9 leaves the run: nothing could stop it
+    auto again = sweep("--program test/fake_infer.py " + grid);
+    ASSERT_EQ(again.exit_code, 0) << again.output;
+    auto rows = read_csv(out() + "/sweep.csv");
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0]["status"], "ok");
+}
+
+// A sweep.csv whose last row lacks its newline (as an editor may save it) gets the next row on a line of its own.
+// A row that is not whole (two run together, as an older sweep glued them there) is named by its line, by the
+// sweep, which then runs nothing, and by the plots.
+TEST_F(Sweep, RowsGoOnLinesOfTheirOwnAndAMalformedOneIsNamed) {
+    REQUIRE_MATPLOTLIB();
+    const std::string grid = "--cpu --mode infer --program test/fake_infer.py --models d1 --no-plots -o " + out() +
+                             " --batch ";
+    ASSERT_EQ(sweep(grid + "1").exit_code, 0);
+    const std::string path = out() + "/sweep.csv";
+    std::string csv = slurp(path);
+    ASSERT_EQ(csv.back(), '\n');
+    csv.pop_back();
+    std::ofstream(path, std::ios::binary) << csv;
+    auto r = sweep(grid + "1,2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string after = slurp(path);
+    EXPECT_EQ(after.substr(0, csv.size() + 1), csv + "\n");
+    auto rows = read_csv(path);
+    ASSERT_EQ(rows.size(), 2u) << after;
+    EXPECT_EQ(rows[1]["B"], "2");
+    EXPECT_EQ(rows[1]["status"], "ok");
+
+    const size_t first = after.find('\n'), second = after.find('\n', first + 1);
+    const std::string glued = after.substr(0, second) + after.substr(second + 1);
+    std::ofstream(path, std::ios::binary) << glued;
+    const std::string why = path + ": line 2: 57 fields where the header has 29 (a row cut short, or two rows run "
+                                   "together)";
+    expect_one_line(sweep(grid + "1,2,4"), 1, "sweep.py: error: ", why);
+    EXPECT_EQ(slurp(path), glued);
+    EXPECT_FALSE(llmc::file_exists(out() + "/runs/infer_cpu_d1_B4_P64_G64"));
+    expect_one_line(run("python3 scripts/plot_sweep.py " + out()), 1, "plot_sweep.py: error: ", why);
+}
+
+// What the sweep and its plots write must be a regular file or a new name: a sweep.csv, a run's log or a plot that
+// is a symbolic link (nothing is written through it) or a directory is refused with one line before anything runs,
+// and plot_sweep.py's -o must be a directory.
+TEST_F(Sweep, OutputsThatAreNotRegularFilesAreRefusedBeforeAnythingRuns) {
+    REQUIRE_MATPLOTLIB();
+    const std::string target = dir / "elsewhere.csv";
+    ASSERT_EQ(run("python3 -c 'import sys; sys.path.insert(0, \"scripts\"); import sweep; "
+                  "print(\",\".join(sweep.COLUMNS))' > " + target).exit_code, 0);
+    const std::string header = slurp(target);
+    const std::string grid = "--cpu --mode infer --program test/fake_infer.py --models d1 --batch 1 -o " + out();
+    const std::string log = out() + "/runs/infer_cpu_d1_B1_P64_G64/log.txt";
+    for (const auto& [make, what] : std::vector<std::pair<std::string, std::string>>{
+             {"ln -s " + target + " " + out() + "/sweep.csv", out() + "/sweep.csv: a symbolic link"},
+             {"mkdir " + out() + "/infer_ttft.png", out() + "/infer_ttft.png: a directory"},
+             {"mkdir -p " + out() + "/runs/infer_cpu_d1_B1_P64_G64 && ln -s " + target + " " + log,
+              log + ": a symbolic link"}}) {
+        SCOPED_TRACE(make);
+        ASSERT_EQ(run("rm -rf " + out() + " && mkdir " + out() + " && " + make).exit_code, 0);
+        expect_one_line(sweep(grid), 1, "sweep.py: error: ", what + "; an output must be a regular file or a new name");
+        EXPECT_EQ(slurp(target), header);
+        EXPECT_FALSE(llmc::file_exists(out() + "/infer_throughput.png"));
+        EXPECT_EQ(run("grep -rl summary " + out()).output, "") << "a configuration ran";
+    }
+
+    // plot_sweep.py: -o a file, left as it is; a plot that is a link, not written through, and nothing drawn.
+    ASSERT_EQ(run("rm -rf " + out()).exit_code, 0);
+    ASSERT_EQ(sweep(grid + " --no-plots").exit_code, 0);
+    expect_one_line(run("python3 scripts/plot_sweep.py " + out() + " -o " + target), 2, "plot_sweep.py: error: ",
+                    "-o: '" + target + "' exists and is not a directory");
+    ASSERT_EQ(run("ln -s " + target + " " + out() + "/infer_memory.png").exit_code, 0);
+    expect_one_line(run("python3 scripts/plot_sweep.py " + out()), 1, "plot_sweep.py: error: ",
+                    out() + "/infer_memory.png: a symbolic link; an output must be a regular file or a new name");
+    EXPECT_EQ(slurp(target), header);
+    EXPECT_FALSE(llmc::file_exists(out() + "/infer_throughput.png"));
+}
+
+// A CSV the plots cannot draw: numbers that are not finite or are too large for an axis, bytes that are not UTF-8.
+// One line naming the file (and the line and column of the cell), not a traceback or plots of nothing.
+TEST(SweepPlot, ACsvItCannotDrawGetsOneLine) {
+    REQUIRE_MATPLOTLIB();
+    TempDir dir;
+    std::ofstream(dir / "write.py") << R"py(import csv, sys
+sys.path.insert(0, "scripts")
+import sweep
+with open(sys.argv[1] + "/sweep.csv", "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=sweep.COLUMNS)
+    w.writeheader()
+    for B in (1, 2):
+        w.writerow({c: sys.argv[2] for c in sweep.COLUMNS} | dict(mode="train", device="cpu", model="d1", status="ok", B=B))
+)py";
+    for (const char* value : {"nan", "inf", "1e308"}) {
+        SCOPED_TRACE(value);
+        ASSERT_EQ(run("python3 " + (dir / "write.py") + " " + dir.path + " " + value).exit_code, 0);
+        expect_one_line(run("python3 scripts/plot_sweep.py " + dir.path), 1, "plot_sweep.py: error: ",
+                        dir / "sweep.csv: line 2: T '" + value + "' is not a finite number of magnitude below 1e30");
+    }
+    std::ofstream(dir / "sweep.csv", std::ios::binary) << "mode,device\ntrain,\xff\xfe\n";
+    expect_one_line(run("python3 scripts/plot_sweep.py " + dir.path), 1, "plot_sweep.py: error: ",
+                    dir / "sweep.csv: not UTF-8 text");
+    EXPECT_FALSE(llmc::file_exists(dir / "train_throughput.png"));
 }
