@@ -146,6 +146,9 @@ MUTATIONS = [
     ("llmc/infer/gpu_backend.cu", "const int* ids = dec_->sample(temperature, top_k, coins);",
      "const int* ids = dec_->sample(temperature, 0, coins);", "infer_gpt2cu samples from every token whatever --top-k",
      "EmuGpuBackends.Inference*"),
+    ("llmc/train/loop.cpp", "io.temperature = opt.temperature, io.top_k = opt.top_k;",
+     "io.temperature = opt.temperature, io.top_k = 0;", "train_gpt2cu's samples ignore --top-k",
+     "EmuGpuBackends.TrainerSamples*"),
 ]
 
 

@@ -56,12 +56,13 @@ struct ToyRun {
     GPT2Config cfg;
 };
 
-// run_training over one process with `args` after the program's name.
-int train(const char* program, BackendFactory backend, std::vector<std::string> args) {
-    args.insert(args.begin(), program);
+// run_training of a trainer's program (cpu_train_program, gpu_train_program) over one process with `args` after the
+// program's name.
+int train(const TrainProgram& program, std::vector<std::string> args) {
+    args.insert(args.begin(), program.name);
     testutil::CommandLine cl(std::move(args));
     const std::unique_ptr<Communicator> comm = single_process_communicator();
-    return run_training(*comm, TrainProgram{program, TrainOptions{}, backend}, cl.argc(), cl.argv());
+    return run_training(*comm, program, cl.argc(), cl.argv());
 }
 
 // main.log's losses by kind ("trl" or "tel") in step order.
@@ -86,8 +87,8 @@ GPU_TEST(GpuBackends, TrainingThroughTheDriverTracksTheCpuAndResumesBitExact) {
                                         "-l", "1e-3", "-v", "3", "--val-batches", "2", "-s", "0", "-n", "2",
                                         "-o", out};
     };
-    ASSERT_EQ(train("train_gpt2", make_cpu_backend, args(cpu)), 0);
-    ASSERT_EQ(train("train_gpt2cu", make_gpu_backend, args(gpu)), 0);
+    ASSERT_EQ(train(cpu_train_program(), args(cpu)), 0);
+    ASSERT_EQ(train(gpu_train_program(), args(gpu)), 0);
     const std::vector<double> cl = logged(cpu, "trl"), gl = logged(gpu, "trl");
     ASSERT_EQ(cl.size(), 3u);
     ASSERT_EQ(gl.size(), 3u);
@@ -106,9 +107,44 @@ GPU_TEST(GpuBackends, TrainingThroughTheDriverTracksTheCpuAndResumesBitExact) {
     ASSERT_EQ(remove(checkpoint_state_path(gpu, 3).c_str()), 0);
     std::vector<std::string> resume = args(gpu);
     resume.insert(resume.end(), {"-y", "1"});
-    ASSERT_EQ(train("train_gpt2cu", make_gpu_backend, resume), 0);
+    ASSERT_EQ(train(gpu_train_program(), resume), 0);
     EXPECT_TRUE(testutil::slurp(last) == uninterrupted) << "the resumed run's step-3 model differs";
     EXPECT_EQ(logged(gpu, "trl"), gl);
+}
+
+// train_gpt2cu's samples are the GPU decoder's output (the inference backend, made from the trained master weights):
+// the same ids as GPT2DecoderGPU driven by hand from the checkpoint's master weights with the driver's coins, from the
+// seed the samples' stream draws first.
+GPU_TEST(GpuBackends, TrainerSamplesAreTheDecodersOutput) {
+    REQUIRE_GPU();
+    ToyRun toy;
+    const int n = 6;
+    const std::string out = toy.dir / "s";
+    testing::internal::CaptureStdout();
+    const int rc = train(gpu_train_program(), {"-i", toy.dir.path, "-e", toy.model(), "-b", "2", "-t", "32", "-x", "2",
+                                               "-v", "0", "-s", "2", "-g", std::to_string(n), "--top-k", "5",
+                                               "--temperature", "0.8", "-n", "2", "-o", out});
+    fflush(stdout);
+    const std::string printed = testing::internal::GetCapturedStdout();
+    ASSERT_EQ(rc, 0) << printed;
+    const size_t at = printed.find("---- sample ----\n");
+    ASSERT_NE(at, std::string::npos) << printed;
+    std::istringstream sample(printed.substr(at + 17, printed.find('\n', at + 17) - at - 17));
+    std::vector<int> got;
+    for (int id; sample >> id;) got.push_back(id);
+
+    const TrainState st = load_state(checkpoint_state_path(out, 2), num_parameters(toy.cfg), 2);
+    ASSERT_EQ(st.master.size(), num_parameters(toy.cfg));
+    GPT2DecoderGPU dec(toy.cfg, st.master.data(), 1, 1, 1 + n);
+    Rng seeds(1337); // --seed's default
+    Rng coins(seeds.next_u32() & 0x7fffffff);
+    std::vector<int> want;
+    dec.prefill({{toy.cfg.vocab_size - 1}});
+    for (int t = 0; t < n; t++) {
+        if (t > 0) dec.decode({true});
+        want.push_back(dec.sample(0.8f, 5, {coins.next_f32()})[0]);
+    }
+    EXPECT_EQ(got, want) << printed;
 }
 
 GPU_TEST(GpuBackends, InferenceThroughTheDriverIsTheDecodersOutput) {
@@ -192,7 +228,7 @@ GPU_TEST(GpuBackends, ProfileIsRefusedUnderTheEmulator) {
     if (!gputest::kEmulated) GTEST_SKIP() << "on a GPU --profile traces with CUPTI";
     ToyRun toy;
     try {
-        train("train_gpt2cu", make_gpu_backend,
+        train(gpu_train_program(),
               {"-i", toy.dir.path, "-e", toy.model(), "-b", "2", "-t", "32", "-x", "2", "--profile", toy.dir / "p",
                "--profile-start", "1", "--profile-steps", "1"});
         ADD_FAILURE() << "--profile was taken";
