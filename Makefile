@@ -18,7 +18,7 @@
 #
 # Objects go to build/ with their header dependencies (-MMD -MP): touching a header rebuilds only what
 # includes it. The training loop, the inference driver and the profiler's analysis and writers are compiled once,
-# into build/libllmc_cli.a (the flag tables), build/libllmc_train.a, build/libllmc_infer.a and
+# into build/libllmc_host.a (llmc/util, model, io), build/libllmc_train.a, build/libllmc_infer.a and
 # build/libllmc_profiler.a, and linked into every program that uses them.
 
 # Parallel by default (one job per CPU); an explicit -jN (or -j1) wins.
@@ -103,7 +103,7 @@ NCCL_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
 HAVE_NCCL := $(if $(HAVE_MPI),$(if $(HAVE_NVCC),$(wildcard $(NCCL_HOME)/include/nccl.h)))
 ifneq ($(HAVE_NCCL),)
 NCCL_LIBS := -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -lnccl
-$(BUILD)/llmc/train/gpu_backend.cu.o: override NVCCFLAGS += -DLLMC_HAVE_NCCL -I$(NCCL_HOME)/include
+$(BUILD)/llmc/gpu/gpt2.cu.o $(BUILD)/llmc/train/dist_nccl.cu.o: override NVCCFLAGS += -DLLMC_HAVE_NCCL -I$(NCCL_HOME)/include
 endif
 
 .PHONY: all test clean tinyshakespeare deps dev_cuda sample_profile fuzz
@@ -123,23 +123,15 @@ $(BUILD)/%.cu.o: %.cu
 # ---- libraries: host code every program shares (utilities, the tokenizer, model and state files, the data
 # loader, the memory plan); the flag tables; the training loop; the inference driver; the profiler's session,
 # CPU source, analysis and writers ----
-HOST_OBJS := $(BUILD)/llmc/utils.o $(BUILD)/llmc/gpt2_config.o $(BUILD)/llmc/tokenizer.o $(BUILD)/llmc/checkpoint.o \
-             $(BUILD)/llmc/dataloader.o $(BUILD)/llmc/memory_plan.o
-CLI_OBJS := $(BUILD)/llmc/flags.o $(BUILD)/llmc/cli.o $(BUILD)/llmc/infer_options.o
-TRAIN_OBJS := $(BUILD)/llmc/train/loop.o $(BUILD)/llmc/train/plan.o $(BUILD)/llmc/train/common.o \
-              $(BUILD)/llmc/train/dist.o $(BUILD)/llmc/schedulers.o \
-              $(if $(HAVE_MPI),$(BUILD)/llmc/train/dist_mpi.o)
-INFER_OBJS := $(BUILD)/llmc/infer/driver.o $(BUILD)/llmc/infer/inputs.o $(BUILD)/llmc/infer/results.o \
-              $(BUILD)/llmc/infer/profile.o
+HOST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/util/*.cpp llmc/model/*.cpp llmc/io/*.cpp))
+TRAIN_OBJS := $(filter-out $(if $(HAVE_MPI),,%/dist_mpi.o),$(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/train/*.cpp)))
+INFER_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/infer/*.cpp))
 PROFILER_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/profiler/*.cpp))
 HOST_LIB := $(BUILD)/libllmc_host.a
-CLI_LIB := $(BUILD)/libllmc_cli.a
 TRAIN_LIB := $(BUILD)/libllmc_train.a
 INFER_LIB := $(BUILD)/libllmc_infer.a
 PROFILER_LIB := $(BUILD)/libllmc_profiler.a
 $(HOST_LIB): $(HOST_OBJS)
-	$(AR) rcs $@ $^
-$(CLI_LIB): $(CLI_OBJS)
 	$(AR) rcs $@ $^
 $(TRAIN_LIB): $(TRAIN_OBJS)
 	$(AR) rcs $@ $^
@@ -148,17 +140,19 @@ $(INFER_LIB): $(INFER_OBJS)
 $(PROFILER_LIB): $(PROFILER_OBJS)
 	$(AR) rcs $@ $^
 # In link order: the training loop samples through the inference driver.
-LIBS := $(TRAIN_LIB) $(INFER_LIB) $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
-# The backends, each compiled once: the GPU ones by nvcc, with the GPU profile session (CUPTI) beside them.
-CPU_BACKENDS := $(BUILD)/llmc/train/cpu_backend.o $(BUILD)/llmc/infer/cpu_backend.o
-GPU_SESSION := $(BUILD)/llmc/profiler/gpu_session.cu.o
-GPU_BACKENDS := $(BUILD)/llmc/train/gpu_backend.cu.o $(BUILD)/llmc/infer/gpu_backend.cu.o $(GPU_SESSION)
+LIBS := $(TRAIN_LIB) $(INFER_LIB) $(PROFILER_LIB) $(HOST_LIB)
+# The models' host code and backends, each compiled once (llmc/cpu/, llmc/gpu/): the GPU ones by nvcc, with the
+# GPU profile session (CUPTI) and, where the build has NCCL, the NCCL communicator beside them.
+CPU_BACKENDS := $(BUILD)/llmc/cpu/train_backend.o $(BUILD)/llmc/cpu/infer_backend.o
+GPU_SESSION := $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard llmc/profiler/*.cu))
+GPU_BACKENDS := $(BUILD)/llmc/gpu/gpt2.cu.o $(BUILD)/llmc/gpu/gpt2_decoder.cu.o $(GPU_SESSION) \
+                $(if $(HAVE_NCCL),$(BUILD)/llmc/train/dist_nccl.cu.o)
 
 # ---- programs ----
 $(BIN)train_gpt2: $(BUILD)/train_gpt2.o $(CPU_BACKENDS) $(LIBS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE) $(MPI_LIBS)
 
-$(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(BUILD)/llmc/infer/cpu_backend.o $(INFER_LIB) $(PROFILER_LIB) $(CLI_LIB) $(HOST_LIB)
+$(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(BUILD)/llmc/cpu/infer_backend.o $(INFER_LIB) $(PROFILER_LIB) $(HOST_LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
 $(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o $(HOST_LIB)
@@ -170,9 +164,8 @@ $(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(GPU_BACKENDS) $(LIBS)
 $(BIN)profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(GPU_BACKENDS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
-$(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(BUILD)/llmc/infer/gpu_backend.cu.o $(GPU_SESSION) $(INFER_LIB) $(PROFILER_LIB) \
-                    $(CLI_LIB) $(HOST_LIB)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) -lgomp
+$(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(GPU_BACKENDS) $(LIBS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
 # The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
 $(BUILD)/sample_profile: $(BUILD)/dev/sample_profile.o $(PROFILER_LIB) $(HOST_LIB)
@@ -231,7 +224,7 @@ BUNDLE_REF := $(BUNDLE_DIR)/ref/train_gpt2.log
 bundle: $(BUNDLE_PROGRAMS) $(BUNDLE_REF)
 # The GPU suites without test_gpu_backends.cu: it would carry the model's device code three more times (9 MiB over
 # the limit), and the lease runs the backends under their drivers as the programs themselves.
-$(BUILD)/gpu_tests: $(BUILD)/test/main.o $(filter-out %/test_gpu_backends.cu.o,$(GPU_TEST_OBJS)) $(LIBS)
+$(BUILD)/gpu_tests: $(BUILD)/test/main.o $(filter-out %/test_gpu_backends.cu.o,$(GPU_TEST_OBJS)) $(GPU_BACKENDS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) -lgomp -lpthread
 # Host symbol tables stripped (a tenth of the size; device code, its line info and kernel names stay).
 $(BUNDLE_DIR)/%: $(BUILD)/%
@@ -268,15 +261,16 @@ EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_ptx.cu test/gpu/test_att
                  test/gpu/test_gpt2_decoder.cu test/gpu/test_matmul_autotune.cu test/gpu/test_elementwise.cu \
                  test/gpu/test_memory_plan.cu test/gpu/test_gpu_backends.cu \
                  test/emu/test_emulator.cu
-# The GPU programs' backends, run in-process under their drivers by test_gpu_backends.cu, over the host libraries
+# The GPU model's host code and its backends (every GPU test of the model links them; test_gpu_backends.cu runs the
+# backends in-process under their drivers), over the host libraries
 # as the normal build compiles them (the profile session is test/emu/gpu_session.cpp: the emulator has no CUPTI).
-EMU_PROGRAM_SRCS := llmc/train/gpu_backend.cu llmc/infer/gpu_backend.cu
+EMU_PROGRAM_SRCS := llmc/gpu/gpt2.cu llmc/gpu/gpt2_decoder.cu
 EMU_PROGRAM_LIBS := $(CPU_BACKENDS) $(LIBS)
 EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS) $(EMU_PROGRAM_SRCS))
 EMU_LIB_SRCS := $(wildcard test/emu/*.cpp)
 # The project's host code the kernels' headers call (utilities, model shapes, the memory plan), built per variant
 # with its flags.
-EMU_HOST_OBJS := llmc/utils.o llmc/gpt2_config.o llmc/memory_plan.o
+EMU_HOST_OBJS := llmc/util/utils.o llmc/model/gpt2_config.o llmc/model/memory_plan.o
 $(EMU_SRC)/%: % test/emu/rewrite.py
 	@mkdir -p $(dir $@)
 	python3 test/emu/rewrite.py $< $@

@@ -1,12 +1,12 @@
 /*
  * profile_gpt2cu: a few GPT-2 training steps on the GPU, fully traced in-process with CUPTI, turned into a
  * profile directory (summary.txt, kernels.csv, subblocks.csv, steps.csv, api.csv, roofline.csv, trace.json,
- * profile.json; see doc/profiling.md). The steps are train_gpt2cu's: its GPU backend and the training driver's
- * step loop (llmc/train/gpu_backend.h, llmc/train/loop.h) run forward, backward, global norm and AdamW, on random
- * token ids unless -i gives data. Warmup steps run untraced first (cuBLASLt heuristics, lazy module loading),
- * then each traced step is flushed after its loss read, outside its timing. What is this program's own: its
- * flags, the random batches, the replay-sized run under ncu, the --counters step and the ceilings, measured at
- * the end with the model freed.
+ * profile.json; see doc/profiling.md). The steps are train_gpt2cu's: its GPU backend (llmc/gpu/programs.h) and the
+ * training driver's step loop (llmc/train/loop.h) run forward, backward, global norm and AdamW, on random token ids
+ * unless -i gives data, with the profile session the backend makes for the driver, as train_gpt2cu --profile.
+ * Warmup steps run untraced first (cuBLASLt heuristics, lazy module loading), then each traced step is flushed
+ * after its loss read, outside its timing. What is this program's own: its flags (llmc/profiler/options.h), the
+ * random batches, the replay-sized run under ncu and the --counters step.
  *
  *   make profile_gpt2cu && ./profile_gpt2cu                 # GPT-2 124M, B=8, T=1024 -> profile/
  *   ncu --set full ./profile_gpt2cu                         # under ncu: 1 layer, 1 step (explicit flags win)
@@ -14,83 +14,22 @@
  */
 #include <cstdio>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/cli.h"
-#include "llmc/dataloader.h"
-#include "llmc/memory_plan.h"
-#include "llmc/profiler/calibrate.cuh"
+#include "llmc/gpu/programs.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/io/dataloader.h"
+#include "llmc/matmul.cuh"
 #include "llmc/profiler/cupti_counters.cuh"
 #include "llmc/profiler/cupti_source.cuh"
+#include "llmc/profiler/options.h"
 #include "llmc/train/dist.h"
-#include "llmc/train/gpu_backend.h"
-#include "llmc/train/loop.h"
 #include "llmc/train/plan.h"
 
 using namespace llmc;
 
 namespace {
-
-struct Options {
-    std::string model = "d12";
-    int layers = 0; // 0: the model's own
-    int B = 8, T = 1024;
-    std::string data; // "" = random token ids
-    int warmup = 3, steps = 5;
-    std::string output = "profile";
-    bool calibrate = true;
-    bool counters = false;
-    int top = 15;
-    bool help = false, version = false;
-    std::set<std::string> given; // the flags on the command line (long names): they win over the ncu defaults
-    bool has(const char* flag) const { return given.count(flag) > 0; }
-};
-
-// The flag table (llmc/flags.h), bound to `o`.
-FlagTable profile_flags(Options& o) {
-    constexpr long IMAX = 2147483647;
-    FlagTable t("usage: profile_gpt2cu [options]\n"
-                "Runs GPT-2 training steps on the GPU traced with CUPTI and writes a profile directory.",
-                "Under ncu, flags not given default to a replay-sized run (--layers 1 --warmup 0 --steps 1 --no-calibrate,\n"
-                "LLMC_GEMM_AUTOTUNE=0 unless set):\n"
-                "  ncu --set full ./profile_gpt2cu;  one sub-block: ncu --nvtx --nvtx-include \"llmc@fc/\" ./profile_gpt2cu\n");
-    t.add({"-e", "--model", "dN|FILE", "dN (d12 = GPT-2 124M; other dN: L=N C=64N NH=N) or an llm.c model file",
-           flag::text(o.model)});
-    t.add({"", "--layers", "N", "override L of a dN model (a smaller model for ncu)", flag::integer(o.layers, 1, 1000),
-           "the model's"});
-    t.add({"-b", "--batch", "N", "micro-batch size", flag::integer(o.B, 1, IMAX)});
-    t.add({"-t", "--seq-len", "N", "sequence length", flag::integer(o.T, 1, IMAX)});
-    t.add({"-i", "--input", "DATA", "train shards (DIR|GLOB|FILE)", flag::text(o.data), "random token ids"});
-    t.add({"", "--warmup", "N", "untraced steps before the profile", flag::integer(o.warmup, 0, IMAX)});
-    t.add({"", "--steps", "N", "profiled steps", flag::integer(o.steps, 1, IMAX)});
-    t.add({"-o", "--output", "DIR", "profile directory", flag::text(o.output)});
-    t.add({"", "--no-calibrate", "", "roofline against the datasheet ceilings instead of measured ones",
-           flag::off(o.calibrate)});
-    t.add({"", "--counters", "", "one more step under CUPTI's range profiler: per-kernel FLOPs and DRAM bytes",
-           flag::on(o.counters)});
-    t.add({"", "--top", "N", "kernels listed in the summary", flag::integer(o.top, 1, IMAX)});
-    t.add({"", "--version", "",
-           "the toolchain and library versions (nvcc, CUDA runtime, driver, cuBLASLt, CUPTI), then exit",
-           flag::on(o.version)});
-    t.add(help_flag(o.help));
-    return t;
-}
-
-std::string usage() {
-    Options d;
-    return profile_flags(d).help();
-}
-
-Options parse_options(int argc, char** argv) {
-    Options o;
-    FlagTable t = profile_flags(o);
-    t.parse(argc, argv);
-    o.given = t.given_names();
-    return o;
-}
 
 // Token ids for each step: the next batch of the -i shards, or random ones.
 struct StepBatches {
@@ -123,26 +62,6 @@ CudaTool attached_cuda_tool() {
     return prof::cuda_tool_injected() ? CudaTool::other : CudaTool::none;
 }
 bool under_cuda_tool() { return attached_cuda_tool() != CudaTool::none; }
-
-/*
- * ncu replays every kernel some 40 times (--set full): the default run (12 layers, 3 warmup + 5 steps, about
- * 3,000 kernels) would take hours. Under ncu, the flags not given on the command line shrink to a
- * replay-sized run: one layer, no warmup, one step, the datasheet ceilings, and (unless set) cuBLASLt's first
- * heuristic algorithms, untimed. Returns the one line that says so.
- */
-std::string shrink_for_ncu(Options& o) {
-    std::string what;
-    auto note = [&](const std::string& s) { what += (what.empty() ? "" : ", ") + s; };
-    int depth = 0;
-    if (!o.has("--layers") && parse_depth_descriptor(o.model, &depth)) o.layers = 1, note("--layers 1");
-    if (!o.has("--warmup")) o.warmup = 0, note("--warmup 0");
-    if (!o.has("--steps")) o.steps = 1, note("--steps 1");
-    if (!o.has("--no-calibrate")) o.calibrate = false, note("--no-calibrate");
-    // The one step would also run every matmul shape's autotune candidates, each of them replayed.
-    if (!getenv("LLMC_GEMM_AUTOTUNE")) setenv("LLMC_GEMM_AUTOTUNE", "0", 1), note("LLMC_GEMM_AUTOTUNE=0");
-    return "profile_gpt2cu: under ncu: a replay-sized run (" + (what.empty() ? std::string("flags as given") : what) +
-           "); in-process CUPTI off";
-}
 
 /*
  * The tensor-op counter's unit, checked on this device instead of assumed: one GEMM of known size through the
@@ -207,41 +126,32 @@ prof::CounterReport count_last_step(const prof::ProfileRecords& records, bool wa
 }
 
 /*
- * The run's profile session, handed to the backend: CUPTI over the steps after the warmup ones, the summary printed
- * when it is written. At write time, --counters' step, then the ceilings, measured with the model freed (the GEMM
- * and the copy need ~2.4 GiB) and untraced.
+ * The run's profile session, made by the backend before it allocates the model (the ceilings are measured then,
+ * unless --no-calibrate or a tool is attached): CUPTI over the steps after the warmup ones, the summary printed
+ * when it is written. At write time, --counters' step.
  */
-void attach_profile_session(GpuTrainBackend& be, const Options& opt, const RunPlan& plan, const std::string& device,
-                            TokenBatches& batches) {
-    prof::ProfileContext pctx = prof::profile_context("profile_gpt2cu", plan.cfg, opt.B, opt.T, 1);
-    pctx.memory = be.memory_plan(); // what the model allocated
-    auto session = std::make_unique<prof::ProfileSession>(
-        prof::SessionOptions{opt.output, opt.warmup, opt.steps, opt.top, true, "-o"}, std::move(pctx),
-        std::make_unique<prof::CuptiEventSource>());
+std::unique_ptr<prof::ProfileSession> make_session(TrainBackend& be, const ProfileOptions& opt, const RunPlan& plan,
+                                                   TokenBatches& batches) {
+    prof::SessionOptions so{opt.output, opt.warmup, opt.steps, opt.top, true, "-o"};
+    so.measure_ceilings = opt.calibrate && !under_cuda_tool(); // ncu would replay the calibration, nsys show it
+    std::unique_ptr<prof::ProfileSession> session =
+        be.profile_session(so, prof::profile_context("profile_gpt2cu", plan.cfg, opt.B, opt.T, 1));
     const float lr = plan.opt.lr;
     const int counted_step = plan.max_steps + 1; // the AdamW step after the run's
-    session->before_report([&be, &batches, opt, device, lr, counted_step](const prof::ProfileRecords& records,
-                                                                         prof::ProfileContext& ctx) {
-        prof::CounterReport counters =
-            count_last_step(records, opt.counters, [&] { be.train_step(batches, 1, lr, counted_step); });
-        be.free_model();
-        // Under ncu the calibration kernels would be replayed too, and under nsys they would crowd the timeline.
-        ctx.ceilings = opt.calibrate && !under_cuda_tool() ? prof::measure_ceilings(true)
-                                                           : prof::spec_ceilings(device.c_str());
-        printf("ceilings: bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n", ctx.ceilings.bf16_tflops, ctx.ceilings.dram_gbps,
-               ctx.ceilings.source.c_str());
-        return counters;
+    session->before_report([&be, &batches, counters = opt.counters, lr, counted_step](
+                               const prof::ProfileRecords& records, prof::ProfileContext&) {
+        return count_last_step(records, counters, [&] { be.train_step(batches, 1, lr, counted_step); });
     });
-    be.set_profile_session(std::move(session));
+    return session;
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
     return main_guard([&] {
-        Options opt = parse_options(argc, argv);
+        ProfileOptions opt = parse_profile_options(argc, argv);
         if (opt.help) {
-            printf("%s", usage().c_str());
+            printf("%s", profile_usage().c_str());
             return 0;
         }
         if (opt.version) {
@@ -262,32 +172,30 @@ int main(int argc, char** argv) {
         // ---- model: dN (optionally with fewer layers) or a model file ----
         ModelSource src = load_model_source(opt.model, 1337, true, opt.layers);
         const GPT2Config cfg = src.cfg;
-        if (opt.T > cfg.max_seq_len)
-            throw UsageError(
-                strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, cfg.max_seq_len));
+        check_seq_len(cfg, opt.T);
         StepBatches data(opt.data, opt.B, opt.T, cfg.vocab_size);
-        // The warmup and profiled steps at a constant learning rate of 3e-4, one micro-batch each.
+        // The warmup and profiled steps at a constant learning rate of 3e-4, one micro-batch each, through the GPU
+        // trainer's backend.
         RunPlan plan = fixed_steps_plan(opt.model, cfg, opt.B, opt.T, opt.warmup + opt.steps, 3e-4f);
         const std::unique_ptr<Communicator> comm = single_process_communicator();
-        std::unique_ptr<GpuTrainBackend> be = make_gpu_train_backend(cfg, plan.opt, *comm);
+        const std::unique_ptr<TrainBackend> be = gpu_train_program().make_backend(cfg, train_shape(plan.opt), *comm);
+        const std::unique_ptr<prof::ProfileSession> session = make_session(*be, opt, plan, *data.batches);
         be->load_weights(src.params);
         src.params = std::vector<float>();
         printf("profile_gpt2cu: %s, L=%d NH=%d C=%d (%.1fM parameters), B=%d T=%d, %d warmup + %d profiled steps\n",
                prop.name, cfg.num_layers, cfg.num_heads, cfg.channels, num_parameters(cfg) / 1e6, opt.B, opt.T,
                opt.warmup, opt.steps);
-
-        attach_profile_session(*be, opt, plan, prop.name, *data.batches);
         if (attached_cuda_tool() == CudaTool::nsys)
             printf("profile_gpt2cu: under nsys: the steps as given, with their NVTX ranges; in-process CUPTI off\n");
         // Warmup steps run untraced (the session arms the collector after the last of them), then the traced ones.
-        run_steps("profile_gpt2cu", plan, *be, *comm, *data.batches);
-        if (!be->profile_session()->written()) {
+        run_steps("profile_gpt2cu", plan, *be, *comm, *data.batches, session.get());
+        if (!session->written()) {
             printf("profiler: no in-process profile written%s\n",
                    under_cuda_tool() ? " (the attached tool has the trace)" : "");
             return 0;
         }
         std::string files;
-        for (const std::string& f : be->profile_session()->written_files()) files += (files.empty() ? "" : ", ") + f;
+        for (const std::string& f : session->written_files()) files += (files.empty() ? "" : ", ") + f;
         printf("profile written to %s/ (%s)\n", opt.output.c_str(), files.c_str());
         return 0;
     });

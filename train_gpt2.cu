@@ -8,11 +8,10 @@
  *
  * A step queues all its kernels without waiting; the one synchronisation is reading the step's loss and
  * grad norm at its end. With --profile DIR a window of steps is traced in-process with CUPTI (the same
- * collector and report as profile_gpt2cu) and DIR is written when the window closes. The backend and the
- * memory plan are llmc/train/gpu_backend.{h,cu}, compiled once.
+ * collector and report as profile_gpt2cu) and DIR is written when the window closes. The backend, its
+ * --memory-plan and the model are llmc/gpu/gpt2.cu, compiled once.
  */
-#include "llmc/train/gpu_backend.h"
-#include "llmc/train/loop.h"
+#include "llmc/gpu/programs.h"
 
 int main(int argc, char** argv) {
     return llmc::main_guard([&] { return llmc::run_training(llmc::gpu_train_program(), argc, argv); });

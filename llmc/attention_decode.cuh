@@ -32,7 +32,7 @@
 #include <cmath>
 
 #include "llmc/cuda_common.cuh"
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc {
 

@@ -9,7 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "llmc/nvtx.h"
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc {
 

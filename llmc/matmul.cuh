@@ -42,7 +42,7 @@
 #include "llmc/bias_backward.cuh"
 #include "llmc/cuda_common.cuh"
 #include "llmc/gelu.cuh"
-#include "llmc/gemm_tuning.h"
+#include "llmc/profiler/gemm_tuning.h"
 
 namespace llmc {
 

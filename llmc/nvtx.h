@@ -1,6 +1,6 @@
 /*
  * NVTX ranges in the project's own domain ("llmc"): step, forward, backward, optimizer, "layer N", and each
- * sub-block of llmc/subblocks.h inside them, so `nsys` and `ncu --nvtx --nvtx-include` can select any of
+ * sub-block of llmc/model/subblocks.h inside them, so `nsys` and `ncu --nvtx --nvtx-include` can select any of
  * them. Range is the one RAII type for all of them, and the single place the profiler hooks into: when a
  * hook is installed it is told every push and pop with the range's sub-block, phase and layer (it pushes
  * CUPTI external correlation ids there). Without a tool attached, NVTX calls cost a branch each.
@@ -12,7 +12,7 @@
 #include <string>
 #include <nvtx3/nvToolsExt.h>
 
-#include "llmc/subblocks.h"
+#include "llmc/model/subblocks.h"
 
 namespace llmc {
 

@@ -27,8 +27,8 @@
 #include <cstring>
 
 #include "llmc/cuda_common.cuh"
-#include "llmc/sampler.h"
-#include "llmc/utils.h"
+#include "llmc/infer/sampler.h"
+#include "llmc/util/utils.h"
 
 namespace llmc {
 

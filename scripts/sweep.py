@@ -47,8 +47,8 @@ PROGRAMS = {("train", "cpu"): "./train_gpt2", ("train", "gpu"): "./train_gpt2cu"
 # Each mode's own flags and their defaults.
 MODE_FLAGS = {"train": {"seq": [64], "steps": 5, "warmup": 1, "input": "data/tinyshakespeare", "val_batches": 4},
               "infer": {"prompt_len": [64], "gen_len": [64]}}
-# The programs' flag limits (llmc/cli.cpp, llmc/infer_options.cpp): integers up to INT_MAX, the inference
-# programs' -b up to kMaxInferBatch (llmc/infer_options.h); dN from d1 to d999 (llmc/gpt2_config.cpp,
+# The programs' flag limits (llmc/train/options.cpp, llmc/infer/options.cpp): integers up to INT_MAX, the inference
+# programs' -b up to kMaxInferBatch (llmc/infer/options.h); dN from d1 to d999 (llmc/model/gpt2_config.cpp,
 # parse_depth_descriptor), at GPT-2's maximum sequence length.
 IMAX = 2**31 - 1
 MAX_INFER_BATCH = 65535
@@ -160,7 +160,7 @@ def parse_args(argv):
     return a
 
 
-# The units of the sizes --device-memory takes (llmc/flags.cpp, parse_bytes_flag).
+# The units of the sizes --device-memory takes (llmc/util/flags.cpp, parse_bytes_flag).
 SIZE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
@@ -203,7 +203,7 @@ def check_grid(a):
 def model_shape(model):
     """(maxT, L, C, Vp) of dN (the trainers' GPT-2 shapes) or of a model file's header; None when unreadable."""
     L = depth_of(model)
-    if L:  # llmc/gpt2_config.h, gpt2_config_for_depth: GPT-2's own widths at 12/24/36/48 layers, else 64 per layer
+    if L:  # llmc/model/gpt2_config.h, gpt2_config_for_depth: GPT-2's own widths at 12/24/36/48 layers, else 64 per layer
         return DEPTH_MAX_SEQ_LEN, L, {12: 768, 24: 1024, 36: 1280, 48: 1600}.get(L, 64 * L), 50304
     try:
         with open(model, "rb") as f:

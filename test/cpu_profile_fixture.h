@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/formats.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/io/formats.h"
 #include "llmc/cpu/gpt2.h"
 #include "test/test_util.h"
 

@@ -1,4 +1,4 @@
-// Flag parsing (llmc/cli.h), LR schedules (llmc/schedulers.h) and the sampler (llmc/sampler.h).
+// Flag parsing (llmc/train/options.h), LR schedules (llmc/train/schedulers.h) and the sampler (llmc/infer/sampler.h).
 #include <cmath>
 #include <functional>
 #include <new>
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cli.h"
-#include "llmc/sampler.h"
-#include "llmc/schedulers.h"
+#include "llmc/train/options.h"
+#include "llmc/infer/sampler.h"
+#include "llmc/train/schedulers.h"
 #include "test/test_util.h"
 
 using namespace llmc;

@@ -1,4 +1,4 @@
-// Data loader (llmc/dataloader.h) and model/state files (llmc/checkpoint.h): batches, resume position,
+// Data loader (llmc/io/dataloader.h) and model/state files (llmc/io/checkpoint.h): batches, resume position,
 // and every error path on bad files.
 #include <climits>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/dataloader.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/io/dataloader.h"
 #include "test/test_util.h"
 
 using namespace llmc;

@@ -1,11 +1,11 @@
 // The data-parallel layer's transport-free parts: shards, gradient buckets, the merged profile's analysis and the
-// link's peak (llmc/train/dist.h, llmc/gpt2_config.h, llmc/profiler/distributed.h, llmc/profiler/nvml_sampler.h).
+// link's peak (llmc/train/dist.h, llmc/model/gpt2_config.h, llmc/profiler/distributed.h, llmc/profiler/nvml_sampler.h).
 // The runs under mpirun are in test_train_cpu.cpp.
 #include <gtest/gtest.h>
 #include <random>
 #include <thread>
 
-#include "llmc/gpt2_config.h"
+#include "llmc/model/gpt2_config.h"
 #include "llmc/profiler/cpu_timers.h"
 #include "llmc/profiler/distributed.h"
 #include "llmc/profiler/nvml_sampler.h"

@@ -1,4 +1,4 @@
-// The flag table (llmc/flags.h): parsing, the record of what was given, and --help written from the table.
+// The flag table (llmc/util/flags.h): parsing, the record of what was given, and --help written from the table.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/flags.h"
-#include "llmc/utils.h"
+#include "llmc/util/flags.h"
+#include "llmc/util/utils.h"
 #include "test/test_util.h"
 
 namespace llmc {
@@ -23,7 +23,7 @@ struct Opts {
     std::vector<int> ids{1, 2};
 };
 
-FlagTable make_table(Opts& o) {
+FlagTable opts_flags(Opts& o) {
     FlagTable t("usage: prog [options]", "the end\n");
     t.add({"-n", "--count", "N", "how many", flag::integer(o.n, 1, 100)});
     t.add({"-x", "--ratio", "X", "a fraction,\nof the whole", flag::real(o.x, 0.0f, 1.0f)});
@@ -55,7 +55,7 @@ void parse(FlagTable& t, std::vector<std::string> args) {
 
 std::string usage_error(std::vector<std::string> args) {
     Opts o;
-    FlagTable t = make_table(o);
+    FlagTable t = opts_flags(o);
     try {
         parse(t, args);
     } catch (const UsageError& e) {
@@ -66,7 +66,7 @@ std::string usage_error(std::vector<std::string> args) {
 
 TEST(Flags, ShortLongAndEqualsSpellingsSetTheValueAndAreRecorded) {
     Opts o;
-    FlagTable t = make_table(o);
+    FlagTable t = opts_flags(o);
     parse(t, {"-n", "5", "--ratio=0.25", "--name", "z", "--on", "--no-keep", "--mem", "1.5GiB", "--ids", "3,4,5"});
     EXPECT_EQ(o.n, 5);
     EXPECT_FLOAT_EQ(o.x, 0.25f);
@@ -82,7 +82,7 @@ TEST(Flags, ShortLongAndEqualsSpellingsSetTheValueAndAreRecorded) {
 
 TEST(Flags, WhatWasNotGivenKeepsItsValueAndIsNotRecorded) {
     Opts o;
-    FlagTable t = make_table(o);
+    FlagTable t = opts_flags(o);
     parse(t, {"--on"});
     EXPECT_EQ(o.n, 8);
     EXPECT_EQ(o.name, "abc");
@@ -123,7 +123,7 @@ TEST(Flags, OneNumberGrammarForEveryFlag) {
                                                "or 1.5e3B");
     EXPECT_EQ(usage_error({"--ids", "1,+2"}), "--ids: expected an integer in [0, 9], got '+2'");
     Opts o;
-    FlagTable t = make_table(o);
+    FlagTable t = opts_flags(o);
     parse(t, {"-n", "007", "-x", ".5", "--mem", "4096B", "--ids", "0,9"});
     EXPECT_EQ(o.n, 7);
     EXPECT_FLOAT_EQ(o.x, 0.5f);
@@ -131,12 +131,12 @@ TEST(Flags, OneNumberGrammarForEveryFlag) {
     for (const auto& [text, bytes] : std::vector<std::pair<std::string, size_t>>{
              {"1e3B", 1000}, {"2KB", 2000}, {"1.5GiB", 1610612736}, {"80GB", 80000000000}, {"1TiB", 1ull << 40}}) {
         Opts m;
-        FlagTable tm = make_table(m);
+        FlagTable tm = opts_flags(m);
         parse(tm, {"--mem", text});
         EXPECT_EQ(m.mem, bytes) << text;
     }
     Opts r;
-    FlagTable tr = make_table(r);
+    FlagTable tr = opts_flags(r);
     parse(tr, {"-x", "1e-3"});
     EXPECT_FLOAT_EQ(r.x, 1e-3f);
 }
@@ -154,7 +154,7 @@ TEST(Flags, AFlagGivenTwiceIsRefused) {
 TEST(Flags, HelpIsWrittenFromTheTableWithTheCurrentValues) {
     Opts o;
     o.n = 42; // a table bound to changed options shows what they hold
-    FlagTable t = make_table(o);
+    FlagTable t = opts_flags(o);
     const std::string h = t.help();
     EXPECT_EQ(h, "usage: prog [options]\n"
                  "  -n, --count N              how many [42]\n"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "llmc/cpu/gpt2_decoder.h"
 #include "llmc/infer/pick_token.h"
 #include "llmc/infer/profile.h"

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "llmc/gpt2_config.h"
+#include "llmc/model/gpt2_config.h"
 #include "llmc/infer/driver.h"
-#include "llmc/rand.h"
-#include "llmc/sampler.h"
-#include "llmc/utils.h"
+#include "llmc/util/rand.h"
+#include "llmc/infer/sampler.h"
+#include "llmc/util/utils.h"
 
 using namespace llmc;
 

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "llmc/cpu/gpt2.h"
 #include "llmc/profiler/memory.h"
 #include "llmc/profiler/writers.h"

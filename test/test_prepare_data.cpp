@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <vector>
 
-#include "llmc/formats.h"
-#include "llmc/tokenizer.h"
+#include "llmc/io/formats.h"
+#include "llmc/io/tokenizer.h"
 #include "test/test_util.h"
 
 using namespace llmc;
@@ -82,7 +82,7 @@ TEST(PrepareDataCli, Help) {
 TEST(PrepareDataCli, UnknownFlag) {
     auto r = testutil::run("./prepare_data --bogus in.txt out.bin");
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_EQ(r.output.rfind("error: unknown flag --bogus", 0), 0u) << r.output;
+    EXPECT_EQ(r.output.rfind("error: unknown flag '--bogus' (see --help)", 0), 0u) << r.output;
     EXPECT_EQ(count_lines(r.output), 1) << r.output;
 }
 

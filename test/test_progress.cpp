@@ -1,9 +1,9 @@
-// Progress lines (llmc/progress.h): durations, the step lines' ETA, and Progress printing at most every few
+// Progress lines (llmc/util/progress.h): durations, the step lines' ETA, and Progress printing at most every few
 // seconds, driven by a fake clock.
 #include <gtest/gtest.h>
 #include <string>
 
-#include "llmc/progress.h"
+#include "llmc/util/progress.h"
 #include "test/test_util.h"
 
 using namespace llmc;

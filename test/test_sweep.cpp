@@ -20,10 +20,10 @@
 #include <thread>
 #include <vector>
 
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "llmc/cpu/gpt2.h"
-#include "llmc/formats.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/io/formats.h"
+#include "llmc/model/gpt2_config.h"
 #include "test/one_line.h"
 #include "test/test_util.h"
 

@@ -1,4 +1,4 @@
-// GPT-2 tokenizer (llmc/tokenizer.h) against tiktoken's ids in test/data/tokenizer_vectors.txt (regenerate with
+// GPT-2 tokenizer (llmc/io/tokenizer.h) against tiktoken's ids in test/data/tokenizer_vectors.txt (regenerate with
 // dev/data/gen_tokenizer_vectors.py), the llm.c tokenizer file, and every error path.
 #include <algorithm>
 #include <chrono>
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/formats.h"
-#include "llmc/tokenizer.h"
+#include "llmc/io/formats.h"
+#include "llmc/io/tokenizer.h"
 #include "test/test_util.h"
 
 using namespace llmc;

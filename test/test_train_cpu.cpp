@@ -18,9 +18,9 @@
 #include <unistd.h>
 #include <vector>
 
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "llmc/cpu/gpt2.h"
-#include "llmc/rand.h"
+#include "llmc/util/rand.h"
 #include "test/test_util.h"
 
 using namespace llmc;

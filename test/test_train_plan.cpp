@@ -7,10 +7,10 @@
 #include <sys/stat.h>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/cli.h"
-#include "llmc/formats.h"
-#include "llmc/train/cpu_backend.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/train/options.h"
+#include "llmc/io/formats.h"
+#include "llmc/cpu/programs.h"
 #include "llmc/train/dist.h"
 #include "llmc/train/loop.h"
 #include "llmc/train/plan.h"
@@ -211,15 +211,19 @@ TEST_F(TrainPlan, RunStepsTrainsOnTheBatchesItIsHanded) {
     ASSERT_EQ(p.grad_accum, 2);
     const DataPosition before = p.train->position();
     const std::unique_ptr<Communicator> comm = single_process_communicator();
-    std::unique_ptr<TrainBackend> be = make_cpu_backend(p.cfg, p.opt, *comm);
+    std::unique_ptr<TrainBackend> be = cpu_train_program().make_backend(p.cfg, train_shape(p.opt), *comm);
     const std::vector<float> w0 = initial_weights(p);
     be->load_weights(w0);
     CountedBatches batches(4, 16);
-    run_steps("train_gpt2", p, *be, *comm, batches);
+    run_steps("train_gpt2", p, *be, *comm, batches, nullptr);
     EXPECT_EQ(batches.taken, 3 * 2);
     EXPECT_EQ(p.train->position().shard, before.shard);
     EXPECT_EQ(p.train->position().offset, before.offset);
     EXPECT_NE(be->weights(), w0);
+    // Batches of another shape than the backend's: refused before a step.
+    CountedBatches other(2, 16);
+    EXPECT_THROW(run_steps("train_gpt2", p, *be, *comm, other, nullptr), Error);
+    EXPECT_EQ(other.taken, 0);
 }
 
 // What run_steps does not do (val loss, samples, checkpoints, a log, several ranks) it refuses before a step.
@@ -229,10 +233,10 @@ TEST_F(TrainPlan, RunStepsRefusesAPlanItCannotRun) {
              {"-x", "2", "-v", "1", "-s", "0"}, {"-x", "2", "-v", "0", "-s", "1"},
              {"-x", "2", "-v", "0", "-s", "0", "-o", dir / "out"}}) {
         RunPlan p = plan(args);
-        std::unique_ptr<TrainBackend> be = make_cpu_backend(p.cfg, p.opt, *comm);
+        std::unique_ptr<TrainBackend> be = cpu_train_program().make_backend(p.cfg, train_shape(p.opt), *comm);
         CountedBatches batches(4, 16);
         try {
-            run_steps("train_gpt2", p, *be, *comm, batches);
+            run_steps("train_gpt2", p, *be, *comm, batches, nullptr);
             ADD_FAILURE() << args[3] << " " << args[5] << ": taken";
         } catch (const Error& e) {
             EXPECT_EQ(std::string(e.what()), "run_steps: a plan with val loss, samples, checkpoints, a log or several "

@@ -21,7 +21,7 @@
 #include "dev/cuda/bench_common.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/cpu/adamw.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/model/gpt2_config.h"
 
 using llmc::f128;
 using llmc::floatX;

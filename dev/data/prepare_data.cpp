@@ -18,60 +18,50 @@
 #include <sys/stat.h>
 #include <vector>
 
-#include "llmc/formats.h"
-#include "llmc/tokenizer.h"
-#include "llmc/utils.h"
+#include "llmc/io/formats.h"
+#include "llmc/io/tokenizer.h"
+#include "llmc/util/flags.h"
+#include "llmc/util/utils.h"
 
 using namespace llmc;
-
-static const char* USAGE =
-    "usage: prepare_data [--gpt2-dir DIR] FILE OUT.bin\n"
-    "       prepare_data [--gpt2-dir DIR] --tinyshakespeare FILE OUTDIR\n"
-    "\n"
-    "Encodes the UTF-8 text FILE with GPT-2's tokenizer into llm.c data shards.\n"
-    "  FILE OUT.bin        write the whole encoding as one shard\n"
-    "  --tinyshakespeare   write OUTDIR/tiny_shakespeare_{val,train}.bin as llm.c does (an <|endoftext|> before\n"
-    "                      every blank-line-separated section, the first 32768 tokens for validation) and\n"
-    "                      OUTDIR/gpt2_tokenizer.bin; OUTDIR is created if missing\n"
-    "  --gpt2-dir DIR      directory with encoder.json and vocab.bpe (default: $GPT2_VOCAB_DIR, else the\n"
-    "                      repository's dev/data/gpt2 beside this program)\n"
-    "  -h, --help          show this help\n";
 
 // llm.c's validation split for tinyshakespeare.
 constexpr size_t TINYSHAKESPEARE_VAL_TOKENS = 32768;
 
 struct Args {
-    std::string gpt2_dir, input, output;
+    std::string gpt2_dir = default_gpt2_vocab_dir(), input, output;
     bool tinyshakespeare = false, help = false;
 };
 
+// The flag table (llmc/util/flags.h), bound to `a`; the two file arguments are positional.
+static FlagTable prepare_flags(Args& a, std::vector<std::string>* files) {
+    FlagTable t("usage: prepare_data [--gpt2-dir DIR] FILE OUT.bin\n"
+                "       prepare_data [--gpt2-dir DIR] --tinyshakespeare FILE OUTDIR\n"
+                "\n"
+                "Encodes the UTF-8 text FILE with GPT-2's tokenizer into llm.c data shards; FILE OUT.bin writes the\n"
+                "whole encoding as one shard.");
+    t.add({"", "--tinyshakespeare", "",
+           "write OUTDIR/tiny_shakespeare_{val,train}.bin as llm.c does (an <|endoftext|>\n"
+           "before every blank-line-separated section, the first 32768 tokens for\n"
+           "validation) and OUTDIR/gpt2_tokenizer.bin; OUTDIR is created if missing",
+           flag::on(a.tinyshakespeare)});
+    t.add({"", "--gpt2-dir", "DIR", "directory with encoder.json and vocab.bpe",
+           flag::text(a.gpt2_dir, "empty directory name"),
+           "$GPT2_VOCAB_DIR, else dev/data/gpt2 beside this program"});
+    t.add(help_flag(a.help));
+    return t.positionals(files);
+}
+
 static Args parse_args(int argc, char** argv) {
     Args a;
-    a.gpt2_dir = default_gpt2_vocab_dir();
-    std::vector<std::string> positional;
-    for (int i = 1; i < argc; i++) {
-        std::string arg = argv[i];
-        if (arg == "-h" || arg == "--help") {
-            a.help = true;
-        } else if (arg == "--tinyshakespeare") {
-            a.tinyshakespeare = true;
-        } else if (arg == "--gpt2-dir") {
-            if (i + 1 >= argc) throw UsageError("--gpt2-dir needs a directory");
-            a.gpt2_dir = argv[++i];
-        } else if (arg.rfind("--gpt2-dir=", 0) == 0) {
-            a.gpt2_dir = arg.substr(11);
-        } else if (arg.size() > 1 && arg[0] == '-') {
-            throw UsageError("unknown flag " + arg + " (see prepare_data --help)");
-        } else {
-            positional.push_back(arg);
-        }
-    }
+    std::vector<std::string> files;
+    prepare_flags(a, &files).parse(argc, argv);
     if (a.help) return a;
-    if (positional.size() != 2)
+    if (files.size() != 2)
         throw UsageError(strprintf("expected 2 arguments (FILE and %s), got %zu (see prepare_data --help)",
-                                   a.tinyshakespeare ? "OUTDIR" : "OUT.bin", positional.size()));
-    a.input = positional[0];
-    a.output = positional[1];
+                                   a.tinyshakespeare ? "OUTDIR" : "OUT.bin", files.size()));
+    a.input = files[0];
+    a.output = files[1];
     return a;
 }
 
@@ -124,7 +114,8 @@ static void write_tokens(const std::string& path, const int* ids, size_t n) {
 int run(int argc, char** argv) {
     Args a = parse_args(argc, argv);
     if (a.help) {
-        fputs(USAGE, stdout);
+        Args defaults;
+        fputs(prepare_flags(defaults, nullptr).help().c_str(), stdout);
         return 0;
     }
     check_outputs(a);

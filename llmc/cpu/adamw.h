@@ -1,5 +1,5 @@
 /*
- * CPU optimizer: deterministic global gradient norm, clipping, and AdamW (settings in llmc/optimizer.h;
+ * CPU optimizer: deterministic global gradient norm, clipping, and AdamW (settings in llmc/model/optimizer.h;
  * decoupled weight decay only on tensors where parameter_decays()).
  */
 #pragma once
@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "llmc/gpt2_config.h"
-#include "llmc/optimizer.h"
+#include "llmc/model/gpt2_config.h"
+#include "llmc/model/optimizer.h"
 
 namespace llmc::cpu {
 

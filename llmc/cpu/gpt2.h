@@ -27,11 +27,11 @@
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
-#include "llmc/gpt2_config.h"
-#include "llmc/gpt2_init.h"
-#include "llmc/memory_plan.h"
+#include "llmc/model/gpt2_config.h"
+#include "llmc/model/gpt2_init.h"
+#include "llmc/model/memory_plan.h"
 #include "llmc/profiler/cpu_timers.h"
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc {
 
@@ -60,7 +60,7 @@ template <typename Real> struct GPT2CPU {
 
     size_t num_parameters() const { return params_memory.size(); }
 
-    // GPT-2 init (llmc/gpt2_init.h): drawn in double from Rng(seed) in tensor order, so float and double
+    // GPT-2 init (llmc/model/gpt2_init.h): drawn in double from Rng(seed) in tensor order, so float and double
     // models, and the GPU model, start from the same weights for a seed.
     void init_random(uint64_t seed) { init_gpt2_parameters(params_memory.data(), config, seed); }
 
@@ -229,7 +229,7 @@ template <typename Real> struct GPT2CPU {
     }
 
     /*
-     * The model's own buffers for a (B, T) step as a memory plan (llmc/memory_plan.h): parameters, parameter
+     * The model's own buffers for a (B, T) step as a memory plan (llmc/model/memory_plan.h): parameters, parameter
      * gradients, the activations and their gradients, each one std::vector carved by activation_sizes in this
      * order (no alignment between tensors). The optimizer's moments are the trainer's and not counted here.
      */

@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <unistd.h>
 
-#include "llmc/gpt2_config.h"
+#include "llmc/model/gpt2_config.h"
 #include "llmc/infer/inputs.h"
-#include "llmc/progress.h"
-#include "llmc/rand.h"
-#include "llmc/sampler.h"
-#include "llmc/utils.h"
+#include "llmc/util/progress.h"
+#include "llmc/util/rand.h"
+#include "llmc/infer/sampler.h"
+#include "llmc/util/utils.h"
 
 namespace llmc {
 

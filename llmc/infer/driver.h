@@ -10,7 +10,7 @@
 
 #include "llmc/infer/profile.h"
 #include "llmc/infer/results.h"
-#include "llmc/infer_options.h"
+#include "llmc/infer/options.h"
 
 namespace llmc {
 

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <string>
 
-#include "llmc/checkpoint.h"
-#include "llmc/rand.h"
-#include "llmc/utils.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/util/rand.h"
+#include "llmc/util/utils.h"
 
 namespace llmc {
 

@@ -6,9 +6,9 @@
 #include <memory>
 #include <vector>
 
-#include "llmc/gpt2_config.h"
-#include "llmc/infer_options.h"
-#include "llmc/tokenizer.h"
+#include "llmc/model/gpt2_config.h"
+#include "llmc/infer/options.h"
+#include "llmc/io/tokenizer.h"
 
 namespace llmc {
 

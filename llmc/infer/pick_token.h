@@ -5,13 +5,13 @@
 #include <cmath>
 #include <vector>
 
-#include "llmc/sampler.h"
+#include "llmc/infer/sampler.h"
 
 namespace llmc {
 
 // The next token from a row of logits over V tokens: the argmax at temperature 0 (the lowest id among equal
-// maxima), else a draw from softmax(logits / T) restricted to the top k (llmc/sampler.h) with `coin` in [0, 1).
-// A row of logits that is not all finite gives kNotFinite (llmc/sampler.h), as the GPU's sample_tokens does.
+// maxima), else a draw from softmax(logits / T) restricted to the top k (llmc/infer/sampler.h) with `coin` in [0, 1).
+// A row of logits that is not all finite gives kNotFinite (llmc/infer/sampler.h), as the GPU's sample_tokens does.
 template <typename Real> int pick_token(const Real* logits, int V, float temperature, int top_k, float coin) {
     for (int i = 0; i < V; i++)
         if (!std::isfinite((double)logits[i])) return kNotFinite;

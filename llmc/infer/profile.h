@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "llmc/infer_options.h"
+#include "llmc/infer/options.h"
 #include "llmc/profiler/records.h"
 #include "llmc/profiler/session.h"
 

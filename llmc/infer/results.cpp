@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc {
 

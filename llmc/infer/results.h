@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "llmc/infer/inputs.h"
-#include "llmc/infer_options.h"
+#include "llmc/infer/options.h"
 
 namespace llmc {
 

@@ -20,7 +20,7 @@
 #include "llmc/profiler/device_specs.h"
 #include "llmc/matmul.cuh"
 #include "llmc/profiler/records.h"
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc::prof {
 

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc::prof::ceiling_cache {
 

@@ -15,7 +15,7 @@
 #include <variant>
 #include <vector>
 
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc::prof {
 

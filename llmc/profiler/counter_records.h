@@ -23,7 +23,7 @@
 
 #include "llmc/profiler/records.h"
 #include "llmc/profiler/roofline.h"
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc::prof {
 

@@ -201,16 +201,11 @@ ProfileRecords CpuEventSource::take() {
 }
 
 namespace {
-// The CPU, the build, the model and the batch; cpu_session adds the ceilings measured at its shapes.
-ProfileContext cpu_context(const char* program, const GPT2Config& c, int B, int T, int grad_accum) {
-    ProfileContext ctx = profile_context(program, c, B, T, grad_accum);
+// The CPU and the build into a context of the program, model and batch, and the ceilings measured at its shapes.
+std::unique_ptr<ProfileSession> cpu_session(const SessionOptions& opt, ProfileContext ctx, SubBlockTimes* timings) {
     ctx.device_kind = DeviceKind::CPU;
     ctx.device = strprintf("%s (%d threads)", cpu_model_name().c_str(), omp_get_max_threads());
     ctx.build = strprintf("C++ %s, fp32, OpenMP %d threads", __VERSION__, omp_get_max_threads());
-    return ctx;
-}
-
-std::unique_ptr<ProfileSession> cpu_session(const SessionOptions& opt, ProfileContext ctx, SubBlockTimes* timings) {
     ctx.ceilings = measure_cpu_ceilings(ctx.model, ctx.B, ctx.T);
     printf("profile: %s into %s/; ceilings fp32 %.3f TFLOP/s, memory %.0f GB/s (%s)\n",
            ProfileSchedule(opt.first_step, opt.steps).window().c_str(), opt.dir.c_str(), ctx.ceilings.fp32_tflops,
@@ -222,19 +217,15 @@ std::unique_ptr<ProfileSession> cpu_session(const SessionOptions& opt, ProfileCo
 }
 } // namespace
 
-std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, const GPT2Config& c, int B, int T,
-                                                         int grad_accum, SubBlockTimes* timings, int rank,
-                                                         int world_size, MemoryPlan memory) {
-    ProfileContext ctx = cpu_context("train_gpt2", c, B, T, grad_accum);
-    ctx.memory = std::move(memory);
-    ctx.rank = rank, ctx.world_size = world_size;
+std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, ProfileContext ctx,
+                                                         SubBlockTimes* timings) {
     return cpu_session(opt, std::move(ctx), timings);
 }
 
 std::unique_ptr<ProfileSession> make_cpu_inference_session(const SessionOptions& opt, const GPT2Config& c,
                                                            const InferenceShape& shape, int prompt_len,
                                                            SubBlockTimes* timings) {
-    ProfileContext ctx = cpu_context("infer_gpt2", c, (int)shape.sequences, prompt_len, 1);
+    ProfileContext ctx = profile_context("infer_gpt2", c, (int)shape.sequences, prompt_len, 1);
     ctx.inference = shape;
     return cpu_session(opt, std::move(ctx), timings);
 }

@@ -99,12 +99,11 @@ private:
     int64_t step_start_ = 0;
 };
 
-// train_gpt2's session: the CPU source over `timings`, the measured ceilings, and the CPU's context, for
-// data-parallel rank `rank` of `world_size`. RAPL is read under $LLMC_POWERCAP_ROOT when set, else
-// /sys/class/powercap.
-std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, const GPT2Config& c, int B, int T,
-                                                         int grad_accum, SubBlockTimes* timings, int rank = 0,
-                                                         int world_size = 1, MemoryPlan memory = {});
+// train_gpt2's session: the CPU source over `timings`, the measured ceilings and the CPU added to `ctx` (the
+// driver's: program, model, batch, ranks; the backend's memory plan). RAPL is read under $LLMC_POWERCAP_ROOT when
+// set, else /sys/class/powercap.
+std::unique_ptr<ProfileSession> make_cpu_profile_session(const SessionOptions& opt, ProfileContext ctx,
+                                                         SubBlockTimes* timings);
 
 /*
  * infer_gpt2's session: the same source and ceilings; step 1 is the prefill, each later step one decode step

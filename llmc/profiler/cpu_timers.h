@@ -1,5 +1,5 @@
 /*
- * The CPU trainer's collection layer: wall-clock timers around each sub-block execution (llmc/subblocks.h).
+ * The CPU trainer's collection layer: wall-clock timers around each sub-block execution (llmc/model/subblocks.h).
  * Accumulated per (sub-block, phase) for the table train_gpt2 prints at the end of a run and, while a profile
  * window records (llmc/profiler/cpu_source.h), appended one event per execution.
  */
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "llmc/subblocks.h"
+#include "llmc/model/subblocks.h"
 
 namespace llmc {
 

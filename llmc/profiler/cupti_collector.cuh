@@ -18,6 +18,8 @@
  * arrive in either order). DRIVER API records are enabled as well: cuBLASLt launches its GEMMs with the
  * driver API, and CUPTI emits external correlation records only for API kinds that are enabled.
  *
+ * Compiled once (cupti_collector.cu), by nvcc, into the GPU programs and the nvcc build's tests.
+ *
  * Buffers and threads: CUPTI asks for buffers from whatever thread needs one and returns them filled on its
  * own worker thread (or on the thread calling flush()). Buffers come from a process-wide pool of at most
  * MAX_BUFFERS x BUFFER_BYTES; when it is empty CUPTI gets no buffer, drops records, and the drop count is
@@ -27,83 +29,29 @@
  * never opened on other threads) and need no lock.
  */
 #pragma once
-#include <algorithm>
-#include <cublasLt.h>
 #include <cupti.h>
-#include <cxxabi.h>
-#include <iterator>
-#include <map>
-#include <memory>
-#include <mutex>
+#include <cstdint>
 #include <string>
-#include <sys/syscall.h>
-#include <unistd.h>
 #include <unordered_map>
 #include <vector>
 
-#include "llmc/cuda_common.cuh"
-#include "llmc/gpt2_config.h"
 #include "llmc/nvtx.h"
-#include "llmc/profiler/cupti_version.h"
 #include "llmc/profiler/records.h"
 
 namespace llmc::prof {
 
-inline const char* cupti_error_string(CUptiResult r) {
-    const char* msg = nullptr;
-    return cuptiGetResultString(r, &msg) == CUPTI_SUCCESS && msg ? msg : "unknown CUPTI error";
-}
-inline void cupti_check(CUptiResult r, const char* what, const char* file, int line) {
-    if (r != CUPTI_SUCCESS)
-        throw Error(strprintf("CUPTI error in %s (%s:%d): %s", what, file, line, cupti_error_string(r)));
-}
+const char* cupti_error_string(CUptiResult r);
+void cupti_check(CUptiResult r, const char* what, const char* file, int line);
 #define CUPTI_CHECK(call) ::llmc::prof::cupti_check((call), #call, __FILE__, __LINE__)
 
 // CUPTI's API version; throws when it is not the one the activity records are read as (cupti_version.h).
-inline uint32_t checked_cupti_version() {
-    uint32_t v = 0;
-    CUPTI_CHECK(cuptiGetVersion(&v));
-    const std::string why = cupti_version_mismatch(v, CUPTI_API_VERSION);
-    if (!why.empty()) throw Error(why);
-    return v;
-}
+uint32_t checked_cupti_version();
 
-// Errors meaning another tool (nsys, ncu, cuda-gdb) owns CUPTI: the profiler steps aside instead of failing.
-inline bool cupti_taken(CUptiResult r) {
-    return r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || r == CUPTI_ERROR_NOT_COMPATIBLE;
-}
-
-// nsys and ncu load themselves into the processes they profile through this variable.
-inline bool cuda_tool_injected() {
-    const char* p = getenv("CUDA_INJECTION64_PATH");
-    return p && *p;
-}
+// nsys and ncu load themselves into the processes they profile through CUDA_INJECTION64_PATH.
+bool cuda_tool_injected();
 
 // Kernel names arrive mangled ("_Z20layernorm_forward..."); C names (cuBLAS's) are kept as they are.
-inline std::string demangle(const char* name) {
-    if (!name) return "(unknown)";
-    int status = 0;
-    char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-    std::string out = status == 0 && d ? d : name;
-    free(d);
-    return out;
-}
-
-// "cudaLaunchKernel_v7000" -> "cudaLaunchKernel": the version suffix only splits one API across rows.
-inline std::string api_callback_name(CUpti_CallbackDomain domain, uint32_t cbid) {
-    const char* name = nullptr;
-    if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) return strprintf("api#%u", cbid);
-    std::string s = name;
-    size_t v = s.rfind("_v");
-    if (v != std::string::npos && v + 2 < s.size() && s.find_first_not_of("0123456789", v + 2) == std::string::npos)
-        s.resize(v);
-    return s;
-}
-
-inline uint32_t current_thread_id() {
-    thread_local uint32_t tid = (uint32_t)syscall(SYS_gettid);
-    return tid;
-}
+std::string demangle(const char* name);
 
 class CuptiCollector {
 public:
@@ -121,160 +69,28 @@ public:
      * version than the headers' (checked_cupti_version), or any other CUPTI failure, throws, with nothing left
      * enabled.
      */
-    bool start() {
-        if (cuda_tool_injected()) { // its CUPTI session would see ours, or refuse it half-way
-            printf("profiler: another CUDA tool is attached (nsys/ncu); in-process profiling off\n");
-            return false;
-        }
-        checked_cupti_version();
-        Pool& pool = Pool::get();
-        {
-            std::lock_guard<std::mutex> lock(pool.records_mutex);
-            if (pool.sink) throw Error("profiler: a CUPTI collector is already running in this process");
-            pool.sink = this;
-        }
-        // Every CUPTI client subscribes first; a second subscriber is refused, which is how a tool holding
-        // CUPTI shows itself. The subscription enables no callbacks.
-        CUptiResult r = cuptiSubscribe(&subscriber_, &ignore_callback, nullptr);
-        if (r != CUPTI_SUCCESS) subscriber_ = nullptr;
-        if (r == CUPTI_SUCCESS) r = cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed);
-        if (r == CUPTI_SUCCESS) r = cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM); // = gettid()
-        for (size_t i = 0; r == CUPTI_SUCCESS && i < std::size(KINDS); i++) {
-            r = cuptiActivityEnable(KINDS[i]);
-            if (r == CUPTI_SUCCESS) enabled_kinds_++;
-        }
-        size_t dropped = 0; // starts the drop count from here
-        if (r == CUPTI_SUCCESS) r = cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped);
-        if (r != CUPTI_SUCCESS) {
-            for (int i = 0; i < enabled_kinds_; i++) cuptiActivityDisable(KINDS[i]);
-            enabled_kinds_ = 0;
-            unsubscribe();
-            detach_sink();
-            if (cupti_taken(r)) {
-                printf("profiler: CUPTI is in use by another tool (nsys/ncu?); in-process profiling off\n");
-                return false;
-            }
-            throw Error(strprintf("profiler: cannot start CUPTI activity tracing: %s", cupti_error_string(r)));
-        }
-        range_hook() = RangeHook{&hook_push, &hook_pop, this};
-        running_ = true;
-        return true;
-    }
+    bool start();
     bool running() const { return running_; }
 
     // A profiled step: Ranges pushed until end_step() carry this step number (the run's, from 1).
-    void begin_step(int step) {
-        if (!running_) return;
-        step_ = step;
-        steps_.push_back(StepRecord{step, timestamp(), 0, 0});
-    }
-    void end_step(long tokens) {
-        if (!running_ || step_ < 0) return;
-        steps_.back().end_ns = timestamp();
-        steps_.back().tokens = tokens;
-        step_ = -1;
-    }
+    void begin_step(int step);
+    void end_step(long tokens);
 
     // Hands every completed buffer to the parser. Blocks while CUPTI delivers them: call it between steps.
-    void flush() {
-        if (!running_) return;
-        CUPTI_CHECK(cuptiActivityFlushAll(0));
-        count_dropped();
-        rethrow_callback_error();
-    }
+    void flush();
 
     // Uninstalls the hook, waits for the GPU, disables collection and drains every buffer.
-    void stop() {
-        if (!running_) return;
-        running_ = false;
-        range_hook() = RangeHook{};
-        CUDA_CHECK(cudaDeviceSynchronize());
-        for (int i = 0; i < enabled_kinds_; i++) CUPTI_CHECK(cuptiActivityDisable(KINDS[i]));
-        enabled_kinds_ = 0;
-        CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
-        count_dropped();
-        unsubscribe();
-        detach_sink();
-        rethrow_callback_error();
-    }
+    void stop();
 
     /*
      * The records of a stopped collection, each activity sorted by start time and joined to its Range.
      * The collector is empty afterwards.
      */
-    ProfileRecords take() {
-        if (running_) throw Error("profiler: take() before stop()");
-        ProfileRecords r = std::move(rec_);
-        rec_ = ProfileRecords{};
-        r.ranges = std::move(ranges_);
-        r.steps = std::move(steps_);
-        ranges_.clear(), steps_.clear(), open_.clear();
-        auto where = [&](uint32_t correlation) {
-            auto it = external_.find(correlation);
-            return it == external_.end() ? Attribution{} : unpack_range_id(it->second);
-        };
-        for (KernelRecord& k : r.kernels) k.where = where(k.correlation);
-        for (MemcpyRecord& m : r.memcpys) m.where = where(m.correlation);
-        for (MemsetRecord& m : r.memsets) m.where = where(m.correlation);
-        external_.clear();
-        auto by_start = [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; };
-        std::stable_sort(r.kernels.begin(), r.kernels.end(), by_start);
-        std::stable_sort(r.memcpys.begin(), r.memcpys.end(), by_start);
-        std::stable_sort(r.memsets.begin(), r.memsets.end(), by_start);
-        std::stable_sort(r.api.begin(), r.api.end(), by_start);
-        std::stable_sort(r.syncs.begin(), r.syncs.end(), by_start);
-        return r;
-    }
+    ProfileRecords take();
 
     // CUPTI's clock: the timebase of every record.
     // Never throws (the power sampler's thread calls it): cuptiGetTimestamp fails only on a null pointer.
-    static uint64_t timestamp() noexcept {
-        uint64_t t = 0;
-        cuptiGetTimestamp(&t);
-        return t;
-    }
-
-private:
-    static constexpr CUpti_ActivityKind KINDS[] = {
-        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,          CUPTI_ACTIVITY_KIND_MEMSET,
-        CUPTI_ACTIVITY_KIND_RUNTIME,           CUPTI_ACTIVITY_KIND_DRIVER,          CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
-        CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_OVERHEAD};
-
-    /*
-     * Process-wide, because CUPTI's callbacks carry no user pointer and CUPTI may still hold a buffer after
-     * a collector is gone: buffers are never freed (at most MAX_BUFFERS x BUFFER_BYTES, allocated on
-     * demand), and a buffer completed with no collector attached just goes back to the free list.
-     */
-    struct Pool {
-        std::mutex buffers_mutex; // free_list, allocated
-        std::vector<uint8_t*> free_list;
-        int allocated = 0;
-        std::mutex records_mutex; // sink, and the sink's rec_, external_ and callback_error_
-        CuptiCollector* sink = nullptr;
-        static Pool& get() {
-            static Pool* pool = new Pool; // never destroyed: CUPTI can complete buffers during exit
-            return *pool;
-        }
-    };
-
-    static void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
-        Pool& pool = Pool::get();
-        std::lock_guard<std::mutex> lock(pool.buffers_mutex);
-        *max_records = 0;
-        *buffer = nullptr;
-        *size = 0;
-        if (pool.free_list.empty() && pool.allocated < MAX_BUFFERS) {
-            // operator new aligns to 16 bytes; CUPTI needs 8.
-            uint8_t* b = new (std::nothrow) uint8_t[BUFFER_BYTES];
-            if (!b) return;
-            pool.free_list.push_back(b);
-            pool.allocated++;
-        }
-        if (pool.free_list.empty()) return; // pool exhausted: CUPTI drops records and counts them
-        *buffer = pool.free_list.back();
-        *size = BUFFER_BYTES;
-        pool.free_list.pop_back();
-    }
+    static uint64_t timestamp() noexcept;
 
     // What one buffer holds: records, and the correlation id -> packed range id links.
     struct Chunk {
@@ -282,203 +98,28 @@ private:
         std::vector<std::pair<uint32_t, uint64_t>> external;
     };
 
+private:
+    /*
+     * Process-wide, because CUPTI's callbacks carry no user pointer and CUPTI may still hold a buffer after
+     * a collector is gone: buffers are never freed (at most MAX_BUFFERS x BUFFER_BYTES, allocated on
+     * demand), and a buffer completed with no collector attached just goes back to the free list.
+     */
+    struct Pool;
+
+    static void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records);
     // Runs on CUPTI's thread: exceptions must not escape, so a failure is kept for flush()/stop() to throw.
-    static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
-        Pool& pool = Pool::get();
-        std::string error;
-        Chunk chunk;
-        try {
-            chunk = parse(buffer, valid);
-        } catch (const std::exception& e) {
-            error = e.what();
-        }
-        // Records this buffer's context and stream could not store (count_dropped covers the global queue).
-        size_t dropped = 0;
-        if (cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped) != CUPTI_SUCCESS) dropped = 0;
-        {
-            std::lock_guard<std::mutex> lock(pool.buffers_mutex);
-            pool.free_list.push_back(buffer);
-        }
-        std::lock_guard<std::mutex> lock(pool.records_mutex);
-        if (!pool.sink) return;
-        if (!error.empty() && pool.sink->callback_error_.empty()) pool.sink->callback_error_ = error;
-        pool.sink->rec_.dropped_records += dropped;
-        pool.sink->append(std::move(chunk));
-    }
-
-    void append(Chunk&& c) {
-        auto move_all = [](auto& to, auto& from) {
-            to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
-        };
-        move_all(rec_.kernels, c.rec.kernels);
-        move_all(rec_.memcpys, c.rec.memcpys);
-        move_all(rec_.memsets, c.rec.memsets);
-        move_all(rec_.api, c.rec.api);
-        move_all(rec_.syncs, c.rec.syncs);
-        rec_.cupti_overhead_ns += c.rec.cupti_overhead_ns;
-        for (const auto& [correlation, id] : c.external) external_[correlation] = id;
-    }
-
-    // Copies every record we use out of a completed buffer; touches no shared state.
-    static Chunk parse(uint8_t* buffer, size_t valid) {
-        Chunk out;
-        ProfileRecords& rec = out.rec;
-        std::unordered_map<std::string, std::string> kernel_names; // demangling is the costly part
-        std::map<std::pair<int, uint32_t>, std::string> api_names;
-        CUpti_Activity* a = nullptr;
-        while (cuptiActivityGetNextRecord(buffer, valid, &a) == CUPTI_SUCCESS) {
-            switch (a->kind) {
-            case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-                auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(a);
-                if (k->start == 0 && k->end == 0) break; // no timestamps could be taken: nothing to attribute
-                KernelRecord r;
-                const char* mangled = k->name ? k->name : "";
-                auto name = kernel_names.find(mangled);
-                if (name == kernel_names.end()) name = kernel_names.emplace(mangled, demangle(k->name)).first;
-                r.name = name->second;
-                r.start_ns = k->start, r.end_ns = k->end;
-                r.device = k->deviceId, r.stream = k->streamId, r.correlation = k->correlationId;
-                r.grid[0] = k->gridX, r.grid[1] = k->gridY, r.grid[2] = k->gridZ;
-                r.block[0] = k->blockX, r.block[1] = k->blockY, r.block[2] = k->blockZ;
-                r.registers_per_thread = k->registersPerThread;
-                r.static_smem = k->staticSharedMemory, r.dynamic_smem = k->dynamicSharedMemory;
-                rec.kernels.push_back(std::move(r));
-                break;
-            }
-            case CUPTI_ACTIVITY_KIND_MEMCPY: {
-                auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(a);
-                MemcpyRecord r;
-                r.kind = copy_kind(m->copyKind);
-                r.bytes = m->bytes, r.start_ns = m->start, r.end_ns = m->end;
-                r.device = m->deviceId, r.stream = m->streamId;
-                // The runtime call's id: it is the one our Ranges' external ids and ApiRecords carry.
-                r.correlation = m->runtimeCorrelationId ? m->runtimeCorrelationId : m->correlationId;
-                rec.memcpys.push_back(r);
-                break;
-            }
-            case CUPTI_ACTIVITY_KIND_MEMSET: {
-                auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(a);
-                MemsetRecord r;
-                r.bytes = m->bytes, r.start_ns = m->start, r.end_ns = m->end;
-                r.device = m->deviceId, r.stream = m->streamId, r.correlation = m->correlationId;
-                rec.memsets.push_back(r);
-                break;
-            }
-            case CUPTI_ACTIVITY_KIND_RUNTIME:
-            case CUPTI_ACTIVITY_KIND_DRIVER: {
-                auto* p = reinterpret_cast<const CUpti_ActivityAPI*>(a);
-                auto domain =
-                    a->kind == CUPTI_ACTIVITY_KIND_RUNTIME ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API;
-                auto key = std::make_pair((int)domain, (uint32_t)p->cbid);
-                auto name = api_names.find(key);
-                if (name == api_names.end()) name = api_names.emplace(key, api_callback_name(domain, p->cbid)).first;
-                rec.api.push_back(ApiRecord{name->second, p->start, p->end, p->threadId, p->correlationId});
-                break;
-            }
-            case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
-                auto* s = reinterpret_cast<const CUpti_ActivitySynchronization2*>(a);
-                rec.syncs.push_back(SyncRecord{sync_type(s->type), s->start, s->end, s->streamId, s->correlationId});
-                break;
-            }
-            case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-                auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(a);
-                if (e->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0)
-                    out.external.push_back({e->correlationId, e->externalId});
-                break;
-            }
-            case CUPTI_ACTIVITY_KIND_OVERHEAD: {
-                auto* o = reinterpret_cast<const CUpti_ActivityOverhead3*>(a);
-                if (o->end > o->start) rec.cupti_overhead_ns += (double)(o->end - o->start);
-                break;
-            }
-            default:
-                break;
-            }
-        }
-        return out;
-    }
-
-    static CopyKind copy_kind(uint8_t k) {
-        switch (k) {
-        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return CopyKind::HtoD;
-        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return CopyKind::DtoH;
-        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return CopyKind::DtoD;
-        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return CopyKind::HtoH;
-        default: return CopyKind::Other;
-        }
-    }
-    static const char* sync_type(CUpti_ActivitySynchronizationType t) {
-        switch (t) {
-        case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE: return "event";
-        case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT: return "stream_wait_event";
-        case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE: return "stream";
-        case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE: return "context";
-        default: return "unknown";
-        }
-    }
-
+    static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid);
+    void append(Chunk&& c);
     // Range hook, training thread only. The pop runs in ~Range, so it must not throw.
-    static void hook_push(const RangeInfo& info, void* ctx) {
-        auto* self = static_cast<CuptiCollector*>(ctx);
-        Attribution where{info.subblock, info.phase, info.layer, self->step_};
-        // No throw from inside Range's constructor (its NVTX push is done); a failure surfaces at flush().
-        CUptiResult r =
-            cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, pack_range_id(where));
-        if (r != CUPTI_SUCCESS) {
-            std::lock_guard<std::mutex> lock(Pool::get().records_mutex);
-            if (self->callback_error_.empty())
-                self->callback_error_ = strprintf("pushing an external correlation id: %s", cupti_error_string(r));
-        }
-        int depth = (int)self->open_.size();
-        self->open_.push_back(self->ranges_.size());
-        self->ranges_.push_back(RangeRecord{info.name, timestamp(), 0, current_thread_id(), depth, where});
-    }
-    static void hook_pop(void* ctx) {
-        auto* self = static_cast<CuptiCollector*>(ctx);
-        if (self->open_.empty()) return; // a Range opened before start(): CUPTI never saw its id
-        uint64_t t = 0, id = 0;
-        cuptiGetTimestamp(&t);
-        cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id);
-        self->ranges_[self->open_.back()].end_ns = t;
-        self->open_.pop_back();
-    }
-
+    static void hook_push(const RangeInfo& info, void* ctx);
+    static void hook_pop(void* ctx);
     // Records dropped from the global queue (buffer_completed counts each per-context, per-stream buffer's).
-    void count_dropped() {
-        size_t dropped = 0;
-        CUPTI_CHECK(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped));
-        std::lock_guard<std::mutex> lock(Pool::get().records_mutex);
-        rec_.dropped_records += dropped;
-    }
-    void detach_sink() {
-        Pool& pool = Pool::get();
-        std::lock_guard<std::mutex> lock(pool.records_mutex);
-        if (pool.sink == this) pool.sink = nullptr;
-    }
-    void rethrow_callback_error() {
-        std::string e;
-        {
-            std::lock_guard<std::mutex> lock(Pool::get().records_mutex);
-            e.swap(callback_error_);
-        }
-        if (!e.empty()) throw Error("profiler: reading CUPTI records: " + e);
-    }
+    void count_dropped();
+    void detach_sink();
+    void rethrow_callback_error();
     // Destructor path (an exception unwound past a running collection): stop without throwing.
-    void shutdown() noexcept {
-        if (running_) {
-            running_ = false;
-            range_hook() = RangeHook{};
-            for (int i = 0; i < enabled_kinds_; i++) cuptiActivityDisable(KINDS[i]);
-            cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-        }
-        unsubscribe();
-        detach_sink();
-    }
-    static void CUPTIAPI ignore_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
-    void unsubscribe() noexcept {
-        if (subscriber_) cuptiUnsubscribe(subscriber_);
-        subscriber_ = nullptr;
-    }
+    void shutdown() noexcept;
+    void unsubscribe() noexcept;
 
     bool running_ = false;
     int enabled_kinds_ = 0;

@@ -5,11 +5,13 @@
  * through make_gpu_profile_session (llmc/profiler/gpu_session.h), and by profile_gpt2cu.
  */
 #pragma once
+#include <cublasLt.h>
 #include <memory>
 #include <string>
 
 #include "llmc/profiler/calibrate.cuh"
 #include "llmc/profiler/cupti_collector.cuh"
+#include "llmc/profiler/cupti_version.h"
 #include "llmc/profiler/session.h"
 
 namespace llmc::prof {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc::prof {
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc::prof {
 

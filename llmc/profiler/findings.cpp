@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc::prof {
 

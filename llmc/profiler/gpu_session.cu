@@ -8,7 +8,13 @@
 namespace llmc::prof {
 
 std::unique_ptr<ProfileSession> make_gpu_profile_session(const SessionOptions& so, ProfileContext ctx) {
-    ctx.ceilings = measure_ceilings(true);
+    if (so.measure_ceilings) {
+        ctx.ceilings = measure_ceilings(true);
+    } else {
+        cudaDeviceProp p;
+        CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+        ctx.ceilings = spec_ceilings(p.name);
+    }
     printf("profile: %s into %s/; ceilings bf16 %.0f TFLOP/s, DRAM %.0f GB/s (%s)\n",
            ProfileSchedule(so.first_step, so.steps).window().c_str(), so.dir.c_str(), ctx.ceilings.bf16_tflops,
            ctx.ceilings.dram_gbps, ctx.ceilings.source.c_str());

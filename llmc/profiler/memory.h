@@ -1,5 +1,5 @@
 /*
- * Memory analysis over a plan (llmc/memory_plan.h): totals by kind, the peak of what a step keeps live and who
+ * Memory analysis over a plan (llmc/model/memory_plan.h): totals by kind, the peak of what a step keeps live and who
  * is live at it, the largest tensors, and a model of PyTorch's CUDA caching allocator run on the allocation
  * sequence an eager framework would make for the same tensors; then the writers of that analysis: the text of
  * --memory-plan and summary.txt's memory section, memory.csv, and memory_snapshot.pickle in the format
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/memory_plan.h"
+#include "llmc/model/memory_plan.h"
 
 namespace llmc::prof {
 

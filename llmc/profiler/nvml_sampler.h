@@ -31,7 +31,7 @@
 
 #include "llmc/profiler/records.h"
 #include "llmc/train/dist.h"
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc::prof {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <dirent.h>
 
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc::prof {
 

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "llmc/gemm_tuning.h"
-#include "llmc/gpt2_config.h"
-#include "llmc/memory_plan.h"
-#include "llmc/subblocks.h"
+#include "llmc/profiler/gemm_tuning.h"
+#include "llmc/model/gpt2_config.h"
+#include "llmc/model/memory_plan.h"
+#include "llmc/model/subblocks.h"
 
 namespace llmc::prof {
 
@@ -189,7 +189,7 @@ struct ProfileContext {
     size_t peak_memory_bytes = 0;
     InferenceShape inference; // inference runs only; B is then the sequences, T the longest prompt
     int rank = 0, world_size = 1; // data-parallel rank of the process profiled, of how many (trace.json distributedInfo)
-    MemoryPlan memory;        // the program's allocations and tensors (llmc/memory_plan.h); empty: not known
+    MemoryPlan memory;        // the program's allocations and tensors (llmc/model/memory_plan.h); empty: not known
     std::vector<GemmTuning> gemm_algorithms; // GPU: every cuBLASLt matmul plan's algorithm and autotune times
 };
 

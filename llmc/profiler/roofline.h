@@ -21,9 +21,9 @@
 #include <array>
 #include <cmath>
 
-#include "llmc/gpt2_config.h"
+#include "llmc/model/gpt2_config.h"
 #include "llmc/profiler/records.h"
-#include "llmc/subblocks.h"
+#include "llmc/model/subblocks.h"
 
 namespace llmc::prof {
 
@@ -93,7 +93,7 @@ CostTable analytic_costs(const GPT2Config& c, int B, int T, int grad_accum);
  * positions: what makes decode's bytes grow with the context), and once per prompt position in prefill
  * (a tiled kernel keeps a prompt's keys on chip). lnf and the classifier run on each sequence's last row
  * only: B rows in prefill, every row in decode.
- * fused: the GPU decoder's kernels (llmc/gpt2_decoder.cuh), with training's fusions: the residual adds inside the
+ * fused: the GPU decoder's kernels (llmc/gpu/gpt2_decoder.cuh), with training's fusions: the residual adds inside the
  * LayerNorm that follows (ln2, the next ln1, lnf: two tensors read, the sum written besides the output, one more
  * FLOP per element), GELU as fc's epilogue (the pre-GELU written too), so the residual1, residual2 and gelu
  * cells are zero; and lnf over every row (the classifier still takes the last rows only).

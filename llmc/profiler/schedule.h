@@ -7,7 +7,7 @@
 #pragma once
 #include <string>
 
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc::prof {
 

@@ -57,6 +57,9 @@ struct SessionOptions {
     // its log to training and prints print_outcome's few lines at its end instead.
     bool print_summary = false;
     std::string flag = "--profile";  // the flag that named dir, for errors (profile_gpt2cu's is -o)
+    // The GPU's ceilings measured (or read from their cache) when the session is made; false: the datasheet's
+    // (profile_gpt2cu --no-calibrate, or under ncu and nsys). The CPU's are always measured.
+    bool measure_ceilings = true;
 };
 
 class ProfileSession {
@@ -84,7 +87,7 @@ public:
     const std::vector<std::string>& written_files() const { return written_files_; } // their names, once written
 
     // Runs at write time after the records are taken, before the report is built: may finish the context
-    // (profile_gpt2cu measures its ceilings there, with the model freed) and returns hardware counters.
+    // and returns hardware counters (profile_gpt2cu's --counters step).
     using BeforeReport = std::function<CounterReport(const ProfileRecords&, ProfileContext&)>;
     void before_report(BeforeReport fn) { before_report_ = std::move(fn); }
     const ProfileContext& context() const { return ctx_; } // the run's description and the measured ceilings

@@ -15,7 +15,7 @@
 
 #include "llmc/profiler/columns.h"
 #include "llmc/profiler/findings.h"
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc::prof {
 
@@ -397,7 +397,7 @@ std::string shape_text(const std::vector<size_t>& shape) {
     return s;
 }
 
-// memory.csv and profile.json "memory" "tensors": the plan's tensors (llmc/memory_plan.h).
+// memory.csv and profile.json "memory" "tensors": the plan's tensors (llmc/model/memory_plan.h).
 struct TensorLine {
     const PlannedTensor* t;
     const MemoryPlan* plan;

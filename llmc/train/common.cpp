@@ -81,6 +81,7 @@ void TrainLog::line(const std::string& s) {
         if (fflush(file_->get()) != 0)
             throw Error(strprintf("%s: write failed (%s)", file_->path().c_str(), strerror(errno)));
     } catch (const Error& e) {
+        fflush(stdout); // the line lands between the step lines, not inside one
         fprintf(stderr, "error: %s; training goes on without its log, and the run will exit with status 1\n", e.what());
         file_.reset(); // what fclose still has to write is lost with the rest
         failed_ = true;

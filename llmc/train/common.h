@@ -7,10 +7,10 @@
 #include <memory>
 #include <string>
 
-#include "llmc/cli.h"
-#include "llmc/dataloader.h"
+#include "llmc/train/options.h"
+#include "llmc/io/dataloader.h"
 #include "llmc/profiler/cpu_timers.h"
-#include "llmc/tokenizer.h"
+#include "llmc/io/tokenizer.h"
 
 namespace llmc {
 

@@ -7,7 +7,7 @@
 
 #include "llmc/cpu/adamw.h"
 #include "llmc/profiler/cpu_timers.h"
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc {
 

@@ -28,8 +28,8 @@
 #include <thread>
 #include <vector>
 
-#include "llmc/gpt2_config.h"
-#include "llmc/subblocks.h"
+#include "llmc/model/gpt2_config.h"
+#include "llmc/model/subblocks.h"
 
 namespace llmc {
 

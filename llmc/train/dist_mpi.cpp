@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "llmc/train/dist.h"
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc {
 

@@ -8,26 +8,35 @@
 #include <memory>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/dataloader.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/io/dataloader.h"
 #include "llmc/profiler/distributed.h"
 #include "llmc/profiler/session.h"
-#include "llmc/progress.h"
-#include "llmc/rand.h"
-#include "llmc/sampler.h"
-#include "llmc/schedulers.h"
+#include "llmc/util/progress.h"
+#include "llmc/util/rand.h"
+#include "llmc/infer/sampler.h"
+#include "llmc/train/schedulers.h"
 #include "llmc/train/common.h"
 #include "llmc/train/dist.h"
 #include "llmc/train/plan.h"
 
 namespace llmc {
 
+LoaderBatches::LoaderBatches(DataLoader& loader) : TokenBatches(loader.B(), loader.T()), loader_(loader) {}
 void LoaderBatches::next_batch() { loader_.next_batch(); }
 const int* LoaderBatches::inputs() const { return loader_.inputs(); }
 const int* LoaderBatches::targets() const { return loader_.targets(); }
 
 RandomBatches::RandomBatches(int B, int T, int vocab_size, uint64_t seed)
-    : vocab_(vocab_size), tokens_((size_t)B * T + 1), rng_(seed) {}
+    : TokenBatches(B, T), vocab_(vocab_size), tokens_((size_t)B * T + 1), rng_(seed) {}
+
+void check_batch_shape(const TokenBatches& batches, const TrainShape& shape) {
+    if (batches.B != shape.B || batches.T != shape.T)
+        throw Error(strprintf("train_step: batches of (%d, %d) for a backend built for (%d, %d)", batches.B, batches.T,
+                              shape.B, shape.T));
+}
+
+TrainShape train_shape(const TrainOptions& opt) { return TrainShape{opt.B, opt.T, opt.adam, opt.zero_stage != 0}; }
 void RandomBatches::next_batch() {
     for (int& t : tokens_) t = (int)(rng_.next_u32() % vocab_);
 }
@@ -67,9 +76,11 @@ void print_sample(TrainBackend& be, InferBackendFactory make_sampler, const GPT2
     printf("----------------\n");
 }
 
-// The backend at the run's starting point: a checkpoint's moments and run choices, then the weights. Returns the
-// samples' RNG, where the checkpoint left it.
+// The backend at the run's starting point: the weights (which allocate the model), then a checkpoint's moments and
+// run choices. Returns the samples' RNG, where the checkpoint left it.
 Rng start_backend(TrainBackend& be, RunPlan& plan, std::vector<float> weights) {
+    be.load_weights(weights);
+    weights = std::vector<float>(); // the backend holds them now
     Rng sample_rng(plan.opt.seed);
     if (plan.resume_step >= 0) {
         be.set_moments(plan.state.m, plan.state.v);
@@ -78,8 +89,17 @@ Rng start_backend(TrainBackend& be, RunPlan& plan, std::vector<float> weights) {
         plan.state = TrainState();
         printf("resumed from %s (step %d)\n", plan.source.c_str(), plan.start_step);
     }
-    be.load_weights(weights);
-    return sample_rng; // the backend holds the weights now: the caller's copy is freed here
+    return sample_rng;
+}
+
+// --profile DIR: the backend's session over the plan's window (the session counts steps from 0, the flag as the step
+// lines do, from 1), made before the backend allocates; null without --profile.
+std::unique_ptr<prof::ProfileSession> make_profile_session(const char* program, TrainBackend& be, const RunPlan& plan) {
+    const TrainOptions& opt = plan.opt;
+    if (opt.profile_dir.empty()) return nullptr;
+    prof::ProfileContext ctx = prof::profile_context(program, plan.cfg, opt.B, opt.T, plan.grad_accum);
+    ctx.rank = plan.rank, ctx.world_size = plan.world;
+    return be.profile_session({opt.profile_dir, opt.profile_start - 1, opt.profile_steps}, std::move(ctx));
 }
 
 void print_banner(const TrainBackend& be, const RunPlan& p) {
@@ -122,9 +142,9 @@ struct Boundary {
  */
 struct TrainRun {
     TrainRun(RunPlan& plan, TrainBackend& be, Communicator& comm, TokenBatches& batches, Rng sample_rng,
-             InferBackendFactory sampler = nullptr)
-        : plan(plan), opt(plan.opt), be(be), comm(comm), batches(batches), profile(be.profile_session()),
-          sampler(sampler), sample_rng(sample_rng),
+             prof::ProfileSession* profile, InferBackendFactory sampler = nullptr)
+        : plan(plan), opt(plan.opt), be(be), comm(comm), batches(batches), profile(profile), sampler(sampler),
+          sample_rng(sample_rng),
           log(plan.rank == 0 ? opt.output_dir : "", plan.resume_step),
           sched{opt.schedule, opt.lr, opt.warmup, opt.final_lr_frac, plan.max_steps},
           every{plan.has_val ? opt.val_every : 0, opt.sample_every, opt.checkpoint_every} {}
@@ -308,9 +328,10 @@ int train_run(Communicator* comm, const TrainProgram& program, int argc, char** 
     if (plan.world > 1) check_same_run(*comm, plan, weights);
     const std::unique_ptr<DirLock> lock = claim_output_dir(plan); // held to the end of the run
     // ---- the model ----
-    backend = program.make_backend(plan.cfg, plan.opt, *comm);
+    backend = program.make_backend(plan.cfg, train_shape(plan.opt), *comm);
+    const std::unique_ptr<prof::ProfileSession> profile = make_profile_session(program.name, *backend, plan);
     LoaderBatches batches(*plan.train);
-    TrainRun run(plan, *backend, *comm, batches, start_backend(*backend, plan, std::move(weights)),
+    TrainRun run(plan, *backend, *comm, batches, start_backend(*backend, plan, std::move(weights)), profile.get(),
                  program.make_sampler);
     print_banner(*backend, plan);
     return run.loop(program.name);
@@ -318,11 +339,12 @@ int train_run(Communicator* comm, const TrainProgram& program, int argc, char** 
 
 } // namespace
 
-void run_steps(const char* program, RunPlan& plan, TrainBackend& be, Communicator& comm, TokenBatches& batches) {
+void run_steps(const char* program, RunPlan& plan, TrainBackend& be, Communicator& comm, TokenBatches& batches,
+               prof::ProfileSession* profile) {
     const TrainOptions& o = plan.opt;
     if (plan.has_val || o.sample_every > 0 || o.checkpoint_every > 0 || !o.output_dir.empty() || plan.world != 1)
         throw Error("run_steps: a plan with val loss, samples, checkpoints, a log or several ranks needs run_training");
-    TrainRun run(plan, be, comm, batches, Rng(plan.opt.seed));
+    TrainRun run(plan, be, comm, batches, Rng(plan.opt.seed), profile);
     run.loop(program);
 }
 

@@ -74,8 +74,7 @@ void plan_model(RunPlan& p) {
     p.cfg = src.cfg;
     p.random_init = src.random;
     if (p.resume_step >= 0 && opt.model_given) check_resumed_model(opt, p.cfg, p.resume_step);
-    if (opt.T > p.cfg.max_seq_len)
-        throw UsageError(strprintf("-t: sequence length %d exceeds the model's maximum %d", opt.T, p.cfg.max_seq_len));
+    check_seq_len(p.cfg, opt.T);
 }
 
 // The train shards (every one's header and tokens checked), the val shards and the samples' tokenizer.

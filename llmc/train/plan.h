@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/cli.h"
-#include "llmc/dataloader.h"
-#include "llmc/tokenizer.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/train/options.h"
+#include "llmc/io/dataloader.h"
+#include "llmc/io/tokenizer.h"
 
 namespace llmc {
 

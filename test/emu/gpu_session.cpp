@@ -2,7 +2,7 @@
 // trace with, so a GPU backend asked to profile under the emulator refuses with one line naming the flag.
 #include "llmc/profiler/gpu_session.h"
 
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace llmc::prof {
 

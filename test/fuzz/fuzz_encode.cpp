@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "llmc/tokenizer.h"
+#include "llmc/io/tokenizer.h"
 #include "test/fuzz/fuzz_util.h"
 
 static std::unique_ptr<llmc::GPT2Tokenizer> tokenizer;

@@ -1,9 +1,9 @@
-// GPT-2's vocabulary files (llmc/tokenizer.h from_gpt2_files): the input is encoder.json, a NUL byte, then
+// GPT-2's vocabulary files (llmc/io/tokenizer.h from_gpt2_files): the input is encoder.json, a NUL byte, then
 // vocab.bpe. A vocabulary that loads must encode text (here the vocab.bpe part, when it is UTF-8) to ids below
 // its size that decode back to the text.
 #include <cstring>
 
-#include "llmc/tokenizer.h"
+#include "llmc/io/tokenizer.h"
 #include "test/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
-// Model files (llmc/checkpoint.h load_model): header, shape validation, size check, fp32 and bf16 payloads. An
+// Model files (llmc/io/checkpoint.h load_model): header, shape validation, size check, fp32 and bf16 payloads. An
 // accepted file's tensors must all lie inside its parameter buffer.
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "test/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
-// Data shards (llmc/dataloader.h): the header check against the file size, the token-id check, batches across
+// Data shards (llmc/io/dataloader.h): the header check against the file size, the token-id check, batches across
 // the shard end and a position restore.
-#include "llmc/dataloader.h"
+#include "llmc/io/dataloader.h"
 #include "test/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

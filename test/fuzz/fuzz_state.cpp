@@ -1,8 +1,8 @@
-// Training-state files (llmc/checkpoint.h load_state) and checkpoint file names. The parameter count and step
+// Training-state files (llmc/io/checkpoint.h load_state) and checkpoint file names. The parameter count and step
 // the loader is asked for come from the input's own header, so that the size arithmetic sees any value.
 #include <cstring>
 
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "test/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

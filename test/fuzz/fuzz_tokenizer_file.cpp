@@ -1,6 +1,6 @@
-// llm.c tokenizer files (llmc/tokenizer.h from_llmc_file): header, token lengths, the size check before
+// llm.c tokenizer files (llmc/io/tokenizer.h from_llmc_file): header, token lengths, the size check before
 // allocation. Every token of an accepted file decodes to its bytes.
-#include "llmc/tokenizer.h"
+#include "llmc/io/tokenizer.h"
 #include "test/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -10,7 +10,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "llmc/utils.h"
+#include "llmc/util/utils.h"
 
 namespace fuzz {
 

@@ -11,7 +11,7 @@
 
 #include "dev/cuda/device_utils.cuh"
 #include "llmc/cuda_common.cuh"
-#include "llmc/gpt2_config.h"
+#include "llmc/model/gpt2_config.h"
 
 /*
  * GPU_TEST(suite, name): a test of GPU code. Built by nvcc it is a plain TEST that skips without a device;

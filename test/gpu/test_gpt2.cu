@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "llmc/cpu/adamw.h"
-#include "llmc/gpt2.cuh"
+#include "llmc/gpu/gpt2.cuh"
 #include "llmc/cpu/gpt2.h"
-#include "llmc/gpt2_init.h"
+#include "llmc/model/gpt2_init.h"
 #include "test/gpu/gpu_test_util.cuh"
 
 using namespace llmc;
@@ -208,7 +208,8 @@ namespace {
  * the real reduction's stream does for its event, and writes back on that stream (a plain cudaMemcpy to the
  * device could land after the model's non-blocking stream has read the buffer).
  */
-struct DoublingReduce {
+struct DoublingReduce : GradientReduce {
+    explicit DoublingReduce(GPT2GPU& g) : gpu(g) {}
     GPT2GPU& gpu;
     std::vector<int> buckets; // in the order backward handed them over
     template <typename T> void double_in_place(T* d, size_t n) {
@@ -219,14 +220,12 @@ struct DoublingReduce {
         CUDA_CHECK(cudaMemcpyAsync(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice, gpu.stream));
         CUDA_CHECK(cudaStreamSynchronize(gpu.stream)); // h goes out of scope
     }
-    void layer_done(int layer) {
+    void layer_done(int layer) override {
         buckets.push_back(layer);
         for (const ParamRange& r : layer_parameter_ranges(gpu.config, layer))
             double_in_place(gpu.grads_memory + r.offset, r.count);
     }
-    void finish(float* loss) { double_in_place(loss, 1); }
-    void sum_norm(float*) {} // ZeRO-1 only: one shard here
-    void gather_params() {}
+    void finish(float* loss) override { double_in_place(loss, 1); }
 };
 } // namespace
 
@@ -244,8 +243,8 @@ GPU_TEST(GPT2GPU, DataParallelBucketsCoverEveryGradientOnce) {
     auto in = gputest::random_tokens(B * T, one.cfg.vocab_size), tg = gputest::random_tokens(B * T, one.cfg.vocab_size);
     auto batch = [&] { return std::make_pair(in.data(), tg.data()); };
     auto [loss1, norm1] = one.gpu.train_step(batch, B, T, 1, 1e-3f, AdamWConfig{}, 1);
-    DoublingReduce reduce{rank.gpu, {}};
-    auto [loss2, norm2] = rank.gpu.train_step(batch, B, T, 1, 1e-3f, AdamWConfig{}, 1, 2, reduce);
+    DoublingReduce reduce(rank.gpu);
+    auto [loss2, norm2] = rank.gpu.train_step(batch, B, T, 1, 1e-3f, AdamWConfig{}, 1, 2, &reduce);
     EXPECT_EQ(loss1, loss2);
     EXPECT_EQ(norm1, norm2);
     std::vector<int> order;
@@ -350,7 +349,8 @@ namespace {
  * loss), the norm's sum adds the other shard's squares of the doubled gradients; the all-gather is left out
  * (the test compares this rank's shard). It records the order of the calls.
  */
-struct ShardedDoublingReduce {
+struct ShardedDoublingReduce : GradientReduce {
+    explicit ShardedDoublingReduce(GPT2GPU& g) : gpu(g) {}
     GPT2GPU& gpu;
     std::vector<std::string> calls;
     std::vector<floatX> local; // the gradients before the reduction, for the other shard's norm
@@ -359,8 +359,8 @@ struct ShardedDoublingReduce {
         CUDA_CHECK(cudaMemcpyAsync(d, h, n * sizeof(T), cudaMemcpyHostToDevice, gpu.stream));
         CUDA_CHECK(cudaStreamSynchronize(gpu.stream));
     }
-    void layer_done(int) { calls.push_back("layer"); }
-    void finish(float* loss) {
+    void layer_done(int) override { calls.push_back("layer"); }
+    void finish(float* loss) override {
         calls.push_back("finish");
         local = gputest::download(gpu.grads_memory, gpu.padded_params);
         std::vector<floatX> g = local;
@@ -369,7 +369,7 @@ struct ShardedDoublingReduce {
         float l = gputest::download(loss, 1)[0] * 2.0f;
         upload(loss, &l, 1);
     }
-    void sum_norm(float* sq) {
+    void sum_norm(float* sq) override {
         calls.push_back("sum_norm");
         double other = 0;
         for (size_t i = 0; i < local.size(); i++)
@@ -377,7 +377,7 @@ struct ShardedDoublingReduce {
         float s = gputest::download(sq, 1)[0] + (float)other;
         upload(sq, &s, 1);
     }
-    void gather_params() { calls.push_back("gather_params"); }
+    void gather_params() override { calls.push_back("gather_params"); }
 };
 } // namespace
 
@@ -411,9 +411,9 @@ GPU_TEST(GPT2GPU, ShardedTrainStepMatchesOneProcessOnItsShard) {
         GPT2GPU rank(cfg, B, T, r, shards);
         rank.set_parameters(w.data());
         ASSERT_EQ(rank.shard.size() * shards, rank.padded_params);
-        ShardedDoublingReduce reduce{rank, {}, {}};
+        ShardedDoublingReduce reduce(rank);
         reduce.upload(rank.params_memory, params0.data(), params0.size()); // the other shard's: the all-gather's part
-        auto [loss2, norm2] = rank.train_step(batch, B, T, 1, 1e-3f, adam, 1, shards, reduce);
+        auto [loss2, norm2] = rank.train_step(batch, B, T, 1, 1e-3f, adam, 1, shards, &reduce);
         std::vector<std::string> order(cfg.num_layers + 1, "layer"); // backward hands every bucket over, unused
         for (const char* call : {"finish", "sum_norm", "gather_params"}) order.push_back(call);
         EXPECT_EQ(reduce.calls, order);

@@ -1,4 +1,4 @@
-// The GPU decoder (llmc/gpt2_decoder.cuh) and the GPU sampler (llmc/sample.cuh) on a tiny random model:
+// The GPU decoder (llmc/gpu/gpt2_decoder.cuh) and the GPU sampler (llmc/sample.cuh) on a tiny random model:
 //  - greedy generation with the KV cache against full recomputation through the training forward (GPT2GPU) on
 //    the same prefix, ragged prompts in one batch, sequences stopping at different steps (decode then computes
 //    rows for the running ones only; the others' caches and lengths stay): the logits of every generated
@@ -22,11 +22,12 @@
 #include <vector>
 
 #include "llmc/cpu/gpt2_decoder.h"
-#include "llmc/gpt2.cuh"
-#include "llmc/gpt2_decoder.cuh"
-#include "llmc/gpt2_init.h"
+#include "llmc/gpu/gpt2.cuh"
+#include "llmc/gpu/gpt2_decoder.cuh"
+#include "llmc/model/gpt2_init.h"
 #include "llmc/infer/pick_token.h"
 #include "llmc/nvtx.h"
+#include "llmc/sample.cuh"
 #include "test/gpu/gpu_test_util.cuh"
 
 using namespace llmc;

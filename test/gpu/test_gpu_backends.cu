@@ -1,11 +1,11 @@
 // The GPU programs' backends in-process under their drivers, as train_gpt2cu and infer_gpt2cu run them, on a tiny
-// model file and toy shards. Training (llmc/train/gpu_backend.cu through run_training): the losses and val losses
-// in main.log against the CPU trainer's within the bf16 tolerance of the model tests, and a run resumed from its
-// checkpoint ending bit for bit where the uninterrupted run ended. Inference (llmc/infer/gpu_backend.cu through
-// run_inference): the ids of each sequence are those of the GPU decoder driven by hand with the driver's contract
-// (one coin per running sequence, in sequence order, from --seed). The GPU backend's hooks as profile_gpt2cu uses
-// them (its own profile session, run_steps): the model freed in the session's write hook and nothing touching it
-// afterwards (the backend throws on a freed model). Part of the emulated tier, where --profile is refused (no CUPTI).
+// model file and toy shards. Training (llmc/gpu/gpt2.cu through run_training): the losses and val losses in main.log
+// against the CPU trainer's within the bf16 tolerance of the model tests, a run resumed from its checkpoint ending
+// bit for bit where the uninterrupted run ended, and the samples the GPU decoder's. Inference (llmc/gpu/gpt2_decoder.cu
+// through run_inference): the ids of each sequence are those of the GPU decoder driven by hand with the driver's
+// contract (one coin per running sequence, in sequence order, from --seed). profile_gpt2cu's run: the backend under
+// the driver's step loop with the program's own session. Part of the emulated tier, where --profile is refused (no
+// CUPTI).
 #include <algorithm>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -13,18 +13,16 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/formats.h"
-#include "llmc/gpt2_decoder.cuh"
-#include "llmc/gpt2_init.h"
-#include "llmc/infer/cpu_backend.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/io/formats.h"
+#include "llmc/gpu/gpt2_decoder.cuh"
+#include "llmc/model/gpt2_init.h"
+#include "llmc/cpu/programs.h"
 #include "llmc/infer/driver.h"
-#include "llmc/infer/gpu_backend.h"
+#include "llmc/gpu/programs.h"
 #include "llmc/profiler/session.h"
-#include "llmc/rand.h"
-#include "llmc/train/cpu_backend.h"
+#include "llmc/util/rand.h"
 #include "llmc/train/dist.h"
-#include "llmc/train/gpu_backend.h"
 #include "llmc/train/loop.h"
 #include "llmc/train/plan.h"
 #include "test/gpu/gpu_test_util.cuh"
@@ -153,7 +151,7 @@ GPU_TEST(GpuBackends, InferenceThroughTheDriverIsTheDecodersOutput) {
     const int n = 5;
     testutil::CommandLine cl({"infer_gpt2cu", "-e", toy.model(), "--prompt-ids", "3,1,4,1,5", "-b", "2", "-n",
                               std::to_string(n), "--temperature", "0.9", "--top-k", "40", "--seed", "7", "--json"});
-    const InferProgram program{"infer_gpt2cu", make_gpu_infer_backend};
+    const InferProgram program = gpu_infer_program();
     testing::internal::CaptureStdout();
     const int rc = run_inference(program, cl.argc(), cl.argv());
     fflush(stdout);
@@ -184,39 +182,36 @@ GPU_TEST(GpuBackends, InferenceThroughTheDriverIsTheDecodersOutput) {
     EXPECT_EQ(got, want) << out;
 }
 
-GPU_TEST(GpuBackends, ProfileRunFreesTheModelWhenTheSessionWrites) {
+// profile_gpt2cu's run: the GPU backend built from the program, its weights loaded, and the driver's step loop
+// (run_steps) bracketing each step with the program's own session, here over a scripted source (no CUPTI): the
+// last two steps traced and written, the counted step of before_report trained through the backend's interface.
+GPU_TEST(GpuBackends, ProfileRunIsTheDriversStepsUnderTheProgramsSession) {
     REQUIRE_GPU();
     ToyRun toy;
     RunPlan plan = fixed_steps_plan(toy.model(), toy.cfg, 2, 32, 3, 1e-3f);
     const std::unique_ptr<Communicator> comm = single_process_communicator();
-    std::unique_ptr<GpuTrainBackend> be = make_gpu_train_backend(toy.cfg, plan.opt, *comm);
+    std::unique_ptr<TrainBackend> be = gpu_train_program().make_backend(toy.cfg, train_shape(plan.opt), *comm);
     std::vector<float> w(num_parameters(toy.cfg));
     init_gpt2_parameters(w.data(), toy.cfg, 11);
     be->load_weights(w);
     prof::ProfileContext ctx = prof::profile_context("profile_gpt2cu", toy.cfg, 2, 32);
-    ctx.memory = be->memory_plan();
-    const size_t planned = ctx.memory.total_bytes();
-    ASSERT_GT(planned, 0u);
+    ctx.memory = plan_gpu_training(toy.cfg, 2, 32);
     // The last two steps traced, as profile_gpt2cu traces the steps after its warmup.
     std::string source_log; // what the session asked of its source (no CUPTI here)
-    auto session = std::make_unique<prof::ProfileSession>(prof::SessionOptions{toy.dir / "p", 1, 2, 15, false, "-o"},
-                                                          std::move(ctx),
-                                                          std::make_unique<testutil::ScriptedSource>(&source_log, false));
-    int freed = 0;
-    session->before_report([&](const prof::ProfileRecords& records, prof::ProfileContext& c) {
+    prof::ProfileSession session(prof::SessionOptions{toy.dir / "p", 1, 2, 15, false, "-o"}, std::move(ctx),
+                                 std::make_unique<testutil::ScriptedSource>(&source_log, false));
+    RandomBatches batches(2, 32, toy.cfg.vocab_size, 3);
+    int counted = 0;
+    session.before_report([&](const prof::ProfileRecords& records, prof::ProfileContext&) {
         EXPECT_EQ(records.steps.size(), 2u);
-        EXPECT_EQ(c.memory.total_bytes(), planned);
-        be->free_model();
-        freed++;
+        be->train_step(batches, 1, 1e-3f, 4); // --counters' step, after the run's
+        counted++;
         return prof::CounterReport{};
     });
-    be->set_profile_session(std::move(session));
-    RandomBatches batches(2, 32, toy.cfg.vocab_size, 3);
-    run_steps("profile_gpt2cu", plan, *be, *comm, batches);
-    EXPECT_EQ(freed, 1); // and run_steps went on to its end without touching the model: it would have thrown
-    EXPECT_THROW(be->weights(), Error);
-    ASSERT_TRUE(be->profile_session()->written());
-    const std::vector<std::string>& files = be->profile_session()->written_files();
+    run_steps("profile_gpt2cu", plan, *be, *comm, batches, &session);
+    EXPECT_EQ(counted, 1);
+    ASSERT_TRUE(session.written());
+    const std::vector<std::string>& files = session.written_files();
     EXPECT_NE(std::find(files.begin(), files.end(), "profile.json"), files.end());
     EXPECT_NE(testutil::slurp(toy.dir / "p/steps.csv").find("\n3,"), std::string::npos) // steps 2 and 3
         << testutil::slurp(toy.dir / "p/steps.csv");

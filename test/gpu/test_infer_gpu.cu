@@ -7,8 +7,8 @@
 #include <sstream>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/gpt2_init.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/model/gpt2_init.h"
 #include "test/gpu/gpu_test_util.cuh"
 #include "test/infer_profile_check.h"
 #include "test/test_util.h"

@@ -22,7 +22,7 @@
 #include "llmc/cpu/matmul.h"
 #include "llmc/encoder.cuh"
 #include "llmc/gelu.cuh"
-#include "llmc/gpt2_config.h"
+#include "llmc/model/gpt2_config.h"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "test/gpu/gpu_test_util.cuh"

@@ -1,4 +1,4 @@
-// The memory plan (llmc/memory_plan.h) against what the GPU programs really allocate and carve.
+// The memory plan (llmc/model/memory_plan.h) against what the GPU programs really allocate and carve.
 #include <algorithm>
 #include <gtest/gtest.h>
 #include <map>
@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/gpt2.cuh"
-#include "llmc/gpt2_decoder.cuh"
+#include "llmc/gpu/gpt2.cuh"
+#include "llmc/gpu/gpt2_decoder.cuh"
+#include "llmc/matmul.cuh"
 #include "test/gpu/gpu_test_util.cuh"
 
 using namespace llmc;

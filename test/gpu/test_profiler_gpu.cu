@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "llmc/profiler/calibrate.cuh"
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "llmc/profiler/cupti_collector.cuh"
-#include "llmc/formats.h"
-#include "llmc/gpt2.cuh"
-#include "llmc/gpt2_init.h"
-#include "llmc/optimizer.h"
+#include "llmc/io/formats.h"
+#include "llmc/gpu/gpt2.cuh"
+#include "llmc/model/gpt2_init.h"
+#include "llmc/model/optimizer.h"
 #include "test/gpu/gpu_test_util.cuh"
 #include "test/test_util.h"
 

@@ -5,8 +5,8 @@
 #include <regex>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/gpt2_init.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/model/gpt2_init.h"
 #include "test/gpu/gpu_test_util.cuh"
 #include "test/test_util.h"
 
