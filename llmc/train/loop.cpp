@@ -14,7 +14,6 @@
 #include "llmc/profiler/session.h"
 #include "llmc/util/progress.h"
 #include "llmc/util/rand.h"
-#include "llmc/infer/sampler.h"
 #include "llmc/train/schedulers.h"
 #include "llmc/train/common.h"
 #include "llmc/train/dist.h"
@@ -29,16 +28,16 @@ const int* LoaderBatches::targets() const { return loader_.targets(); }
 
 RandomBatches::RandomBatches(int B, int T, int vocab_size, uint64_t seed)
     : TokenBatches(B, T), vocab_(vocab_size), tokens_((size_t)B * T + 1), rng_(seed) {}
+void RandomBatches::next_batch() {
+    for (int& t : tokens_) t = (int)(rng_.next_u32() % vocab_);
+}
+
+TrainShape train_shape(const TrainOptions& opt) { return TrainShape{opt.B, opt.T, opt.adam, opt.zero_stage != 0}; }
 
 void check_batch_shape(const TokenBatches& batches, const TrainShape& shape) {
     if (batches.B != shape.B || batches.T != shape.T)
         throw Error(strprintf("train_step: batches of (%d, %d) for a backend built for (%d, %d)", batches.B, batches.T,
                               shape.B, shape.T));
-}
-
-TrainShape train_shape(const TrainOptions& opt) { return TrainShape{opt.B, opt.T, opt.adam, opt.zero_stage != 0}; }
-void RandomBatches::next_batch() {
-    for (int& t : tokens_) t = (int)(rng_.next_u32() % vocab_);
 }
 
 namespace {
