@@ -177,6 +177,7 @@ int main(int argc, char** argv) {
         // The warmup and profiled steps at a constant learning rate of 3e-4, one micro-batch each, through the GPU
         // trainer's backend.
         RunPlan plan = fixed_steps_plan(opt.model, cfg, opt.B, opt.T, opt.warmup + opt.steps, 3e-4f);
+        plan.opt.cuda_graph = opt.cuda_graph;
         const std::unique_ptr<Communicator> comm = single_process_communicator();
         const std::unique_ptr<TrainBackend> be = gpu_train_program().make_backend(cfg, train_shape(plan.opt), *comm);
         const std::unique_ptr<prof::ProfileSession> session = make_session(*be, opt, plan, *data.batches);

@@ -8,7 +8,10 @@
  * on n, so the norm is bitwise reproducible, and it never leaves the device.
  *
  * adamw_update: the clip factor is computed by each thread from the device scalar (a broadcast load), so
- * clipping needs no host round trip. Called once per parameter tensor with that tensor's weight decay.
+ * clipping needs no host round trip. Called once per parameter tensor with that tensor's weight decay. What changes
+ * from step to step, the learning rate and the bias corrections (AdamWStep), is read from device memory too, so a
+ * captured update (llmc/gpu/step_graphs.cuh) replays with each step's values; the host computes them as the CPU
+ * reference does (adamw_step), so the update is the same bit for bit either way.
  *
  * Vectorised 8 values per thread (x128 for bf16, two f128 for fp32); pointers must be 16-byte aligned, which
  * holds for every parameter tensor when C is a multiple of 8 (all tensor sizes are multiples of C). A last
@@ -82,6 +85,15 @@ inline void global_norm_squared(float* out, float* scratch, const floatX* grads,
     CUDA_LAUNCH_CHECK();
 }
 
+// What one update's step changes: its learning rate and the bias corrections 1 - beta1^t, 1 - beta2^t.
+struct AdamWStep {
+    float lr, bc1, bc2;
+};
+// The host's values for step t (1-based), computed exactly as llmc/cpu/adamw.h computes them.
+inline AdamWStep adamw_step(float lr, float beta1, float beta2, int t) {
+    return {lr, 1.0f - std::pow(beta1, (float)t), 1.0f - std::pow(beta2, (float)t)};
+}
+
 // The AdamW step of one value; returns the new master weight.
 __device__ inline float adamw_value(float p, float g, float& m, float& v, float lr, float beta1, float beta2,
                                     float bc1, float bc2, float eps, float wd) {
@@ -93,14 +105,15 @@ __device__ inline float adamw_value(float p, float g, float& m, float& v, float 
 
 /*
  * master, m, v (n) fp32 updated in place; params (n) = bf16(master) (round to nearest); grads (n) bf16.
- * The gradient is scaled by clip / norm when norm = sqrt(*grad_norm_squared) > clip > 0.
+ * The gradient is scaled by clip / norm when norm = sqrt(*grad_norm_squared) > clip > 0. step: device memory.
  */
 static __global__ void __launch_bounds__(ADAMW_THREADS)
-    adamw_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n, float lr,
-                 float beta1, float beta2, float bc1, float bc2, float eps, float wd,
+    adamw_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
+                 const AdamWStep* __restrict__ step, float beta1, float beta2, float eps, float wd,
                  const float* grad_norm_squared, float grad_clip) {
     const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
     if (i >= n) return;
+    const float lr = step->lr, bc1 = step->bc1, bc2 = step->bc2; // the same address in every thread: broadcasts
     float scale = 1.0f;
     if (grad_norm_squared != nullptr && grad_clip > 0.0f) {
         const float norm = sqrtf(*grad_norm_squared); // same address in every thread: one broadcast load
@@ -140,12 +153,12 @@ static __global__ void __launch_bounds__(ADAMW_THREADS)
 }
 
 /*
- * One AdamW step over one parameter tensor of n values. t is the 1-based step (bias corrections 1 - beta^t,
- * computed here on the host exactly as the CPU reference does). grad_norm_squared: device scalar from
- * global_norm_squared, or null for no clipping; grad_clip <= 0 disables clipping as well.
+ * One AdamW step over one parameter tensor of n values. step: device memory holding adamw_step(lr, beta1, beta2, t)
+ * of this step (t 1-based), read when the kernel runs. grad_norm_squared: device scalar from global_norm_squared, or
+ * null for no clipping; grad_clip <= 0 disables clipping as well.
  */
-inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n, float lr,
-                         float beta1, float beta2, int t, float eps, float weight_decay,
+inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
+                         const AdamWStep* step, float beta1, float beta2, float eps, float weight_decay,
                          const float* grad_norm_squared, float grad_clip, cudaStream_t stream) {
     if (n == 0) return;
     adamw_check_aligned(params, "params");
@@ -153,11 +166,9 @@ inline void adamw_update(floatX* params, float* master, const floatX* grads, flo
     adamw_check_aligned(grads, "grads");
     adamw_check_aligned(m, "m");
     adamw_check_aligned(v, "v");
-    const float bc1 = 1.0f - std::pow(beta1, (float)t);
-    const float bc2 = 1.0f - std::pow(beta2, (float)t);
     const size_t grid = ceil_div(ceil_div(n, (size_t)x128::size), (size_t)ADAMW_THREADS);
-    adamw_kernel<<<(unsigned)grid, ADAMW_THREADS, 0, stream>>>(params, master, grads, m, v, n, lr, beta1, beta2, bc1,
-                                                                bc2, eps, weight_decay, grad_norm_squared, grad_clip);
+    adamw_kernel<<<(unsigned)grid, ADAMW_THREADS, 0, stream>>>(params, master, grads, m, v, n, step, beta1, beta2, eps,
+                                                                weight_decay, grad_norm_squared, grad_clip);
     CUDA_LAUNCH_CHECK();
 }
 

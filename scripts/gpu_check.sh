@@ -19,8 +19,8 @@
 #                  run, timed out or out of time; a stage that timed out gets twice its limit
 #
 # Stages: inventory build gpu_tests memcheck racecheck synccheck initcheck kernel_ladder data train benchmark
-#         profile profile_counters ncu nsys
-# Lease stages: inventory gpu_tests train benchmark torch_baseline profile ncu memcheck racecheck kernel_ladder
+#         decode profile profile_counters ncu nsys
+# Lease stages: inventory gpu_tests train benchmark decode torch_baseline profile ncu memcheck racecheck kernel_ladder
 # Environment: LLMC_DATA (a directory with tinyshakespeare/input.txt and gpt2/{encoder.json,vocab.bpe}; without
 # it, data/tinyshakespeare/input.txt if downloaded, else the excerpt in test/data, and the vocabulary in
 # dev/data/gpt2); TINYSHAKESPEARE and GPT2_VOCAB_DIR override those files; NVIDIA_SMI (the
@@ -35,16 +35,16 @@ bad_usage() {
 }
 
 ALL_STAGES=(inventory build gpu_tests memcheck racecheck synccheck initcheck kernel_ladder data train benchmark
-            profile profile_counters ncu nsys)
+            decode profile profile_counters ncu nsys)
 SANITIZER_STAGES=(memcheck racecheck synccheck initcheck)
 # Each stage's time limit in seconds (doc/gpu_check.md: budgets, not measurements).
 declare -A LIMIT=([inventory]=30 [build]=420 [gpu_tests]=180 [memcheck]=120 [racecheck]=150 [synccheck]=90
-                  [initcheck]=120 [kernel_ladder]=150 [data]=60 [train]=180 [benchmark]=300 [profile]=120
+                  [initcheck]=120 [kernel_ladder]=150 [data]=60 [train]=180 [benchmark]=300 [decode]=60 [profile]=120
                   [profile_counters]=180 [ncu]=180 [nsys]=150)
 # --lease: in order of value, limits adding up to 520 s of the 540 s run (the rest: the report and archives).
-LEASE_STAGES=(inventory gpu_tests train benchmark torch_baseline profile ncu memcheck racecheck kernel_ladder)
-declare -A LEASE_LIMIT=([inventory]=10 [gpu_tests]=75 [train]=40 [benchmark]=45 [torch_baseline]=95 [profile]=40
-                        [ncu]=100 [memcheck]=40 [racecheck]=45 [kernel_ladder]=30)
+LEASE_STAGES=(inventory gpu_tests train benchmark decode torch_baseline profile ncu memcheck racecheck kernel_ladder)
+declare -A LEASE_LIMIT=([inventory]=10 [gpu_tests]=75 [train]=40 [benchmark]=45 [decode]=30 [torch_baseline]=80
+                        [profile]=40 [ncu]=85 [memcheck]=40 [racecheck]=45 [kernel_ladder]=30)
 
 out=gpu_report only="" dry=0 budget="" lease=0 rest=""
 while [ $# -gt 0 ]; do
@@ -279,10 +279,12 @@ if [ "$lease" = 1 ]; then
 sed 's/^/ref: /' ref/train_gpt2.log
 exit \$r"
     CMD[benchmark]="${src}scripts/benchmark_gpu.sh -C . -e d12 -t 1024 -B '16 64'"
+    CMD[decode]="${src}scripts/benchmark_gpu.sh -C . -I -e d12 -B '1 8 64' -P 64 -n 256"
     CMD[torch_baseline]="LD_LIBRARY_PATH=$(q "$user_ld_path") python3 ${src}dev/torch_gpt2_baseline.py -e d12 -t 1024 -B '16 64' -x 40 -w 10 -i data/tinyshakespeare/tiny_shakespeare_train.bin"
 else
     CMD[train]="./train_gpt2cu -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x 60 -v 20 -s 60 -g 64 -o $O/train"
     CMD[benchmark]="scripts/benchmark_gpu.sh -e d12 -t 1024 -B '16 32 64' -p"
+    CMD[decode]="scripts/benchmark_gpu.sh -I -e d12 -B '1 8 64' -P 64 -n 256"
 fi
 CMD[profile]="./profile_gpt2cu -o $O/profile_default"
 CMD[profile_counters]="./profile_gpt2cu --counters -o $O/profile_counters"

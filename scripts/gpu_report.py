@@ -6,7 +6,7 @@
     gpu_report.py report DIR [-o REPORT_MD]                DIR/report.md and DIR/summary.txt; prints the summary
     gpu_report.py versions [--binary PROGRAM]              CUDA runtime, driver, cuBLASLt and CUPTI versions
 
-KIND: inventory, build, gtest, sanitizer, ladder, data, train, benchmark, torch, profile, ncu, nsys.
+KIND: inventory, build, gtest, sanitizer, ladder, data, train, benchmark, decode, torch, profile, ncu, nsys.
 DIR is a gpu_check.sh output directory: stages.tsv (stage, rc or "skip", seconds, limit, note) and
 logs/STAGE.log. Standard library only; the formats parsed are those of the programs in this repository
 (llmc/train/loop.cpp, llmc/profiler/writers.cpp, dev/cuda/bench_common.cuh, scripts/benchmark_gpu.sh,
@@ -36,6 +36,7 @@ STAGES = [
     ("data", "data", "tinyshakespeare from local files"),
     ("train", "train", "train_gpt2cu d12 T=1024 on tinyshakespeare"),
     ("benchmark", "benchmark", "scripts/benchmark_gpu.sh, d12 T=1024"),
+    ("decode", "decode", "scripts/benchmark_gpu.sh -I: decode eager and as CUDA graphs against the HBM floor"),
     ("torch_baseline", "torch", "compiled PyTorch on the same model and batches; our tok/s over its"),
     ("profile", "profile", "profile_gpt2cu at its defaults"),
     ("profile_counters", "profile", "profile_gpt2cu --counters"),
@@ -305,6 +306,24 @@ def parse_benchmark(text):
             row["error"] = rest
         rows.append(row)
     return {"profiled": profiled, "rows": rows}
+
+
+def parse_decode(text):
+    """benchmark_gpu.sh -I's rows: model, B, graphs (0/1), decode tok/s, us/step, floor us, x floor, graph steps
+    ("launched/steps"), speed-up over the eager row ("1.85x", "-"); or model, B, graphs, "failed: why"."""
+    rows = []
+    num = r"([\d.]+)"
+    for line in text.splitlines():
+        m = re.match(r"^(\S+)\s+(\d+)\s+([01])\s+failed: (.*)$", line)
+        if m:
+            rows.append({"model": m[1], "B": int(m[2]), "graphs": int(m[3]), "error": m[4].strip()})
+            continue
+        m = re.match(rf"^(\S+)\s+(\d+)\s+([01])\s+{num}\s+{num}\s+{num}\s+{num}\s+(-?\d+)/(\d+)\s+(\S+)$", line)
+        if m:
+            rows.append({"model": m[1], "B": int(m[2]), "graphs": int(m[3]), "tok_s": float(m[4]), "us": float(m[5]),
+                         "floor_us": float(m[6]), "x_floor": float(m[7]), "graph_steps": int(m[8]),
+                         "steps": int(m[9]), "speedup": fnum(m[10].rstrip("x")), "error": None})
+    return {"rows": rows}
 
 
 # ---------------------------------------------------------------- dev/torch_gpt2_baseline.py
@@ -594,6 +613,7 @@ def parse_nsys(text):
 
 PARSERS = {"inventory": parse_inventory, "build": parse_build, "gtest": parse_gtest, "sanitizer": parse_sanitizer,
            "ladder": parse_ladder, "data": parse_data, "train": parse_train, "benchmark": parse_benchmark,
+           "decode": parse_decode,
            "torch": parse_torch, "profile": parse_profile, "nsys": parse_nsys}
 
 
@@ -753,6 +773,30 @@ def judge_benchmark(stage, rc, text, ctx):
     return ("pass" if ok else "fail"), "; ".join(parts) or "no result rows"
 
 
+def judge_decode(stage, rc, text, ctx):
+    """Each B's step eager and as a graph, against the HBM floor; the graph rows must have replayed graphs. The goal
+    (doc/gpu_trainer.md): B=1 with graphs within 1.5x its floor."""
+    rows = PARSERS[ctx.kind](text)["rows"]
+    parts, ok = [], rc == 0 and bool(rows)
+    for x in rows:
+        what = f"B={x['B']} {'graph' if x['graphs'] else 'eager'}"
+        if x["error"]:
+            parts.append(f"{what} failed: {x['error']}")
+            ok = False
+            continue
+        s = f"{what} {x['us']:.1f} us/step ({x['x_floor']:.2f}x floor {x['floor_us']:.1f} us)"
+        if x["graphs"]:
+            s += f", {x['graph_steps']}/{x['steps']} steps replayed"
+            if x["speedup"] is not None:
+                s += f", {x['speedup']:.2f}x eager"
+            ok = ok and x["graph_steps"] > 0
+        parts.append(s)
+    b1 = [x for x in rows if x["B"] == 1 and x["graphs"] == 1 and not x["error"]]
+    if b1:
+        parts.append(f"goal B=1 <= 1.5x floor: {'met' if b1[0]['x_floor'] <= 1.5 else 'missed'}")
+    return ("pass" if ok else "fail"), "; ".join(parts) or "no result rows"
+
+
 def judge_torch(stage, rc, text, ctx):
     """Compiled PyTorch's tok/s against ours."""
     p = PARSERS[ctx.kind](text)
@@ -821,6 +865,7 @@ def judge_nsys(stage, rc, text, ctx):
 # The verdict of each kind of stage: (stage, rc, log text, JudgeContext) -> (pass or fail, key numbers).
 JUDGES = {"inventory": judge_inventory, "build": judge_build, "gtest": judge_gtest, "sanitizer": judge_sanitizer,
           "ladder": judge_ladder, "data": judge_data, "train": judge_train, "benchmark": judge_benchmark,
+          "decode": judge_decode,
           "torch": judge_torch, "profile": judge_profile, "ncu": judge_ncu, "nsys": judge_nsys}
 
 

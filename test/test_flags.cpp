@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/profiler/options.h"
 #include "llmc/util/flags.h"
 #include "llmc/util/utils.h"
 #include "test/test_util.h"
@@ -169,4 +170,26 @@ TEST(Flags, HelpIsWrittenFromTheTableWithTheCurrentValues) {
 }
 
 } // namespace
+} // namespace llmc
+
+// profile_gpt2cu's table (llmc/profiler/options.cpp): --cuda-graph sets the steps' mode, and with --counters it is
+// refused (the counted step would be one graph launch) with one line naming both.
+namespace llmc {
+TEST(ProfileFlags, CudaGraphAndItsConflictWithCounters) {
+    auto parse = [](std::vector<std::string> args) {
+        args.insert(args.begin(), "profile_gpt2cu");
+        testutil::CommandLine cl(std::move(args));
+        return parse_profile_options(cl.argc(), cl.argv());
+    };
+    EXPECT_FALSE(parse({}).cuda_graph);
+    EXPECT_TRUE(parse({"--cuda-graph", "1"}).cuda_graph);
+    EXPECT_TRUE(parse({"--counters"}).counters);
+    try {
+        parse({"--counters", "--cuda-graph", "1"});
+        ADD_FAILURE() << "--counters with --cuda-graph 1 was taken";
+    } catch (const UsageError& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("--counters: the counted step would replay a CUDA graph", 0), 0u) << e.what();
+    }
+    EXPECT_NE(profile_usage().find("--cuda-graph 0|1"), std::string::npos) << profile_usage();
+}
 } // namespace llmc

@@ -175,6 +175,61 @@ TEST(GpuCheckParsers, BenchmarkRows) {
     EXPECT_TRUE(has(j, "{\"B\": 64, \"T\": 1024, \"error\": \"error: out of memory")) << j;
 }
 
+// benchmark_gpu.sh -I's rows: each B eager and as graphs, a failed run as its reason. A graph row that replayed no
+// graph fails the stage, as a failed run does.
+TEST(GpuCheckParsers, DecodeRowsAndVerdict) {
+    REQUIRE_PYTHON3();
+    std::string j = parse("decode", LOGS + "decode.log");
+    EXPECT_TRUE(has(j, "{\"B\": 1, \"error\": null, \"floor_us\": 76.5, \"graph_steps\": 254, \"graphs\": 1, \"model\": "
+                       "\"d12\", \"speedup\": 2.07, \"steps\": 255, \"tok_s\": 8197.0, \"us\": 122.0, \"x_floor\": 1.6}"))
+        << j;
+    EXPECT_EQ(count(j, "\"model\": \"d12\""), 6u) << j;
+    auto verdict = [](const std::string& log, const char* rc) {
+        TempDir dir;
+        EXPECT_EQ(run("mkdir -p " + (dir / "logs")).exit_code, 0);
+        write(dir / "logs/decode.log", log);
+        write(dir / "stages.tsv", std::string("decode\t") + rc + "\t18\t60\t\n");
+        return run("python3 scripts/gpu_report.py judge decode " + dir.path).output;
+    };
+    std::string log = testutil::slurp(LOGS + "decode.log");
+    EXPECT_TRUE(has(verdict(log, "0"), "decode pass: ")) << verdict(log, "0");
+    const std::string none = log.replace(log.find("254/255     2.07x"), 17, "  0/255     1.00x");
+    EXPECT_TRUE(has(verdict(none, "0"), "decode fail: B=1 eager 252.0 us/step (3.29x floor 76.5 us); B=1 graph 122.0 "
+                                        "us/step (1.60x floor 76.5 us), 0/255 steps replayed"))
+        << verdict(none, "0");
+    const std::string failed = "model  B     graphs decode tok/s\nd12    64    1      failed: error: -b 64: needs 90 MiB\n";
+    EXPECT_TRUE(has(verdict(failed, "0"), "decode fail: B=64 graph failed: error: -b 64: needs 90 MiB")) << verdict(failed, "0");
+}
+
+// benchmark_gpu.sh -I over a stand-in infer_gpt2cu that prints --json summaries (2x faster with --cuda-graph 1):
+// the floor is the bytes a d12 decode step must move over -H GB/s (B=1: 2 x 124475904 bytes of weights, the K and V of
+// 192 positions of 12 layers, the logits; 76.5 us at 3350 GB/s), the graph rows show their replayed steps and their
+// speed-up over the eager row. A model that is not dN, or a bad -H, is one line and exit 2.
+TEST(GpuCheckBenchmark, DecodeModeAgainstTheHbmFloor) {
+    REQUIRE_PYTHON3();
+    TempDir dir;
+    write(dir / "infer_gpt2cu", R"(#!/bin/bash
+b=1 g=1
+while [ $# -gt 0 ]; do case $1 in -b) b=$2 ;; --cuda-graph) g=$2 ;; esac; shift; done
+p=$(awk -v g=$g 'BEGIN { printf "%.4f", g ? 0.125 : 0.25 }')
+echo "{\"summary\":{\"decode_tok_s\":$((b * 4000)),\"latency_p50_ms\":$p,\"params\":124475904,\"graph_steps\":$((g ? 254 : 0))}}"
+)");
+    ASSERT_EQ(run("chmod +x " + (dir / "infer_gpt2cu")).exit_code, 0);
+    RunResult r = run("scripts/benchmark_gpu.sh -C " + dir.path + " -I -B '1 8' -H 3350");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(has(r.output, "d12    1     0              4000      250.0       76.5     3.27          0/255         -"))
+        << r.output;
+    EXPECT_TRUE(has(r.output, "d12    1     1              4000      125.0       76.5     1.63        254/255     2.00x"))
+        << r.output;
+    EXPECT_TRUE(has(r.output, "d12    8     1             32000      125.0       91.7     1.36        254/255     2.00x"))
+        << r.output;
+    for (const char* bad : {"-I -e model.bin -H 3350", "-I -H fast"}) {
+        RunResult b = run("scripts/benchmark_gpu.sh -C " + dir.path + " " + bad);
+        EXPECT_EQ(b.exit_code, 2) << bad << "\n" << b.output;
+        EXPECT_EQ(count(b.output, "\n"), 1u) << bad << "\n" << b.output;
+    }
+}
+
 TEST(GpuCheckParsers, ProfileSummaryAndCounters) {
     REQUIRE_PYTHON3();
     std::string j = parse("profile", LOGS + "profile.log");
@@ -307,14 +362,14 @@ TEST(GpuCheckReport, SampleRunGivesOneTableAndASummary) {
     TempDir dir;
     RunResult r = run("python3 scripts/gpu_report.py report " + SAMPLES + " -o " + (dir / "report.md"));
     EXPECT_EQ(r.exit_code, 1) << r.output; // stages failed
-    EXPECT_TRUE(has(r.output, "GPU check: 9 passed, 5 failed, 1 skipped")) << r.output;
-    EXPECT_EQ(count(r.output, "\n"), 16u) << r.output; // one screen: the count line and a line per stage
+    EXPECT_TRUE(has(r.output, "GPU check: 10 passed, 5 failed, 1 skipped")) << r.output;
+    EXPECT_EQ(count(r.output, "\n"), 17u) << r.output; // one screen: the count line and a line per stage
     std::string md = testutil::slurp(dir / "report.md");
     EXPECT_EQ(count(md, "| stage | result | seconds | key numbers |"), 1u) << md;
-    EXPECT_EQ(count(md, "\n| "), 16u) << md; // header and 15 stages
+    EXPECT_EQ(count(md, "\n| "), 17u) << md; // header and 16 stages
     for (const char* row :
-         {"| inventory (", "| build (", "| memcheck (", "| synccheck (", "| data (", "| train (", "| profile (",
-          "| profile_counters (", "| ncu ("})
+         {"| inventory (", "| build (", "| memcheck (", "| synccheck (", "| data (", "| train (", "| decode (",
+          "| profile (", "| profile_counters (", "| ncu ("})
     {
         size_t at = md.find(row);
         ASSERT_NE(at, std::string::npos) << row;
@@ -328,6 +383,8 @@ TEST(GpuCheckReport, SampleRunGivesOneTableAndASummary) {
         << md;
     EXPECT_TRUE(has(md, "| nsys (nsys profile of profile_gpt2cu) | skipped | 0 | nsys not found |")) << md;
     EXPECT_TRUE(has(md, "overhead target <= 2%: missed")) << md;
+    EXPECT_TRUE(has(md, "B=1 graph 122.0 us/step (1.60x floor 76.5 us), 254/255 steps replayed, 2.07x eager")) << md;
+    EXPECT_TRUE(has(md, "goal B=1 <= 1.5x floor: missed")) << md;
     EXPECT_TRUE(has(md, "tensor/analytic GEMM FLOPs 0.9961")) << md;
     EXPECT_TRUE(has(md, "median 1.060")) << md;
     // With -o the sample directory is left as it is.
@@ -357,9 +414,9 @@ TEST(GpuCheckScript, DryRunListsEveryStageAndItsCommand) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     int i = 0;
     for (const char* stage : {"inventory", "build", "gpu_tests", "memcheck", "racecheck", "synccheck", "initcheck",
-                              "kernel_ladder", "data", "train", "benchmark", "profile", "profile_counters", "ncu",
-                              "nsys"})
-        EXPECT_TRUE(has(r.output, "\nstage " + std::to_string(++i) + "/15: " + stage + " (limit ")) << stage;
+                              "kernel_ladder", "data", "train", "benchmark", "decode", "profile", "profile_counters",
+                              "ncu", "nsys"})
+        EXPECT_TRUE(has(r.output, "\nstage " + std::to_string(++i) + "/16: " + stage + " (limit ")) << stage;
     for (const char* cmd :
          {"nvidia-smi --query-gpu=name,driver_version", "python3 scripts/gpu_report.py versions", "make -j",
           "./build/run_tests --gtest_filter='GPT2GPU.*:",
@@ -367,7 +424,8 @@ TEST(GpuCheckScript, DryRunListsEveryStageAndItsCommand) {
           "-GpuAttention.Gpt2Shape:GpuAttention.FullContextT1024:GpuAttention.EveryLengthFrom1To130'",
           "--tool racecheck", "--tool synccheck", "--tool initcheck", "build/dev/cuda/$(basename \"$src\" .cu)",
           "dev/data/tinyshakespeare.sh", "./train_gpt2cu -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x 60 -v 20 -s 60",
-          "scripts/benchmark_gpu.sh -e d12 -t 1024 -B '16 32 64' -p", "./profile_gpt2cu -o ",
+          "scripts/benchmark_gpu.sh -e d12 -t 1024 -B '16 32 64' -p",
+          "scripts/benchmark_gpu.sh -I -e d12 -B '1 8 64' -P 64 -n 256", "./profile_gpt2cu -o ",
           "./profile_gpt2cu --counters -o ", "--metrics gpu__time_duration.sum",
           "./profile_gpt2cu --layers 1 --warmup 1 --steps 1 -o ", "profile --trace=cuda,nvtx",
           "then: python3 scripts/gpu_report.py report "})
@@ -460,8 +518,9 @@ TEST(GpuCheckLease, DryRunListsTheStagesInOrderWithinNineMinutes) {
         total += limit;
         EXPECT_GT(limit, 0) << name;
     }
-    EXPECT_EQ(names, (std::vector<std::string>{"inventory", "gpu_tests", "train", "benchmark", "torch_baseline",
-                                               "profile", "ncu", "memcheck", "racecheck", "kernel_ladder"}))
+    EXPECT_EQ(names, (std::vector<std::string>{"inventory", "gpu_tests", "train", "benchmark", "decode",
+                                               "torch_baseline", "profile", "ncu", "memcheck", "racecheck",
+                                               "kernel_ladder"}))
         << r.output;
     EXPECT_LE(total, 540) << r.output;
     EXPECT_TRUE(has(r.output, "limits: " + std::to_string(total) + " s in all, for a budget of 540 s")) << r.output;
@@ -481,6 +540,7 @@ TEST(GpuCheckLease, DryRunListsTheStagesInOrderWithinNineMinutes) {
           "echo \"lib libmpi: ", "tool compute-sanitizer", "\n    ldd ./train_gpt2cu || ", "./gpu_tests --gtest_filter='GPT2GPU.*:",
           "./train_gpt2cu -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x 30 ", "sed 's/^/ref: /' ref/train_gpt2.log",
           "../scripts/benchmark_gpu.sh -C . -e d12 -t 1024 -B '16 64'",
+          "../scripts/benchmark_gpu.sh -C . -I -e d12 -B '1 8 64' -P 64 -n 256",
           "python3 ../dev/torch_gpt2_baseline.py -e d12 -t 1024 -B '16 64' -x 40 -w 10 -i data/tinyshakespeare/",
           "./profile_gpt2cu -o ", "--metrics gpu__time_duration.sum",
           "--tool memcheck --error-exitcode 1 ./gpu_tests --gtest_filter='Kernels*:GpuPtx.*:GpuAttention.*-GpuAttention.Gpt2Shape:"
@@ -498,7 +558,7 @@ TEST(GpuCheckLease, RestRunsOnlyTheStagesThatDidNotFinish) {
     RunResult r = run("scripts/gpu_check.sh --lease --rest " + LEASE + "/stages.tsv --dry-run");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::vector<std::pair<std::string, int>> want = {
-        {"train", 80}, {"profile", 40}, {"ncu", 100}, {"racecheck", 45}, {"kernel_ladder", 30}};
+        {"train", 80}, {"decode", 30}, {"profile", 40}, {"ncu", 85}, {"racecheck", 45}, {"kernel_ladder", 30}};
     EXPECT_EQ(dry_run_stages(r.output), want) << r.output; // a timed-out stage gets twice its limit
     EXPECT_TRUE(has(r.output, "(budget 240 s)")) << r.output;
 
@@ -557,13 +617,15 @@ TEST(GpuCheckLease, ARunLeavesAtMostEightFilesInOut) {
                                                "./summary.txt"}))
         << r.output;
     std::string tsv = testutil::slurp(dir / "out/stages.tsv");
-    EXPECT_EQ(count(tsv, "\n"), 10u) << tsv;
-    for (const char* row : {"inventory\t0\t", "gpu_tests\t0\t", "train\t0\t", "benchmark\t0\t", "profile\t0\t",
+    EXPECT_EQ(count(tsv, "\n"), 11u) << tsv;
+    // decode: the stand-in bundle has no infer_gpt2cu, and benchmark_gpu.sh -I says so.
+    for (const char* row : {"inventory\t0\t", "gpu_tests\t0\t", "train\t0\t", "benchmark\t0\t", "decode\t1\t",
+                            "profile\t0\t",
                             "ncu\tskip\t0\t0\tncu not found", "memcheck\tskip\t0\t0\tcompute-sanitizer not found",
                             "kernel_ladder\t1\t"})
         EXPECT_TRUE(has(tsv, row)) << row << "\n" << tsv;
     std::string md = testutil::slurp(dir / "out/report.md");
-    EXPECT_EQ(count(md, "\n| "), 11u) << md; // header and 10 stages
+    EXPECT_EQ(count(md, "\n| "), 12u) << md; // header and 11 stages
     EXPECT_TRUE(has(md, "vs CPU reference (tolerance 2%): step 1 12.0000/13.0000 (-7.69%)")) << md;
     // In the order they ran.
     EXPECT_LT(md.find("| gpu_tests ("), md.find("| train (")) << md;

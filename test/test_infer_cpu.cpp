@@ -232,6 +232,9 @@ TEST(InferProgram, BadFlagsAndFiles) {
         {"-e d1 --json=false", 2, "error: --json: a switch, takes no value"},
         {"-e d1 --stop-eot=1", 2, "error: --stop-eot: a switch, takes no value"},
         {"--help=1", 2, "error: --help: a switch, takes no value"},
+        // CUDA graphs are the GPU program's: 1 is refused on the CPU, before anything loads.
+        {"-e d1 --cuda-graph 1", 2, "error: --cuda-graph 1: infer_gpt2 runs on the CPU; CUDA graphs are infer_gpt2cu's"},
+        {"-e d1 --cuda-graph 2", 2, "error: --cuda-graph:"},
         // Refused before two billion prompt ids are drawn (this would take gigabytes and minutes).
         {"-e d1 --prompt-len 2000000000 -n 1", 1, "error: -n: a prompt of 2000000000 tokens"},
     };
@@ -244,6 +247,7 @@ TEST(InferProgram, BadFlagsAndFiles) {
     auto h = run("./infer_gpt2 --help");
     EXPECT_EQ(h.exit_code, 0);
     EXPECT_TRUE(has(h.output, "--prompt-file"));
+    EXPECT_TRUE(has(h.output, "--cuda-graph 0|1")) << h.output;
 }
 
 // Prompts are cycled in order to fill -b: three prompts and -b 5 run as a, b, c, a, b (both programs share the

@@ -4,6 +4,7 @@
 // the program's whole run from the flags to the output lines.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -25,6 +26,8 @@ struct FakeLog {
     std::vector<std::string> calls;            // "prefill 1|2,3,4", "decode 101", "sample", "load 123", ...
     std::vector<std::vector<float>> coins;     // per sample(): the coins of the rows it chose for (-1 elsewhere)
     int B = 0, longest = 0, max_len = 0;       // the factory's arguments
+    bool cuda_graph = false;                   // ... and --cuda-graph
+    bool gpu = false;                          // the fake stands for a GPU backend (it counts graph steps)
 };
 
 // The id sample() gives sequence b at step s (0: prefill, k: the k-th decode step).
@@ -72,6 +75,8 @@ public:
         return ids_.data();
     }
     double peak_memory_mib() const override { return 1.5; }
+    // As the GPU backend: every decode step with --cuda-graph 1 (the fake has no warm-up step), none without.
+    long graph_steps() const override { return !log_.gpu ? -1 : log_.cuda_graph ? std::max(step_, 0) : 0; }
 
 private:
     FakeLog& log_;
@@ -193,17 +198,21 @@ namespace {
 
 FakeLog* g_program_log = nullptr;
 
-std::unique_ptr<InferBackend> make_fake_backend(const GPT2Config&, int B, int longest, int max_len) {
-    g_program_log->B = B, g_program_log->longest = longest, g_program_log->max_len = max_len;
+std::unique_ptr<InferBackend> make_fake_backend(const GPT2Config&, const InferShape& s) {
+    g_program_log->B = s.B, g_program_log->longest = s.longest, g_program_log->max_len = s.max_len;
+    g_program_log->cuda_graph = s.cuda_graph;
     g_program_log->calls.push_back("make");
-    return std::make_unique<FakeBackend>(*g_program_log, [](int s, int b) { return 1000 * b + s; }, B);
+    return std::make_unique<FakeBackend>(*g_program_log, [](int s, int b) { return 1000 * b + s; }, s.B);
 }
 
-// run_inference over the fake for these flags: exit code and stdout.
+// run_inference over the fake for these flags: exit code and stdout. log.gpu: the program is a GPU program's shape
+// (CUDA graphs on by default, as infer_gpt2cu's), else a CPU program's.
 std::pair<int, std::string> run_fake_program(const std::string& flags, FakeLog& log) {
     Argv a(flags);
     g_program_log = &log;
-    const InferProgram program{"fake_infer", make_fake_backend};
+    InferOptions defaults;
+    defaults.cuda_graph = log.gpu;
+    const InferProgram program{"fake_infer", defaults, make_fake_backend, nullptr, nullptr, log.gpu};
     testing::internal::CaptureStdout();
     const int code = run_inference(program, a.argc(), a.argv());
     fflush(stdout);
@@ -239,6 +248,38 @@ TEST(InferDriver, ProgramRunsFlagsToOutputLines) {
     EXPECT_EQ(s["gen_len"], 3);
     EXPECT_EQ(s["params"], num_parameters(d1));
     EXPECT_EQ(s["peak_mem_mib"], 1.5);
+}
+
+// --cuda-graph: a GPU program's backend is made with it, on by default, and the summary counts its graph steps (text
+// and --json); a CPU program refuses --cuda-graph 1 before anything loads, and its summary has no such field.
+TEST(InferDriver, CudaGraphReachesTheBackendAndTheSummary) {
+    FakeLog gpu;
+    gpu.gpu = true;
+    const auto [code, out] = run_fake_program("-e d1 --prompt-ids 5,6,7 -b 2 -n 3", gpu);
+    ASSERT_EQ(code, 0) << out;
+    EXPECT_TRUE(gpu.cuda_graph);
+    EXPECT_NE(out.find(" MiB | CUDA graphs: 2 of 2 decode steps\n"), std::string::npos) << out;
+    FakeLog eager;
+    eager.gpu = true;
+    const auto [code0, json] = run_fake_program("-e d1 --prompt-ids 5,6,7 -b 2 -n 3 --json --cuda-graph 0", eager);
+    ASSERT_EQ(code0, 0) << json;
+    EXPECT_FALSE(eager.cuda_graph);
+    EXPECT_NE(json.find("\"graph_steps\":0"), std::string::npos) << json;
+
+    FakeLog cpu;
+    const auto [code_cpu, plain] = run_fake_program("-e d1 --prompt-ids 5,6,7 -b 2 -n 3 --json", cpu);
+    ASSERT_EQ(code_cpu, 0) << plain;
+    EXPECT_FALSE(cpu.cuda_graph);
+    EXPECT_EQ(plain.find("graph_steps"), std::string::npos) << plain;
+    FakeLog refused;
+    try {
+        run_fake_program("-e d1 --cuda-graph 1", refused);
+        FAIL() << "no error";
+    } catch (const UsageError& e) {
+        (void)testing::internal::GetCapturedStdout();
+        EXPECT_STREQ(e.what(), "--cuda-graph 1: fake_infer runs on the CPU; CUDA graphs are infer_gpt2cu's");
+    }
+    EXPECT_TRUE(refused.calls.empty());
 }
 
 // --help names the program; --memory-plan is refused by a program without one, before anything loads.

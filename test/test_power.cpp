@@ -181,7 +181,7 @@ TEST_F(ProfilerPowerTest, NvmlAbsentOrFailingIsNotAvailable) {
     EXPECT_NE(s.find("J/token, tokens/J, FLOP/s per W: n/a (NVML not available (nvmlInit_v2: Driver Not Loaded))"),
               std::string::npos);
     std::string csv = steps_csv(rep);
-    EXPECT_NE(csv.find("\n0,10.000000,0.000000,0.000000,0.000000,0.000000,0.000000,100000.0,,,10.000000,1,1000,,,,,0\n"),
+    EXPECT_NE(csv.find("\n0,10.000000,0.000000,0.000000,0.000000,0.000000,0.000000,100000.0,,,10.000000,1,1000,,,,,0,0,0\n"),
               std::string::npos)
         << csv;
 }
@@ -273,7 +273,7 @@ TEST_F(ProfilerPowerTest, StepEnergyFromSamplesWindowEnergyFromTheCounter) {
               std::string::npos)
         << s;
     EXPECT_NE(s.find("4 of 4 steps no longer than the 80.0 ms the energy counter stood still"), std::string::npos) << s;
-    EXPECT_NE(steps_csv(rep).find(",integrated,1\n"), std::string::npos) << steps_csv(rep);
+    EXPECT_NE(steps_csv(rep).find(",integrated,1,0,0\n"), std::string::npos) << steps_csv(rep);
 
     // A counter that advances between every two readings measures every step: none is marked.
     for (size_t i = 0; i < r.energy.size(); i++) r.energy[i].joules = 100.0 + 0.5 * (double)i;
@@ -340,7 +340,7 @@ TEST(ProfilerPower, EfficiencyByHand) {
     EXPECT_NEAR(rep.power.flops_per_w, 256 * flops_per_token / 30.0, 1);
     std::string csv = steps_csv(rep);
     EXPECT_NE(csv.find(",0.117187500,8.533,"), std::string::npos) << csv;
-    EXPECT_NE(csv.find(",integrated,0\n"), std::string::npos) << csv;
+    EXPECT_NE(csv.find(",integrated,0,0,0\n"), std::string::npos) << csv;
     std::string s = format_summary(rep);
     EXPECT_NE(s.find("0.11719 J/token, 8.5 tokens/J, "), std::string::npos) << s;
 }

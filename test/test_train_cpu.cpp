@@ -143,6 +143,11 @@ TEST(TrainCpuCli, HelpAndUsageErrors) {
     auto model = run("./train_gpt2 -e gpt5");
     EXPECT_EQ(model.exit_code, 2);
     EXPECT_NE(model.output.find("-e: 'gpt5' is neither dN"), std::string::npos);
+    // CUDA graphs are the GPU trainer's: refused before anything is read.
+    auto graphs = run("./train_gpt2 -e d1 -i /nonexistent/data --cuda-graph 1");
+    EXPECT_EQ(graphs.exit_code, 2);
+    EXPECT_EQ(graphs.output, "error: --cuda-graph 1: train_gpt2 runs on the CPU; CUDA graphs are train_gpt2cu's\n");
+    EXPECT_NE(h.output.find("--cuda-graph 0|1"), std::string::npos) << h.output;
 }
 
 TEST(TrainCpuCli, MissingDataSaysHowToPrepareIt) {

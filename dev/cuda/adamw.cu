@@ -114,12 +114,13 @@ bool validate_small() {
             auto g = bf16_round(random_normal(n, 1.0f, 10 + t));
             grads.upload(to_bf16(g));
             llmc::global_norm_squared(norm2, scratch, grads, n, 0);
+            DeviceBuffer<llmc::AdamWStep> step(std::vector<llmc::AdamWStep>{llmc::adamw_step(lr, opt.beta1, opt.beta2, t)});
             size_t off = 0;
             for (int k = 0; k < llmc::NUM_PARAMETER_TENSORS; k++) {
                 const float wd = llmc::parameter_decays(k) ? opt.weight_decay : 0.0f;
                 if (fused)
                     llmc::adamw_update(params.ptr + off, master.ptr + off, grads.ptr + off, m.ptr + off, v.ptr + off,
-                                       sizes[k], lr, opt.beta1, opt.beta2, t, opt.eps, wd, norm2, opt.grad_clip, 0);
+                                       sizes[k], step, opt.beta1, opt.beta2, opt.eps, wd, norm2, opt.grad_clip, 0);
                 else
                     unfused_adamw(params.ptr + off, master.ptr + off, grads.ptr + off, m.ptr + off, v.ptr + off,
                                   sizes[k], lr, opt.beta1, opt.beta2, t, opt.eps, wd, norm2, opt.grad_clip, scale);
@@ -161,8 +162,9 @@ int run(int argc, char** argv) {
     const double t_unfused = bench::measure("adamw unfused (3 kernels)", 0, 28.0 * n, ceilings, [&] {
         unfused_adamw(params, master, grads, m, v, n, lr, beta1, beta2, 10, eps, wd, norm2, clip, scale);
     });
+    DeviceBuffer<llmc::AdamWStep> step(std::vector<llmc::AdamWStep>{llmc::adamw_step(lr, beta1, beta2, 10)});
     const double t_fused = bench::measure("adamw_update (fused)", 0, 28.0 * n, ceilings, [&] {
-        llmc::adamw_update(params, master, grads, m, v, n, lr, beta1, beta2, 10, eps, wd, norm2, clip, 0);
+        llmc::adamw_update(params, master, grads, m, v, n, step, beta1, beta2, eps, wd, norm2, clip, 0);
     });
     CUDA_CHECK(cudaDeviceSynchronize());
     printf("unfused/fused: %.2fx\n", t_unfused / t_fused);

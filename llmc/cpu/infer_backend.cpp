@@ -76,12 +76,12 @@ private:
     bool profiling_ = false;
 };
 
-std::unique_ptr<InferBackend> make_backend(const GPT2Config& c, int B, int longest, int max_len) {
-    return std::make_unique<CpuInferBackend>(c, B, longest, max_len);
+std::unique_ptr<InferBackend> make_backend(const GPT2Config& c, const InferShape& s) {
+    return std::make_unique<CpuInferBackend>(c, s.B, s.longest, s.max_len);
 }
 
 } // namespace
 
-InferProgram cpu_infer_program() { return InferProgram{"infer_gpt2", make_backend}; }
+InferProgram cpu_infer_program() { return InferProgram{"infer_gpt2", InferOptions{}, make_backend}; }
 
 } // namespace llmc

@@ -114,13 +114,14 @@ ActivationLayout layout_activations(char* base, const GPT2Config& c, int B, int 
     carve(a.dqkv, BT * 3 * C, grad("dqkv", {b, t, 3 * C}, S::attention));
     carve(a.scratch, scratch, {"scratch", K::scratch, {scratch}});
     carve(a.scalars, 2, {"scalars", K::scratch, {2}});
+    carve(a.adamw_step, 1, {"adamw_step", K::scratch, {1}});
     out.bytes = carve.bytes();
     if (plan) finish_allocation(*plan, carve);
     return out;
 }
 
 void adamw_update_shard(const GPT2Config& c, Shard s, floatX* params, float* master, const floatX* grads, float* m,
-                        float* v, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                        float* v, const AdamWStep* step, float beta1, float beta2, float eps, float weight_decay,
                         const float* grad_norm_squared, float grad_clip, cudaStream_t stream) {
     auto sizes = parameter_sizes(c);
     size_t off = 0;
@@ -128,8 +129,8 @@ void adamw_update_shard(const GPT2Config& c, Shard s, floatX* params, float* mas
         const size_t begin = std::max(off, s.begin), end = std::min(off + sizes[i], s.end);
         if (begin < end) {
             const size_t k = begin - s.begin; // index in the shard's arrays
-            adamw_update(params + begin, master + k, grads + begin, m + k, v + k, end - begin, lr, beta1, beta2, t,
-                         eps, parameter_decays(i) ? weight_decay : 0.0f, grad_norm_squared, grad_clip, stream);
+            adamw_update(params + begin, master + k, grads + begin, m + k, v + k, end - begin, step, beta1, beta2, eps,
+                         parameter_decays(i) ? weight_decay : 0.0f, grad_norm_squared, grad_clip, stream);
         }
         off += sizes[i];
     }
@@ -221,9 +222,10 @@ int print_memory_answer(const std::string& title, const MemoryPlan& plan, size_t
 
 // ------------------------------------------------------------------------------------------ GPT2GPU
 
-GPT2GPU::GPT2GPU(const GPT2Config& c, int B_, int T_, int shard_rank, int shards)
+GPT2GPU::GPT2GPU(const GPT2Config& c, int B_, int T_, int shard_rank, int shards, bool cuda_graphs)
     : config(c), B(B_), T(T_), num_params(num_parameters(c)), padded_params(padded_parameter_count(num_params, shards)),
-      shard(shard_of(padded_params, shard_rank, shards)) {
+      shard(shard_of(padded_params, shard_rank, shards)), micro_graphs_("the training micro-step", cuda_graphs),
+      update_graphs_("the optimizer update", cuda_graphs) {
     check_gpu_shape(c);
     check_seq_len(c, T);
     memory = plan_gpu_memory(c, B, T, shards);
@@ -252,7 +254,9 @@ GPT2GPU::GPT2GPU(const GPT2Config& c, int B_, int T_, int shard_rank, int shards
     CUDA_CHECK(cudaMemsetAsync(acts.scalars, 0, 2 * sizeof(float), stream));
     CUDA_CHECK(cudaMallocHost(&pinned_tokens_, 4 * (size_t)B * T * sizeof(int)));
     CUDA_CHECK(cudaMallocHost(&pinned_scalars_, 2 * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost(&pinned_adamw_, sizeof(AdamWStep)));
     CUDA_CHECK(cudaEventCreateWithFlags(&scalars_ready_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&adamw_copied_, cudaEventDisableTiming));
     for (cudaEvent_t& e : slot_events_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     encoder_scratch_ = std::make_unique<EncoderBackwardScratch>(B, T, c.padded_vocab_size); // the sort keys need only 16 bits
 }
@@ -260,7 +264,9 @@ GPT2GPU::GPT2GPU(const GPT2Config& c, int B_, int T_, int shard_rank, int shards
 GPT2GPU::~GPT2GPU() {
     cudaFreeHost(pinned_tokens_);
     cudaFreeHost(pinned_scalars_);
+    cudaFreeHost(pinned_adamw_);
     cudaEventDestroy(scalars_ready_);
+    cudaEventDestroy(adamw_copied_);
     for (cudaEvent_t e : slot_events_) cudaEventDestroy(e);
     cudaFree(acts_memory_);
     cudaFree(master);
@@ -280,14 +286,24 @@ void GPT2GPU::set_moments(const std::vector<float>& mh, const std::vector<float>
     upload_shard(v, vh.data());
 }
 
-void GPT2GPU::forward(const int* inputs, const int* targets, int b, int t, float loss_scale, float dloss) {
+void GPT2GPU::check_shape(int b, int t, const char* what) const {
     if (b <= 0 || t <= 0 || t > config.max_seq_len || (size_t)b * t > (size_t)B * T)
-        throw Error(strprintf("forward shape (%d, %d) does not fit the allocated (%d, %d) with maxT %d", b, t, B, T,
+        throw Error(strprintf("%s shape (%d, %d) does not fit the allocated (%d, %d) with maxT %d", what, b, t, B, T,
                               config.max_seq_len));
+}
+
+void GPT2GPU::forward(const int* inputs, const int* targets, int b, int t, float loss_scale, float dloss) {
+    check_shape(b, t, "forward");
     cur_B_ = b, cur_T_ = t;
-    backward_ready_ = false;
+    backward_ready_ = false; // until this forward's tokens are checked and its kernels launched
     upload_tokens(inputs, targets, b * t);
-    const int L = config.num_layers, C = config.channels, Vp = config.padded_vocab_size, BT = b * t;
+    forward_kernels(targets != nullptr, loss_scale, dloss);
+    backward_ready_ = targets && dloss > 0;
+}
+
+void GPT2GPU::forward_kernels(bool targets, float loss_scale, float dloss) {
+    const int L = config.num_layers, C = config.channels, Vp = config.padded_vocab_size, b = cur_B_, t = cur_T_;
+    const int BT = b * t;
     const size_t slab = (size_t)B * T; // per-layer stride: fixed by the allocation, not by this call
     const ActivationTensors& a = acts;
     Range fwd("forward", -1, Phase::fwd);
@@ -309,7 +325,6 @@ void GPT2GPU::forward(const int* inputs, const int* targets, int b, int t, float
             fused_classifier(a.logits, a.losses, a.targets, dloss, BT, config.vocab_size, Vp, dloss > 0, stream);
             accumulate_loss_kernel<<<1, 1024, 0, stream>>>(a.scalars, a.losses, BT, loss_scale);
             CUDA_LAUNCH_CHECK();
-            backward_ready_ = dloss > 0;
         }
     }
 }
@@ -370,14 +385,18 @@ void GPT2GPU::forward_layer(int l) {
 }
 
 void GPT2GPU::backward(GradientReduce* reduce) {
+    if (!backward_ready_) throw Error("backward() without a forward() with targets and dloss > 0 before it");
+    backward_ready_ = false; // dlogits are consumed: a second backward would read them as logits
+    backward_kernels(reduce);
+}
+
+void GPT2GPU::backward_kernels(GradientReduce* reduce) {
     // A profile sees the collectives' launches under the comm sub-block; one process adds no range at all.
     auto bucket_done = [reduce](int layer) {
         if (!reduce) return;
         Range r(SubBlock::comm, Phase::bwd, layer);
         reduce->layer_done(layer);
     };
-    if (!backward_ready_) throw Error("backward() without a forward() with targets and dloss > 0 before it");
-    backward_ready_ = false; // dlogits are consumed: a second backward would read them as logits
     const int L = config.num_layers, C = config.channels, Vp = config.padded_vocab_size;
     const int b = cur_B_, t = cur_T_, BT = b * t;
     const size_t slab = (size_t)B * T;
@@ -458,6 +477,18 @@ void GPT2GPU::zero_loss() { CUDA_CHECK(cudaMemsetAsync(acts.scalars, 0, 2 * size
 
 void GPT2GPU::update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, int t,
                      GradientReduce* reduce) {
+    // The last update's copy has read the staging buffer before it is written again.
+    CUDA_CHECK(cudaEventSynchronize(adamw_copied_));
+    *pinned_adamw_ = adamw_step(lr, beta1, beta2, t);
+    CUDA_CHECK(cudaMemcpyAsync(acts.adamw_step, pinned_adamw_, sizeof(AdamWStep), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaEventRecord(adamw_copied_, stream));
+    auto body = [&] { update_kernels(beta1, beta2, eps, weight_decay, grad_clip, reduce); };
+    if (reduce) return body(); // collectives: eager
+    update_graphs_.run(stream, {beta1, beta2, eps, weight_decay, grad_clip}, body);
+}
+
+void GPT2GPU::update_kernels(float beta1, float beta2, float eps, float weight_decay, float grad_clip,
+                             GradientReduce* reduce) {
     {
         Range r(SubBlock::grad_norm, Phase::opt);
         global_norm_squared(acts.scalars + 1, acts.scratch, grads_memory + shard.begin, shard.size(), stream);
@@ -468,8 +499,8 @@ void GPT2GPU::update(float lr, float beta1, float beta2, float eps, float weight
     }
     {
         Range r(SubBlock::optimizer, Phase::opt);
-        adamw_update_shard(config, shard, params_memory, master, grads_memory, m, v, lr, beta1, beta2, eps,
-                           weight_decay, t, acts.scalars + 1, grad_clip, stream);
+        adamw_update_shard(config, shard, params_memory, master, grads_memory, m, v, acts.adamw_step, beta1, beta2,
+                           eps, weight_decay, acts.scalars + 1, grad_clip, stream);
     }
     if (sharded() && reduce) {
         Range r(SubBlock::comm, Phase::opt);
@@ -480,14 +511,23 @@ void GPT2GPU::update(float lr, float beta1, float beta2, float eps, float weight
 std::pair<float, float> GPT2GPU::train_step(const NextBatch& next_batch, int b, int t, int grad_accum, float lr,
                                             const AdamWConfig& adam, int step, int ranks, GradientReduce* reduce) {
     if (ranks > 1 && !reduce) throw Error("train_step: several ranks need a GradientReduce");
+    check_shape(b, t, "train_step");
     Range r("step");
     zero_grad();
     zero_loss();
     float scale = 1.0f / ((float)b * t * grad_accum * ranks); // mean over every position of every micro-batch
     for (int micro = 0; micro < grad_accum; micro++) {
         auto [inputs, targets] = next_batch();
-        forward(inputs, targets, b, t, scale, scale);
-        backward(ranks > 1 && micro == grad_accum - 1 ? reduce : nullptr);
+        cur_B_ = b, cur_T_ = t;
+        backward_ready_ = false;
+        upload_tokens(inputs, targets, b * t);
+        GradientReduce* last = ranks > 1 && micro == grad_accum - 1 ? reduce : nullptr;
+        auto body = [&] {
+            forward_kernels(true, scale, scale);
+            backward_kernels(last);
+        };
+        if (last) body(); // collectives: eager
+        else micro_graphs_.run(stream, {b, t, scale}, body);
     }
     if (ranks > 1) {
         Range comm(SubBlock::comm, Phase::bwd);
@@ -602,7 +642,12 @@ public:
         return prof::make_gpu_profile_session(so, std::move(ctx));
     }
     void load_weights(const std::vector<float>& w) override {
-        if (!model_) model_.emplace(cfg_, shape_.B, shape_.T, shards_ > 1 ? comm_.rank() : 0, shards_);
+        if (!model_) {
+            if (shape_.cuda_graph && comm_.world() > 1 && comm_.rank() == 0)
+                printf("--cuda-graph 1: the last micro-step of a data-parallel step and its update hand gradients to "
+                       "the collectives and run eagerly\n");
+            model_.emplace(cfg_, shape_.B, shape_.T, shards_ > 1 ? comm_.rank() : 0, shards_, shape_.cuda_graph);
+        }
         model().set_parameters(w.data());
         if (model().sharded()) gather_params();
     }
@@ -647,6 +692,8 @@ public:
         size_t free_b = 0, total_b = 0;
         if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
             s += strprintf(" | mem %.2f GiB", (total_b - free_b) / 1073741824.0);
+        // --cuda-graph 1: of the step's micro-steps and update, those that were one graph launch each.
+        if (shape_.cuda_graph) s += strprintf(" | graphs %ld/%d", step_graphs_.first, step_graphs_.second);
         return s;
     }
     void print_memory() const override {
@@ -666,6 +713,8 @@ public:
             return std::make_pair(train.inputs(), train.targets());
         };
         const int B = shape_.B, T = shape_.T;
+        const long launched = model().graph_launches();
+        step_graphs_ = {0, grad_accum + 1};
 #ifdef LLMC_HAVE_NCCL
         if (nccl_) {
             // The step ends synchronised (its loss and norm are read): its collectives' timings are ready.
@@ -678,10 +727,12 @@ public:
                 r = model().train_step(next, B, T, grad_accum, lr, shape_.adam, t, nccl_->world(), &buckets);
             }
             nccl_->collect();
+            step_graphs_.first = model().graph_launches() - launched;
             return {r.first, r.second};
         }
 #endif
         auto [loss, norm] = model().train_step(next, B, T, grad_accum, lr, shape_.adam, t);
+        step_graphs_.first = model().graph_launches() - launched;
         return {loss, norm};
     }
 
@@ -754,6 +805,7 @@ private:
 #endif
     std::string name_;
     const DeviceSpec* spec_ = nullptr;
+    std::pair<long, int> step_graphs_{0, 0}; // the last step's graph launches, of its micro-steps and update
 };
 
 /*
@@ -794,7 +846,7 @@ void require_training_gpu() { require_gpu("train_gpt2cu", "./train_gpt2 is the C
 
 TrainProgram gpu_train_program() {
     return TrainProgram{"train_gpt2cu",        TrainOptions{}, make_backend, print_training_memory_plan,
-                        require_training_gpu, gpu_infer_program().make_backend};
+                        require_training_gpu, gpu_infer_program().make_backend, true};
 }
 
 } // namespace llmc

@@ -15,10 +15,13 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "llmc/adamw.cuh"
 #include "llmc/cuda_common.cuh"
+#include "llmc/gpu/step_graphs.cuh"
 #include "llmc/model/gpt2_config.h"
 #include "llmc/model/memory_plan.h"
 #include "llmc/model/optimizer.h"
@@ -58,6 +61,7 @@ struct ActivationTensors {
     floatX* dqkv;       // (B, T, 3C)
     float* scratch;     // reductions: layernorm, attention, bias gradients, global norm
     float* scalars;     // [0] loss accumulated over the step's micro-batches, [1] squared grad norm
+    AdamWStep* adamw_step; // the update's learning rate and bias corrections, copied in before each update
 };
 
 struct ActivationLayout {
@@ -85,10 +89,11 @@ inline size_t padded_parameter_count(size_t num_params, int shards) {
  * the whole model): each parameter tensor's intersection with the shard, with that tensor's weight decay.
  * params and grads are the whole (padded) buffers; master, m and v hold the shard only (index 0 is parameter
  * s.begin). Padding past the last tensor is left as it is. The shard's ends and every tensor's offset are
- * multiples of 8, so every slice is 16-byte aligned. grad_norm_squared: device scalar (the global norm, squared).
+ * multiples of 8, so every slice is 16-byte aligned. step: the step's AdamWStep in device memory;
+ * grad_norm_squared: device scalar (the global norm, squared).
  */
 void adamw_update_shard(const GPT2Config& c, Shard s, floatX* params, float* master, const floatX* grads, float* m,
-                        float* v, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                        float* v, const AdamWStep* step, float beta1, float beta2, float eps, float weight_decay,
                         const float* grad_norm_squared, float grad_clip, cudaStream_t stream);
 
 // 5% of free memory stays spare for the CUDA context, cuBLASLt's own allocations and fragmentation.
@@ -166,9 +171,11 @@ public:
     /*
      * Allocates the plan (plan_gpu_memory) for micro-batches up to (B_, T_), or throws an Error naming -b with the
      * largest that fits. shard_rank of shards: ZeRO-1, this device keeps the master weights and moments of
-     * shard_of(padded_params) only; the default is the whole optimizer.
+     * shard_of(padded_params) only; the default is the whole optimizer. cuda_graphs: train_step's micro-steps and
+     * updates as CUDA graph launches (one process only: a step that hands gradients to a GradientReduce runs
+     * eagerly).
      */
-    GPT2GPU(const GPT2Config& c, int B_, int T_, int shard_rank = 0, int shards = 1);
+    GPT2GPU(const GPT2Config& c, int B_, int T_, int shard_rank = 0, int shards = 1, bool cuda_graphs = false);
     ~GPT2GPU();
     GPT2GPU(const GPT2GPU&) = delete;
     GPT2GPU& operator=(const GPT2GPU&) = delete;
@@ -205,9 +212,10 @@ public:
     void zero_loss();
 
     /*
-     * Global grad norm and AdamW on the shard's tensors; the clip factor never leaves the device. With ZeRO-1 the
-     * norm is over the shard's reduced gradients, summed over the ranks by reduce->sum_norm, and the updated
-     * parameters are gathered by reduce->gather_params.
+     * Global grad norm and AdamW on the shard's tensors; the clip factor never leaves the device, and the step's
+     * learning rate and bias corrections are copied into acts.adamw_step first. With ZeRO-1 the norm is over the
+     * shard's reduced gradients, summed over the ranks by reduce->sum_norm, and the updated parameters are gathered
+     * by reduce->gather_params. Without a reduce it is one graph launch with cuda_graphs.
      */
     void update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, int t,
                 GradientReduce* reduce = nullptr);
@@ -223,6 +231,10 @@ public:
      * loss and makes this stream wait for every reduction, before the norm and the update. With ZeRO-1 (a model
      * of several shards) finish reduce-scatters the gradients instead, and update() calls sum_norm and
      * gather_params.
+     *
+     * With cuda_graphs and no reduce, each micro-batch's forward and backward is one graph launch (its tokens are
+     * copied into acts.inputs and acts.targets first), and the update another: the same kernels in the same order as
+     * the eager step, so the losses and the model are the same bit for bit.
      */
     std::pair<float, float> train_step(const NextBatch& next_batch, int b, int t, int grad_accum, float lr,
                                        const AdamWConfig& adam, int step, int ranks = 1,
@@ -236,8 +248,20 @@ public:
     // Logits of position (0, t) from the last forward, as fp32 on the host (tests).
     std::vector<float> logits_row(int t);
 
+    // Micro-steps and updates run as a graph launch, and graphs captured.
+    long graph_launches() const { return micro_graphs_.launches() + update_graphs_.launches(); }
+    long graph_captures() const { return micro_graphs_.captures() + update_graphs_.captures(); }
+
 private:
-    // One layer's sub-blocks of forward() and backward(), for the (cur_B_, cur_T_) batch.
+    // The work of forward(), backward() and update() once their inputs are on the device, for the (cur_B_, cur_T_)
+    // batch: they only queue work (the bodies of the graphs).
+    void forward_kernels(bool targets, float loss_scale, float dloss);
+    // An Error naming `what` when a (b, t) batch does not fit the allocation.
+    void check_shape(int b, int t, const char* what) const;
+    void backward_kernels(GradientReduce* reduce);
+    void update_kernels(float beta1, float beta2, float eps, float weight_decay, float grad_clip,
+                        GradientReduce* reduce);
+    // One layer's sub-blocks of forward() and backward().
     void forward_layer(int l);
     void backward_layer(int l);
     void upload_tokens(const int* inputs, const int* targets, int n);
@@ -250,12 +274,15 @@ private:
     std::unique_ptr<EncoderBackwardScratch> encoder_scratch_;
     int* pinned_tokens_ = nullptr;
     float* pinned_scalars_ = nullptr;
-    cudaEvent_t scalars_ready_ = nullptr;
+    AdamWStep* pinned_adamw_ = nullptr;
+    cudaEvent_t scalars_ready_ = nullptr, adamw_copied_ = nullptr;
     cudaEvent_t slot_events_[2] = {nullptr, nullptr};
     bool slot_pending_[2] = {false, false};
     int slot_ = 0;
     int cur_B_ = 0, cur_T_ = 0;
     bool backward_ready_ = false;
+    StepGraphs<std::tuple<int, int, float>> micro_graphs_;                   // by (b, t, loss scale)
+    StepGraphs<std::tuple<float, float, float, float, float>> update_graphs_; // by the AdamW constants
 };
 
 } // namespace llmc

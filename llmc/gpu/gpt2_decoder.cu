@@ -134,8 +134,9 @@ DecoderMemoryPlan plan_decoder_memory(const GPT2Config& c, int B, int longest, i
 
 // ------------------------------------------------------------------------------------------ GPT2DecoderGPU
 
-GPT2DecoderGPU::GPT2DecoderGPU(const GPT2Config& c, const float* host_params, int B, int longest, int max_len)
-    : config(c), B_(B), longest_(longest), maxT_(max_len), len_(B, 0) {
+GPT2DecoderGPU::GPT2DecoderGPU(const GPT2Config& c, const float* host_params, int B, int longest, int max_len,
+                               bool cuda_graphs)
+    : config(c), B_(B), longest_(longest), maxT_(max_len), len_(B, 0), graphs_("the decode step", cuda_graphs) {
     check_gpu_shape(c);
     if (B < 1 || longest < 1 || max_len < longest || max_len > c.max_seq_len)
         throw Error(strprintf("decoder: bad shape B=%d longest=%d max_len=%d (maxT=%d)", B, longest, max_len,
@@ -165,12 +166,15 @@ GPT2DecoderGPU::GPT2DecoderGPU(const GPT2Config& c, const float* host_params, in
     std::vector<int> order(B);
     for (int b = 0; b < B; b++) order[b] = b;
     upload(a_.order, order);
-    CUDA_CHECK(cudaMallocHost(&pinned_ids_, B * sizeof(int)));
+    void* pinned = nullptr;
+    CUDA_CHECK(cudaMallocHost(&pinned, 5 * (size_t)B * sizeof(int)));
+    int* p = static_cast<int*>(pinned);
+    host_ = Staging{p, p + B, p + 2 * (size_t)B, p + 3 * (size_t)B, reinterpret_cast<float*>(p + 4 * (size_t)B)};
     CUDA_CHECK(cudaStreamSynchronize(stream)); // bf and order go out of scope
 }
 
 GPT2DecoderGPU::~GPT2DecoderGPU() {
-    cudaFreeHost(pinned_ids_);
+    cudaFreeHost(host_.ids);
     cudaFree(acts_memory_);
     cudaFree(params_memory_);
     cudaStreamDestroy(stream);
@@ -188,6 +192,7 @@ void GPT2DecoderGPU::prefill(const std::vector<std::vector<int>>& prompts) {
     }
     const int R = (int)tok.size();
     phase_ = Phase::prefill;
+    staged_rows_ = 0;
     {
         Range r(SubBlock::encoder, phase_);
         upload(a_.tok, tok), upload(a_.seq, seq), upload(a_.pos, pos);
@@ -218,56 +223,79 @@ void GPT2DecoderGPU::prefill(const std::vector<std::vector<int>>& prompts) {
 }
 
 void GPT2DecoderGPU::decode(const std::vector<bool>& running) {
-    const GPT2Config& c = config;
     if ((int)running.size() != B_)
         throw Error(strprintf("decoder: %zu running flags for %d sequences", running.size(), B_));
-    std::vector<int> seq, pos, len;
+    std::vector<int> seq;
     for (int b = 0; b < B_; b++) {
         if (!running[b]) continue;
         if (len_[b] >= maxT_) throw Error(strprintf("decoder: sequence %d is full (%d tokens)", b, maxT_));
         if (!std::binary_search(rows_.begin(), rows_.end(), b)) // rows_ ascends
             throw Error(strprintf("decoder: sequence %d stopped before the last step: no token to append", b));
-        seq.push_back(b), pos.push_back(len_[b]), len.push_back(len_[b] + 1);
+        seq.push_back(b);
     }
     if (seq.empty()) throw Error("decoder: decode with no running sequence");
     // Each row's token is the id sample() chose from the last call's logits: without it, ids would be
     // stale (or never written: uninitialised memory as embedding rows).
     if (!sampled_) throw Error("decoder: decode before sample() chose the tokens it appends");
+    // The stream is idle (every call ends with a synchronisation): the staging buffer is free to fill.
     const int R = (int)seq.size();
+    for (int r = 0; r < R; r++) {
+        const int b = seq[r];
+        host_.seq[r] = b, host_.pos[r] = len_[b], host_.len[r] = len_[b] + 1;
+        len_[b]++;
+    }
     phase_ = Phase::decode;
+    staged_rows_ = R;
+    rows_ = seq;
+    sampled_ = false;
+}
+
+void GPT2DecoderGPU::decode_rows(int R) {
+    const GPT2Config& c = config;
     {
-        Range r(SubBlock::encoder, phase_);
-        upload(a_.seq, seq), upload(a_.pos, pos), upload(a_.len, len);
+        Range r(SubBlock::encoder, Phase::decode);
+        auto copy_in = [&](int* to, const int* from) {
+            CUDA_CHECK(cudaMemcpyAsync(to, from, R * sizeof(int), cudaMemcpyHostToDevice, stream));
+        };
+        copy_in(a_.seq, host_.seq), copy_in(a_.pos, host_.pos), copy_in(a_.len, host_.len);
     }
     forward_rows(R, a_.ids, a_.seq, [&](const floatX* qkv, floatX* kc, floatX* vc) {
         attention_decode(a_.atty, a_.partial, qkv, 3 * c.channels, kc, vc, a_.seq, a_.len, R, maxT_, c.num_heads,
                          c.channels / c.num_heads, stream);
     });
-    {
-        Range r(SubBlock::classifier, phase_);
-        matmul_forward(a_.logits, a_.ln, params_.wte, nullptr, R, c.channels, c.padded_vocab_size, nullptr,
-                       stream);
-    }
-    for (int b : seq) len_[b]++;
-    rows_ = seq;
-    sampled_ = false;
-    CUDA_CHECK(cudaStreamSynchronize(stream)); // the pageable uploads above
+    Range r(SubBlock::classifier, Phase::decode);
+    matmul_forward(a_.logits, a_.ln, params_.wte, nullptr, R, c.channels, c.padded_vocab_size, nullptr, stream);
+}
+
+void GPT2DecoderGPU::choose_tokens(int R, const int* order, float temperature, int top_k) {
+    Range r(SubBlock::classifier, phase_);
+    CUDA_CHECK(cudaMemcpyAsync(a_.coins, host_.coins, B_ * sizeof(float), cudaMemcpyHostToDevice, stream));
+    sample_tokens(a_.ids, a_.logits, order, a_.coins, R, config.vocab_size, config.padded_vocab_size, temperature,
+                  top_k, stream);
+    CUDA_CHECK(cudaMemcpyAsync(host_.ids, a_.ids, B_ * sizeof(int), cudaMemcpyDeviceToHost, stream));
 }
 
 const int* GPT2DecoderGPU::sample(float temperature, int top_k, const std::vector<float>& coins) {
     if ((int)coins.size() != B_) throw Error(strprintf("decoder: %zu coins for %d sequences", coins.size(), B_));
     if (rows_.empty()) throw Error("decoder: sample before prefill");
-    Range r(SubBlock::classifier, phase_);
-    upload(a_.coins, coins);
-    sample_tokens(a_.ids, a_.logits, phase_ == Phase::prefill ? a_.order : a_.seq, a_.coins, (int)rows_.size(), config.vocab_size,
-                  config.padded_vocab_size, temperature, top_k, stream);
-    CUDA_CHECK(cudaMemcpyAsync(pinned_ids_, a_.ids, B_ * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    std::copy(coins.begin(), coins.end(), host_.coins);
+    const int R = (int)rows_.size();
+    if (staged_rows_) { // the decode step and its token choice: one graph
+        graphs_.run(stream, {R, temperature, top_k}, [&] {
+            decode_rows(R);
+            choose_tokens(R, a_.seq, temperature, top_k);
+        });
+        staged_rows_ = 0;
+    } else {
+        choose_tokens(R, phase_ == Phase::prefill ? a_.order : a_.seq, temperature, top_k);
+    }
     CUDA_CHECK(cudaStreamSynchronize(stream));
     sampled_ = true;
-    return pinned_ids_;
+    return host_.ids;
 }
 
-std::vector<float> GPT2DecoderGPU::logits_host() const {
+std::vector<float> GPT2DecoderGPU::logits_host() {
+    if (staged_rows_) decode_rows(staged_rows_), staged_rows_ = 0;
     std::vector<floatX> raw(rows_.size() * config.padded_vocab_size);
     CUDA_CHECK(cudaMemcpyAsync(raw.data(), a_.logits, raw.size() * sizeof(floatX), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -351,8 +379,8 @@ namespace {
  */
 class GpuInferBackend : public InferBackend {
 public:
-    GpuInferBackend(const GPT2Config& c, int B, int longest, int max_len)
-        : cfg_(c), B_(B), longest_(longest), max_len_(max_len) {}
+    GpuInferBackend(const GPT2Config& c, const InferShape& s)
+        : cfg_(c), B_(s.B), longest_(s.longest), max_len_(s.max_len), cuda_graph_(s.cuda_graph) {}
 
     int elem_bytes() const override { return sizeof(floatX); }
 
@@ -365,7 +393,7 @@ public:
     }
 
     void load(std::vector<float> params) override {
-        dec_ = std::make_unique<GPT2DecoderGPU>(cfg_, params.data(), B_, longest_, max_len_);
+        dec_ = std::make_unique<GPT2DecoderGPU>(cfg_, params.data(), B_, longest_, max_len_, cuda_graph_);
     }
     size_t kv_cache_bytes() const override { return dec_->cache_bytes(); }
     int length(int b) const override { return dec_->length(b); }
@@ -387,16 +415,18 @@ public:
 
     // Device memory: the weights, the one allocation, cuBLASLt's workspace.
     double peak_memory_mib() const override { return dec_->memory.total() / 1048576.0; }
+    long graph_steps() const override { return dec_->graph_launches(); }
 
 private:
     const GPT2Config cfg_;
     const int B_, longest_, max_len_;
+    const bool cuda_graph_;
     std::unique_ptr<GPT2DecoderGPU> dec_;
     std::optional<Range> step_; // the open step's range
 };
 
-std::unique_ptr<InferBackend> make_backend(const GPT2Config& c, int B, int longest, int max_len) {
-    return std::make_unique<GpuInferBackend>(c, B, longest, max_len);
+std::unique_ptr<InferBackend> make_backend(const GPT2Config& c, const InferShape& shape) {
+    return std::make_unique<GpuInferBackend>(c, shape);
 }
 
 // --memory-plan: the decoder's allocations for -e, -b, the prompt length and -n, and the largest -b that fits.
@@ -419,7 +449,10 @@ void require_inference_gpu() { require_gpu("infer_gpt2cu", "./infer_gpt2 generat
 } // namespace
 
 InferProgram gpu_infer_program() {
-    return InferProgram{"infer_gpt2cu", make_backend, print_inference_memory_plan, require_inference_gpu};
+    InferOptions defaults;
+    defaults.cuda_graph = true;
+    return InferProgram{"infer_gpt2cu", defaults, make_backend, print_inference_memory_plan, require_inference_gpu,
+                        true};
 }
 
 } // namespace llmc

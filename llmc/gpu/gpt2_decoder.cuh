@@ -22,6 +22,13 @@
  * lnf and GELU under fc, as in training; the KV-cache write is attention's, the step's id and position uploads
  * the encoder's, and the last-row gather and the sampler the classifier's (the head of the step).
  *
+ * CUDA graphs (infer_gpt2cu --cuda-graph 1, the default): a decode step, every layer, the classifier and the token
+ * choice, is one graph per (running rows, temperature, top-k), captured at the second step of its kind and replayed
+ * for every later one (llmc/gpu/step_graphs.cuh). What changes from step to step (each row's sequence, position and
+ * attended length, the coins) is copied by the graph from a pinned staging buffer the step fills first; the ids it
+ * appends are the sampler's, already on the device. Prefill stays eager (its shapes change with the prompts). The
+ * kernels and their order are the same either way, so the ids are identical with and without graphs.
+ *
  * Its host code is compiled once (llmc/gpu/gpt2_decoder.cu), beside the GPU InferBackend over it (infer_gpt2cu).
  *
  * Memory: the bf16 parameters, and ONE allocation for everything else (layout_decoder below): the row
@@ -32,10 +39,12 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <tuple>
 #include <vector>
 
 #include "llmc/cuda_common.cuh"
 #include "llmc/gpu/gpt2.cuh"
+#include "llmc/gpu/step_graphs.cuh"
 #include "llmc/model/gpt2_config.h"
 #include "llmc/model/memory_plan.h"
 #include "llmc/model/subblocks.h"
@@ -107,9 +116,11 @@ public:
     /*
      * B sequences of prompts up to `longest` tokens and max_len tokens in all (max_len <= maxT); host_params:
      * the fp32 weights in llm.c order, rounded to bf16 here. Throws llmc::Error naming -b, with the largest B
-     * that fits, when the plan exceeds free device memory; nothing is allocated then.
+     * that fits, when the plan exceeds free device memory; nothing is allocated then. cuda_graphs: decode steps as
+     * graph replays.
      */
-    GPT2DecoderGPU(const GPT2Config& c, const float* host_params, int B, int longest, int max_len);
+    GPT2DecoderGPU(const GPT2Config& c, const float* host_params, int B, int longest, int max_len,
+                   bool cuda_graphs = false);
     ~GPT2DecoderGPU();
     GPT2DecoderGPU(const GPT2DecoderGPU&) = delete;
     GPT2DecoderGPU& operator=(const GPT2DecoderGPU&) = delete;
@@ -128,6 +139,8 @@ public:
      * One row for each running sequence (running[b]: sequence b still generates; at least one), the id sample()
      * chose last for it, at the sequence's next position. The others' caches and lengths stay as they are, and
      * nothing is computed for them: a batch whose sequences stop at different lengths costs the rows it runs.
+     * The step is staged here and runs in the sample() that follows, with the token choice (one graph launch with
+     * graphs), or in logits_host().
      */
     void decode(const std::vector<bool>& running);
 
@@ -138,7 +151,11 @@ public:
     const int* sample(float temperature, int top_k, const std::vector<float>& coins);
 
     // The logits as fp32 on the host, row i for sequence logits_rows()[i] (tests).
-    std::vector<float> logits_host() const;
+    std::vector<float> logits_host();
+
+    // Decode steps run as a graph launch, and graphs captured (one per key).
+    long graph_launches() const { return graphs_.launches(); }
+    long graph_captures() const { return graphs_.captures(); }
 
 private:
     int B_, longest_, maxT_;
@@ -150,8 +167,15 @@ private:
     char* acts_memory_ = nullptr;
     ParameterTensors<floatX> params_;
     DecoderTensors a_{};
-    int* pinned_ids_ = nullptr;
+    // Pinned host memory, B entries each: the chosen ids (device to host), and what a decode step copies in.
+    struct Staging {
+        int *ids, *seq, *pos, *len;
+        float* coins;
+    };
+    Staging host_{};
+    int staged_rows_ = 0;          // rows of a decode() not yet run (by sample() or logits_host())
     Phase phase_ = Phase::prefill; // of the last prefill() or decode(): the profile's phase of their kernels
+    StepGraphs<std::tuple<int, float, int>> graphs_; // decode steps by (rows, temperature, top-k)
 
     template <typename T> void upload(T* d, const std::vector<T>& h) {
         CUDA_CHECK(cudaMemcpyAsync(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
@@ -166,6 +190,11 @@ private:
      */
     void forward_rows(int R, const int* tok, const int* tok_at, const Attend& attend);
     void layer_rows(int l, int R, const Attend& attend);
+    // A staged decode step of R rows up to its logits (only queues work: the body of its graph).
+    void decode_rows(int R);
+    // The token choice of R logits rows whose sequences are order[r] (device), with the staged coins, and the ids'
+    // copy to host_.ids (only queues work).
+    void choose_tokens(int R, const int* order, float temperature, int top_k);
 };
 
 } // namespace llmc

@@ -123,11 +123,13 @@ Generated generate(InferBackend& be, const InferOptions& opt, const std::vector<
 }
 
 int run_inference(const InferProgram& program, int argc, char** argv) {
-    const InferOptions opt = parse_infer_options(argc, argv);
+    const InferOptions opt = parse_infer_options(argc, argv, program.defaults);
     if (opt.help) {
-        printf("%s", infer_usage(program.name).c_str());
+        printf("%s", infer_usage(program.name, program.defaults).c_str());
         return 0;
     }
+    if (opt.cuda_graph && !program.cuda_graphs)
+        throw UsageError(strprintf("--cuda-graph 1: %s runs on the CPU; CUDA graphs are infer_gpt2cu's", program.name));
     if (opt.memory_plan) {
         if (!program.memory_plan)
             throw UsageError(strprintf("--memory-plan: %s has no GPU memory to plan; ./infer_gpt2cu --memory-plan "
@@ -138,13 +140,15 @@ int run_inference(const InferProgram& program, int argc, char** argv) {
     if (program.check_device) program.check_device();
     InferInputs in = load_infer_inputs(opt);
     const int B = (int)in.prompts.size();
-    std::unique_ptr<InferBackend> be = program.make_backend(in.cfg, B, in.longest, in.longest + opt.new_tokens);
+    std::unique_ptr<InferBackend> be =
+        program.make_backend(in.cfg, InferShape{B, in.longest, in.longest + opt.new_tokens, opt.cuda_graph});
     InferProfile profile(opt, in.prompts, be->elem_bytes());
     profile.start([&](const prof::SessionOptions& so) { return be->profile_session(so, profile.shape); });
     be->load(std::move(in.params));
     profile.shape.kv_cache_bytes = be->kv_cache_bytes();
     Generated run = generate(*be, opt, in.prompts, in.eot, profile);
     run.sum.peak_mem_mib = be->peak_memory_mib();
+    run.sum.graph_steps = be->graph_steps();
     run.sum.avg_power_w = profile.avg_power_w(), run.sum.j_per_token = profile.joules_per_token();
     print_results(opt, in, run.seqs, run.sum);
     profile.throw_if_not_written();

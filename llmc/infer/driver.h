@@ -17,8 +17,8 @@ namespace llmc {
 struct GPT2Config;
 
 /*
- * Where the model runs: a KV-cache decoder for B sequences whose prompts hold at most `longest` tokens and
- * which grow to at most `max_len`. Constructed by the program's InferBackendFactory without allocating; the
+ * Where the model runs: a KV-cache decoder of an InferShape. Constructed by the program's InferBackendFactory
+ * without allocating; the
  * driver then asks for the profile session (--profile only), then load()s the weights. Each step is prefill()
  * or decode(), then sample(), which ends the step.
  */
@@ -43,18 +43,29 @@ public:
     // the B ids by sequence; those of the other sequences are stale.
     virtual const int* sample(float temperature, int top_k, const std::vector<float>& coins) = 0;
     virtual double peak_memory_mib() const = 0; // the summary's peak memory
+    // Decode steps run as a CUDA graph launch so far; -1: the backend has no graphs (the summary leaves it out).
+    virtual long graph_steps() const { return -1; }
 };
 
-using InferBackendFactory = std::unique_ptr<InferBackend> (*)(const GPT2Config& c, int B, int longest, int max_len);
+// What a backend is built for: B sequences whose prompts hold at most `longest` tokens and which grow to at most
+// max_len; cuda_graph: decode steps as CUDA graph launches (--cuda-graph; a GPU backend's).
+struct InferShape {
+    int B = 0, longest = 0, max_len = 0;
+    bool cuda_graph = false;
+};
+using InferBackendFactory = std::unique_ptr<InferBackend> (*)(const GPT2Config& c, const InferShape& shape);
 
-// One inference program: its name (--help), its backend, and what only some programs do.
+// One inference program: its name (--help), its defaults and backend, and what only some programs do.
 struct InferProgram {
     const char* name;
+    InferOptions defaults;
     InferBackendFactory make_backend;
     // --memory-plan: prints the plan and returns the exit code; null: the program refuses the flag.
     int (*memory_plan)(const InferOptions& opt) = nullptr;
     // Before anything loads: throws when the program cannot run here (no GPU); null: it always can.
     void (*check_device)() = nullptr;
+    // --cuda-graph 1 is the program's (a GPU program); false: refused.
+    bool cuda_graphs = false;
 };
 
 // What generate() produced: the sequences (prompt, ids, timings) and the run's summary without its shape.

@@ -77,6 +77,10 @@ void add_profile_and_memory(FlagTable& t, InferOptions& o) {
            "--prompt-len or --prompt-ids)",
            flag::on(o.memory_plan)});
     t.add(device_memory_flag(o.device_memory));
+    t.add({"", "--cuda-graph", "0|1",
+           "GPU program: each decode step, token choice included, as one CUDA\n"
+           "graph launch (0: its kernels launched one by one)",
+           flag::zero_or_one(o.cuda_graph)});
     t.add(help_flag(o.help));
 }
 
@@ -90,8 +94,8 @@ FlagTable infer_flags(const char* program, InferOptions& opt, std::vector<std::s
 
 } // namespace
 
-InferOptions parse_infer_options(int argc, char** argv) {
-    InferOptions opt;
+InferOptions parse_infer_options(int argc, char** argv, InferOptions defaults) {
+    InferOptions opt = std::move(defaults);
     std::vector<std::string> prompt_flags;
     infer_flags("", opt, prompt_flags).parse(argc, argv);
     if (prompt_flags.size() > 1)
@@ -103,8 +107,8 @@ InferOptions parse_infer_options(int argc, char** argv) {
     return opt;
 }
 
-std::string infer_usage(const char* program) {
-    InferOptions d;
+std::string infer_usage(const char* program, const InferOptions& defaults) {
+    InferOptions d = defaults;
     std::vector<std::string> prompt_flags;
     return infer_flags(program, d, prompt_flags).help();
 }

@@ -34,12 +34,13 @@ struct InferOptions {
     std::string profile_dir;        // --profile ("" = off)
     bool memory_plan = false;       // --memory-plan: print the GPU memory plan and exit
     size_t device_memory = 0;       // --device-memory (0 = the present GPU's free memory)
+    bool cuda_graph = false;        // --cuda-graph: decode steps as CUDA graph launches (GPU; its default is 1)
     bool help = false;              // -h
 };
 
-// Throws UsageError (exit 2) on anything it does not understand.
-InferOptions parse_infer_options(int argc, char** argv);
-// --help, with the defaults.
-std::string infer_usage(const char* program);
+// argv over the program's defaults; throws UsageError (exit 2) on anything it does not understand.
+InferOptions parse_infer_options(int argc, char** argv, InferOptions defaults = {});
+// --help, with the program's defaults.
+std::string infer_usage(const char* program, const InferOptions& defaults = {});
 
 } // namespace llmc

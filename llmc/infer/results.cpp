@@ -37,7 +37,7 @@ nlohmann::json summary_json(const InferSummary& m) {
     auto or_null = [](double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); };
     // Without a decode step (-n 1: the prefill gives the only token) decode has no rate and no latency: null.
     const bool decoded = !m.step_ms.empty();
-    return {{"summary",
+    nlohmann::json s = {{"summary",
              {{"prefill_tok_s", m.prefill_ms > 0 ? m.prefill_tokens / (m.prefill_ms / 1e3) : 0.0},
               {"ttft_ms", m.ttft_ms},
               {"decode_tok_s", or_null(decoded && decode_ms > 0 ? m.decode_tokens / (decode_ms / 1e3) : NAN)},
@@ -50,6 +50,8 @@ nlohmann::json summary_json(const InferSummary& m) {
               {"params", m.params},
               {"avg_power_w", or_null(m.avg_power_w)},
               {"j_per_token", or_null(m.j_per_token)}}}};
+    if (m.graph_steps >= 0) s["summary"]["graph_steps"] = m.graph_steps;
+    return s;
 }
 
 std::string summary_line(const InferSummary& m) {
@@ -59,10 +61,12 @@ std::string summary_line(const InferSummary& m) {
             ? std::string("decode none (-n 1)")
             : strprintf("decode %.1f tok/s, per-token latency p50 %.2f ms p90 %.2f ms", s["decode_tok_s"].get<double>(),
                         s["latency_p50_ms"].get<double>(), s["latency_p90_ms"].get<double>());
+    const std::string graphs =
+        m.graph_steps < 0 ? "" : strprintf(" | CUDA graphs: %ld of %zu decode steps", m.graph_steps, m.step_ms.size());
     return strprintf("summary: B=%d prompt %d + %d new tokens, %zu params | prefill %.1f tok/s, ttft %.2f ms | %s | "
-                     "peak memory %.1f MiB",
+                     "peak memory %.1f MiB%s",
                      m.B, m.prompt_len, m.gen_len, m.params, s["prefill_tok_s"].get<double>(), m.ttft_ms,
-                     decode.c_str(), m.peak_mem_mib);
+                     decode.c_str(), m.peak_mem_mib, graphs.c_str());
 }
 
 void print_results(const InferOptions& opt, const InferInputs& in, std::vector<SequenceResult>& seqs, InferSummary sum) {

@@ -31,6 +31,7 @@ struct InferSummary {
     int B = 0, prompt_len = 0, gen_len = 0;
     size_t params = 0;
     double avg_power_w = NAN, j_per_token = NAN; // --profile's power over the run; NaN: not measured (null)
+    long graph_steps = -1; // decode steps run as a CUDA graph launch; -1: a backend without graphs (left out)
 };
 
 // The q-quantile (0..1) of xs by linear interpolation between order statistics; 0 for an empty list.

@@ -46,6 +46,8 @@ std::pair<int, int> training_liveness(const TrainingOps& o, const std::string& n
     if (n == "scratch") return {o.bwd(S::classifier), o.grad_norm()};
     // {loss, squared grad norm}: zeroed when the step starts, read once the optimizer has run.
     if (n == "scalars") return {o.upload(), o.optimizer()};
+    // The update's learning rate and bias corrections: copied in just before the optimizer reads them.
+    if (n == "adamw_step") return {o.optimizer(), o.optimizer()};
     // The encoder backward's sort (llmc/encoder.cuh, EncoderBackwardScratch): its arrays and CUB's storage.
     for (const char* e : {"positions", "sorted_tok", "sorted_pos", "unique_tok", "run_count", "run_offset", "num_runs",
                           "cub_temp"})

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "llmc/cuda_common.cuh"
+#include "llmc/profiler/attribution.h"
 #include "llmc/profiler/cupti_version.h"
 
 namespace llmc::prof {
@@ -82,6 +83,7 @@ struct Parser {
         r.block[0] = k->blockX, r.block[1] = k->blockY, r.block[2] = k->blockZ;
         r.registers_per_thread = k->registersPerThread;
         r.static_smem = k->staticSharedMemory, r.dynamic_smem = k->dynamicSharedMemory;
+        r.graph_node = k->graphNodeId;
         out.rec.kernels.push_back(std::move(r));
     }
     void memcpy(const CUpti_ActivityMemcpy6* m) {
@@ -91,12 +93,14 @@ struct Parser {
         r.device = m->deviceId, r.stream = m->streamId;
         // The runtime call's id: it is the one our Ranges' external ids and ApiRecords carry.
         r.correlation = m->runtimeCorrelationId ? m->runtimeCorrelationId : m->correlationId;
+        r.graph_node = m->graphNodeId;
         out.rec.memcpys.push_back(r);
     }
     void memset(const CUpti_ActivityMemset4* m) {
         MemsetRecord r;
         r.bytes = m->bytes, r.start_ns = m->start, r.end_ns = m->end;
         r.device = m->deviceId, r.stream = m->streamId, r.correlation = m->correlationId;
+        r.graph_node = m->graphNodeId;
         out.rec.memsets.push_back(r);
     }
     void api(const CUpti_ActivityAPI* p, CUpti_ActivityKind kind) {
@@ -143,7 +147,6 @@ CuptiCollector::Chunk parse(uint8_t* buffer, size_t valid) {
     return std::move(p.out);
 }
 
-void CUPTIAPI ignore_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
 } // namespace
 
 const char* cupti_error_string(CUptiResult r) {
@@ -202,9 +205,11 @@ bool CuptiCollector::start() {
         pool.sink = this;
     }
     // Every CUPTI client subscribes first; a second subscriber is refused, which is how a tool holding
-    // CUPTI shows itself. The subscription enables no callbacks.
-    CUptiResult r = cuptiSubscribe(&subscriber_, &ignore_callback, nullptr);
+    // CUPTI shows itself. The subscription's callbacks: graph nodes created and cloned (graph attribution).
+    CUptiResult r = cuptiSubscribe(&subscriber_, &graph_node_callback, this);
     if (r != CUPTI_SUCCESS) subscriber_ = nullptr;
+    for (CUpti_CallbackId cb : {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED})
+        if (r == CUPTI_SUCCESS) r = cuptiEnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE, cb);
     if (r == CUPTI_SUCCESS) r = cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed);
     if (r == CUPTI_SUCCESS) r = cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM); // = gettid()
     for (size_t i = 0; r == CUPTI_SUCCESS && i < std::size(KINDS); i++) {
@@ -270,14 +275,8 @@ ProfileRecords CuptiCollector::take() {
     r.ranges = std::move(ranges_);
     r.steps = std::move(steps_);
     ranges_.clear(), steps_.clear(), open_.clear();
-    auto where = [&](uint32_t correlation) {
-        auto it = external_.find(correlation);
-        return it == external_.end() ? Attribution{} : unpack_range_id(it->second);
-    };
-    for (KernelRecord& k : r.kernels) k.where = where(k.correlation);
-    for (MemcpyRecord& m : r.memcpys) m.where = where(m.correlation);
-    for (MemsetRecord& m : r.memsets) m.where = where(m.correlation);
-    external_.clear();
+    attribute_activities(r, external_, graph_nodes_);
+    external_.clear(), graph_nodes_.clear();
     auto by_start = [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; };
     std::stable_sort(r.kernels.begin(), r.kernels.end(), by_start);
     std::stable_sort(r.memcpys.begin(), r.memcpys.end(), by_start);
@@ -346,6 +345,25 @@ void CuptiCollector::append(Chunk&& c) {
     move_all(rec_.syncs, c.rec.syncs);
     rec_.cupti_overhead_ns += c.rec.cupti_overhead_ns;
     for (const auto& [correlation, id] : c.external) external_[correlation] = id;
+}
+
+void CUPTIAPI CuptiCollector::graph_node_callback(void* ctx, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                                  const void* data) {
+    if (domain != CUPTI_CB_DOMAIN_RESOURCE) return;
+    auto* self = static_cast<CuptiCollector*>(ctx);
+    const auto* graph = static_cast<const CUpti_GraphData*>(static_cast<const CUpti_ResourceData*>(data)->resourceDescriptor);
+    uint64_t node = 0, original = 0;
+    if (!graph || !graph->node || cuptiGetGraphNodeId(graph->node, &node) != CUPTI_SUCCESS) return;
+    if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
+        // Captured on this thread, inside the launch that creates it: the Range open now is the node's.
+        if (!self->running_ || self->open_.empty()) return;
+        self->graph_nodes_[node] = pack_range_id(self->ranges_[self->open_.back()].where);
+    } else if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
+        // Instantiation clones every node: replays report the clone's id.
+        if (!graph->originalNode || cuptiGetGraphNodeId(graph->originalNode, &original) != CUPTI_SUCCESS) return;
+        auto it = self->graph_nodes_.find(original);
+        if (it != self->graph_nodes_.end()) self->graph_nodes_[node] = it->second;
+    }
 }
 
 void CuptiCollector::hook_push(const RangeInfo& info, void* ctx) {

@@ -15,8 +15,15 @@
  * RangeRecord; CUPTI then emits, for every API call made under it, an EXTERNAL_CORRELATION record that
  * links the call's correlation id to the innermost pushed id. Kernels, copies and memsets carry their
  * launch's correlation id, so take() joins them to a Range after all buffers are parsed (the two records
- * arrive in either order). DRIVER API records are enabled as well: cuBLASLt launches its GEMMs with the
- * driver API, and CUPTI emits external correlation records only for API kinds that are enabled.
+ * arrive in either order; llmc/profiler/attribution.h). DRIVER API records are enabled as well: cuBLASLt
+ * launches its GEMMs with the driver API, and CUPTI emits external correlation records only for API kinds that
+ * are enabled.
+ *
+ * CUDA graphs (llmc/gpu/step_graphs.cuh): a replayed kernel's launch is the cudaGraphLaunch, made under the step's
+ * Range alone. CUPTI's resource callback tells the collector of every graph node created, on the thread that
+ * captures it: the node's id is mapped to the innermost open Range; instantiation clones each node, and the clone's
+ * id (the one replayed activity records carry as graphNodeId) is mapped to its original's. A graph must therefore be
+ * captured while the collector runs (the step graphs are captured again when the Range hook changes).
  *
  * Compiled once (cupti_collector.cu), by nvcc, into the GPU programs and the nvcc build's tests.
  *
@@ -110,6 +117,9 @@ private:
     // Runs on CUPTI's thread: exceptions must not escape, so a failure is kept for flush()/stop() to throw.
     static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid);
     void append(Chunk&& c);
+    // CUPTI's resource callback for graph nodes created and cloned (training thread, inside the CUDA call).
+    static void CUPTIAPI graph_node_callback(void* ctx, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                             const void* data);
     // Range hook, training thread only. The pop runs in ~Range, so it must not throw.
     static void hook_push(const RangeInfo& info, void* ctx);
     static void hook_pop(void* ctx);
@@ -132,6 +142,7 @@ private:
     std::vector<RangeRecord> ranges_;
     std::vector<size_t> open_; // indices into ranges_ of the Ranges still open, innermost last
     std::vector<StepRecord> steps_;
+    std::unordered_map<uint64_t, uint64_t> graph_nodes_; // graph node id -> packed range id of its capture
     int step_ = -1;
 };
 

@@ -32,6 +32,10 @@ FlagTable profile_flags(ProfileOptions& o) {
     t.add({"", "--counters", "", "one more step under CUPTI's range profiler: per-kernel FLOPs and DRAM bytes",
            flag::on(o.counters)});
     t.add({"", "--top", "N", "kernels listed in the summary", flag::integer(o.top, 1, IMAX)});
+    t.add({"", "--cuda-graph", "0|1",
+           "each step's forward and backward, and its update, as one CUDA graph\n"
+           "launch each (their kernels attributed to sub-blocks as eager ones)",
+           flag::zero_or_one(o.cuda_graph)});
     t.add({"", "--version", "",
            "the toolchain and library versions (nvcc, CUDA runtime, driver, cuBLASLt, CUPTI), then exit",
            flag::on(o.version)});
@@ -46,6 +50,9 @@ ProfileOptions parse_profile_options(int argc, char** argv) {
     FlagTable t = profile_flags(o);
     t.parse(argc, argv);
     o.given = t.given_names();
+    if (o.counters && o.cuda_graph)
+        throw UsageError("--counters: the counted step would replay a CUDA graph, whose kernels CUPTI's kernel replay "
+                         "is not relied on to count; profile the counters without --cuda-graph 1");
     return o;
 }
 

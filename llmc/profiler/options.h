@@ -21,6 +21,7 @@ struct ProfileOptions {
     std::string output = "profile";
     bool calibrate = true;
     bool counters = false;
+    bool cuda_graph = false; // --cuda-graph: each micro-step and update one CUDA graph launch
     int top = 15;
     bool help = false, version = false;
     std::set<std::string> given; // the flags on the command line (long names): they win over the ncu defaults

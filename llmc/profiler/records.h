@@ -6,7 +6,9 @@
  * Times are nanoseconds in one timebase (CUPTI's, cuptiGetTimestamp), for CPU ranges and GPU activity alike.
  * Attribution: every Range (llmc/nvtx.h) pushes an external correlation id that encodes its sub-block, phase,
  * layer and step (pack_range_id); CUPTI links each API call's correlation id to the innermost pushed id, and
- * the collector copies the decoded fields onto the kernel, memcpy and memset records.
+ * the collector copies the decoded fields onto the kernel, memcpy and memset records (attribute_activities).
+ * Work replayed from a CUDA graph was launched by one cudaGraphLaunch: it carries its graph node's id, and takes
+ * the Range open when that node was captured.
  */
 #pragma once
 #include <cstdint>
@@ -49,6 +51,7 @@ struct KernelRecord {
     int grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
     int registers_per_thread = 0;
     int static_smem = 0, dynamic_smem = 0; // bytes per block
+    uint64_t graph_node = 0;               // the CUDA graph node it was replayed from; 0: launched directly
     Attribution where;
 };
 
@@ -62,12 +65,14 @@ struct MemcpyRecord {
     uint64_t bytes = 0;
     uint64_t start_ns = 0, end_ns = 0;
     uint32_t device = 0, stream = 0, correlation = 0;
+    uint64_t graph_node = 0;
     Attribution where;
 };
 struct MemsetRecord {
     uint64_t bytes = 0;
     uint64_t start_ns = 0, end_ns = 0;
     uint32_t device = 0, stream = 0, correlation = 0;
+    uint64_t graph_node = 0;
     Attribution where;
 };
 

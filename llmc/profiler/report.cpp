@@ -154,14 +154,14 @@ std::vector<Activity> gpu_activities(const ProfileRecords& rec) {
     std::vector<Activity> acts;
     acts.reserve(rec.kernels.size() + rec.memcpys.size() + rec.memsets.size());
     for (const KernelRecord& k : rec.kernels)
-        acts.push_back({&k, nullptr, nullptr, kernel_category(k.name), k.start_ns, k.end_ns, k.device, k.stream, k.correlation, k.where,
-                        k.name});
+        acts.push_back({&k, nullptr, nullptr, kernel_category(k.name), k.start_ns, k.end_ns, k.device, k.stream,
+                        k.correlation, k.graph_node, k.where, k.name});
     for (const MemcpyRecord& m : rec.memcpys)
-        acts.push_back({nullptr, &m, nullptr, Category::memcpy, m.start_ns, m.end_ns, m.device, m.stream, m.correlation, m.where,
-                        std::string("[memcpy ") + copy_kind_name(m.kind) + "]"});
+        acts.push_back({nullptr, &m, nullptr, Category::memcpy, m.start_ns, m.end_ns, m.device, m.stream, m.correlation,
+                        m.graph_node, m.where, std::string("[memcpy ") + copy_kind_name(m.kind) + "]"});
     for (const MemsetRecord& m : rec.memsets)
-        acts.push_back({nullptr, nullptr, &m, Category::memset, m.start_ns, m.end_ns, m.device, m.stream, m.correlation, m.where,
-                        "[memset]"});
+        acts.push_back({nullptr, nullptr, &m, Category::memset, m.start_ns, m.end_ns, m.device, m.stream, m.correlation,
+                        m.graph_node, m.where, "[memset]"});
     return acts;
 }
 
@@ -384,6 +384,8 @@ void fill_step_table(Report& r, const ProfileRecords& rec, const StepWindow& w, 
         double* by_phase[NUM_PHASES] = {&sr.fwd_ms, &sr.bwd_ms, &sr.opt_ms, &sr.prefill_ms, &sr.decode_ms};
         const int p = a.where.phase;
         *(p >= 0 && p < NUM_PHASES ? by_phase[p] : &sr.other_ms) += dur_us(a.start, a.end) / 1e3;
+        sr.activities++;
+        sr.graph_replayed += a.graph_node != 0;
     }
     for (size_t i = 0; i < steps.size(); i++) {
         const StepRecord& s = steps[i];

@@ -85,6 +85,7 @@ struct Activity {
     Category category = Category::other;
     uint64_t start = 0, end = 0;
     uint32_t device = 0, stream = 0, correlation = 0;
+    uint64_t graph_node = 0; // replayed from this CUDA graph node; 0: launched directly
     Attribution where;
     std::string name;
 };
@@ -142,6 +143,7 @@ struct StepRow {
     // energy (from the power samples) is an estimate (PowerSummary::counter_still_ms).
     bool below_counter_period = false;
     long gaps = 0;
+    long activities = 0, graph_replayed = 0; // its kernels, copies and memsets; those replayed from CUDA graphs
 };
 
 // A stretch of a step with no GPU activity, and what the CPU thread was doing meanwhile.

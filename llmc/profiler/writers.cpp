@@ -206,10 +206,11 @@ std::vector<SubBlockLine> subblock_lines(const Report& r) {
 }
 
 // steps.csv, profile.json "steps", summary.txt's steps (a training profile's by phase, an inference profile's
-// with their phase and tokens).
+// with their phase and tokens; with CUDA graphs, the work of each step that graphs replayed).
 Columns<StepRow> step_columns(const Report& r) {
     using S = StepRow;
     const bool infer = r.context.inference.active();
+    const bool graphs = std::any_of(r.steps.begin(), r.steps.end(), [](const S& s) { return s.graph_replayed > 0; });
     auto ms = [](double S::*f) { return [f](const S& x) -> Value { return x.*f; }; };
     auto phase_ms = [&](const char* name, double S::*f, int at) -> Column<S> {
         return {ms(f), {name, "%.6f"}, {name}, {infer ? "" : name, "%.3f"}, at};
@@ -235,6 +236,9 @@ Columns<StepRow> step_columns(const Report& r) {
          {"energy_source"}, {}},
         {[](const S& x) -> Value { return x.below_counter_period; }, {"below_counter_period"},
          {"below_counter_period"}, {}},
+        {[](const S& x) -> Value { return count(x.activities); }, {"gpu_activities"}, {"gpu_activities"}, {}},
+        {[](const S& x) -> Value { return count(x.graph_replayed); }, {"graph_replayed"}, {"graph_replayed"},
+         {graphs ? "graph" : ""}, 12},
     };
     if (!r.phases.empty()) // inference: the time in each of its phases
         for (auto [name, f] : {std::make_pair("prefill_ms", &S::prefill_ms), std::make_pair("decode_ms", &S::decode_ms)})
@@ -566,6 +570,9 @@ std::string summary_steps(const Report& r, const SummaryStyle& style) {
     const bool infer = r.context.inference.active(); // each step a prefill or a decode: no fwd/bwd/opt split
     std::string s = strprintf("\n== Steps (%s time%s) ==\n", style.dev, infer ? "" : " by phase");
     s += text_table(step_columns(r), r.steps);
+    if (std::any_of(r.steps.begin(), r.steps.end(), [](const StepRow& x) { return x.graph_replayed > 0; }))
+        s += "  graph: the step's kernels, copies and memsets replayed from CUDA graphs (each attributed to the "
+             "sub-block it was captured in)\n";
     return infer ? s : s + summary_outside_steps(r);
 }
 
@@ -768,7 +775,8 @@ struct TraceTracks {
  * Device work in the form PyTorch's profiler (Kineto) writes it, which trace analysers such as Holistic Trace
  * Analysis read: cat "kernel", "gpu_memcpy" or "gpu_memset"; the kernel's full name, copies named "Memcpy
  * <kind>" and sets "Memset" (HTA tells memory work from compute by those prefixes); args "device", "stream"
- * and "correlation" (the CUDA call that launched it, or the CPU trainer's phase range).
+ * and "correlation" (the CUDA call that launched it, or the CPU trainer's phase range), and "graph_node" for work
+ * replayed from a CUDA graph (its correlation is then the cudaGraphLaunch's).
  */
 Slice activity_slice(const Activity& a) {
     nlohmann::json args = where_args(a.where);
@@ -791,6 +799,7 @@ Slice activity_slice(const Activity& a) {
     args["device"] = a.device;
     args["stream"] = a.stream;
     args["correlation"] = a.correlation;
+    if (a.graph_node) args["graph_node"] = a.graph_node; // replayed from a CUDA graph; correlation: its launch
     return {gpu_pid(a.device), a.stream, a.start, a.end, a.correlation, true, name, cat, args};
 }
 

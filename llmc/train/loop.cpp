@@ -32,7 +32,9 @@ void RandomBatches::next_batch() {
     for (int& t : tokens_) t = (int)(rng_.next_u32() % vocab_);
 }
 
-TrainShape train_shape(const TrainOptions& opt) { return TrainShape{opt.B, opt.T, opt.adam, opt.zero_stage != 0}; }
+TrainShape train_shape(const TrainOptions& opt) {
+    return TrainShape{opt.B, opt.T, opt.adam, opt.zero_stage != 0, opt.cuda_graph};
+}
 
 void check_batch_shape(const TokenBatches& batches, const TrainShape& shape) {
     if (batches.B != shape.B || batches.T != shape.T)
@@ -61,7 +63,7 @@ void print_sample(TrainBackend& be, InferBackendFactory make_sampler, const GPT2
     // range for the small-vocabulary models the tests use.
     const int eot = cfg.vocab_size - 1;
     const std::vector<std::vector<int>> prompt{{eot}};
-    std::unique_ptr<InferBackend> dec = make_sampler(cfg, 1, 1, 1 + io.new_tokens);
+    std::unique_ptr<InferBackend> dec = make_sampler(cfg, InferShape{1, 1, 1 + io.new_tokens, opt.cuda_graph});
     dec->load(be.weights());
     InferProfile unprofiled(io, prompt, dec->elem_bytes());
     const std::vector<int> ids = generate(*dec, io, prompt, eot, unprofiled).seqs[0].ids;
@@ -319,6 +321,8 @@ int train_run(Communicator* comm, const TrainProgram& program, int argc, char** 
         return 0;
     }
     if (opt.memory_plan) return print_memory_plan(program, opt, *comm);
+    if (opt.cuda_graph && !program.cuda_graphs)
+        throw UsageError(strprintf("--cuda-graph 1: %s runs on the CPU; CUDA graphs are train_gpt2cu's", program.name));
     if (program.check_device) program.check_device();
     // ---- every input is checked before the model is allocated: model shape, data, checkpoint ----
     RunPlan plan = plan_run(opt, comm->rank(), comm->world());

@@ -73,6 +73,7 @@ struct TrainShape {
     int B = 0, T = 0;
     AdamWConfig adam;
     bool zero = false; // -z 1: the optimizer state sharded over the communicator's ranks (ZeRO-1)
+    bool cuda_graph = false; // --cuda-graph 1: a GPU backend's steps as CUDA graph launches
 };
 
 struct StepStats {
@@ -141,6 +142,8 @@ struct TrainProgram {
     // The samples (-s, -g): the program's inference backend (llmc/infer/driver.h), a KV-cache decoder made for
     // each sample from the trained weights; null: no samples.
     InferBackendFactory make_sampler = nullptr;
+    // --cuda-graph 1 is the program's (a GPU program); false: refused.
+    bool cuda_graphs = false;
 };
 
 // The whole run of a trainer: returns the exit code (errors are thrown, for main_guard).

@@ -75,6 +75,10 @@ void add_profile_and_memory(FlagTable& t, TrainOptions& o) {
            "micro-batch that fits, then exit (no GPU needed)",
            flag::on(o.memory_plan)});
     t.add(device_memory_flag(o.device_memory));
+    t.add({"", "--cuda-graph", "0|1",
+           "GPU trainer: each micro-step (forward, backward) and each update (norm,\n"
+           "AdamW) as one CUDA graph launch; the samples' decode steps too",
+           flag::zero_or_one(o.cuda_graph)});
     t.add(help_flag(o.help));
 }
 

@@ -47,6 +47,7 @@ struct TrainOptions {
     int profile_steps = 5;                            // --profile-steps
     bool memory_plan = false;                         // --memory-plan: print the GPU memory plan and exit
     size_t device_memory = 0;                         // --device-memory (0 = the present GPU's free memory)
+    bool cuda_graph = false;                          // --cuda-graph: micro-steps and updates as CUDA graphs (GPU)
     bool help = false;                                // -h
 };
 

@@ -15,7 +15,13 @@
  *  - device memory is host memory (cudaMalloc is an aligned allocation, freshly poisoned with 0xFF bytes, so
  *    every uninitialised bf16 or float reads as NaN), shared memory a fresh poisoned allocation per block;
  *  - launches are validated against sm_90's limits (threads per block, grid size, shared memory with and
- *    without the cudaFuncSetAttribute opt-in, __launch_bounds__).
+ *    without the cudaFuncSetAttribute opt-in, __launch_bounds__);
+ *  - CUDA graphs by stream capture: while a stream captures, what is queued on it becomes the graph's nodes, in
+ *    order, instead of running; a graph launch queues them all on a stream, to run as they were captured (kernels
+ *    with the arguments they had then, pinned copies reading their host buffer when they run). What the runtime
+ *    refuses during a (global mode) capture is refused here with the same errors, and invalidates the capture:
+ *    synchronisation, allocation and freeing, synchronous copies, copies from or to pageable host memory, work on
+ *    the legacy stream, waiting for an event recorded outside the capture.
  * A fault (illegal launch, deadlock, divergent collective, illegal WMMA or shuffle argument) is recorded with
  * the kernel's name, block and thread; the context becomes unusable (every later call returns the error), as
  * on a device, and emu::take_faults() lets a test see them.
@@ -71,15 +77,26 @@ enum cudaError_t {
     cudaErrorNotReady = 600,
     cudaErrorLaunchOutOfResources = 701,
     cudaErrorLaunchFailure = 719,
+    cudaErrorIllegalState = 401,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureUnmatched = 903,
+    cudaErrorStreamCaptureIsolation = 905,
+    cudaErrorStreamCaptureImplicit = 906,
+    cudaErrorCapturedEvent = 907,
 };
 using cudaError = cudaError_t;
 
 namespace emu {
 struct Stream;
 struct Event;
+struct Graph;
+struct GraphExec;
 } // namespace emu
 using cudaStream_t = emu::Stream*;
 using cudaEvent_t = emu::Event*;
+using cudaGraph_t = emu::Graph*;
+using cudaGraphExec_t = emu::GraphExec*;
 
 // ------------------------------------------------------------------------------------------- the fault log
 namespace emu {
@@ -106,9 +123,10 @@ void advance_clock(double ms);
 // A digest of every byte copied from the device to the host since the last reset: what a test observed.
 uint64_t output_digest();
 void reset_output_digest();
-// Statistics since the process started (the test summary prints them).
+// Statistics since the process started (the test summary prints them). graph_launches: cudaGraphLaunch calls (their
+// kernels counted among the launches once, when they were captured).
 struct Stats {
-    uint64_t launches = 0, blocks = 0, threads = 0, collectives = 0;
+    uint64_t launches = 0, blocks = 0, threads = 0, collectives = 0, graph_launches = 0;
 };
 const Stats& stats();
 

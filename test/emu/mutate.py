@@ -149,6 +149,27 @@ MUTATIONS = [
     ("llmc/train/loop.cpp", "io.temperature = opt.temperature, io.top_k = opt.top_k;",
      "io.temperature = opt.temperature, io.top_k = 0;", "train_gpt2cu's samples ignore --top-k",
      "EmuGpuBackends.TrainerSamples*"),
+    # CUDA graphs (llmc/gpu/step_graphs.cuh): what a graph bakes in, what it reads at each launch, and attribution.
+    ("llmc/gpu/gpt2_decoder.cu", "graphs_.run(stream, {R, temperature, top_k}, [&] {",
+     "graphs_.run(stream, {B_, temperature, top_k}, [&] {",
+     "decode graph replayed with another step's row count baked in", "EmuGpuGPT2Decoder.GraphSteps*"),
+    ("llmc/gpu/gpt2_decoder.cu", "graphs_.run(stream, {R, temperature, top_k}, [&] {",
+     "graphs_.run(stream, {R, 1.0f, 0}, [&] {",
+     "decode graph replayed with another step's sampling baked in", "EmuGpuGPT2Decoder.GraphSteps*"),
+    ("llmc/gpu/gpt2_decoder.cu", "    const int R = (int)seq.size();\n    for (int r = 0; r < R; r++) {",
+     "    const int R = (int)seq.size();\n    { void* q = nullptr; CUDA_CHECK(cudaMallocHost(&q, 5 * (size_t)B_ * sizeof(int))); "
+     "int* p = static_cast<int*>(q); std::copy(host_.ids, host_.ids + 5 * B_, p); cudaFreeHost(host_.ids); "
+     "host_ = Staging{p, p + B_, p + 2 * B_, p + 3 * B_, reinterpret_cast<float*>(p + 4 * B_)}; }\n"
+     "    for (int r = 0; r < R; r++) {",
+     "decode staging buffer reallocated after the graph's capture", "EmuGpuGPT2Decoder.GraphSteps*"),
+    ("llmc/gpu/gpt2.cu",
+     "        upload_tokens(inputs, targets, b * t);\n        GradientReduce* last = ranks > 1 && micro == grad_accum - 1 ? "
+     "reduce : nullptr;\n        auto body = [&] {\n",
+     "        GradientReduce* last = ranks > 1 && micro == grad_accum - 1 ? reduce : nullptr;\n        auto body = [&] {\n"
+     "            upload_tokens(inputs, targets, b * t);\n",
+     "training micro-step's token copy inside the graph (the capture's replayed)", "EmuGPT2GPU.GraphSteps*"),
+    ("llmc/profiler/attribution.cpp", "        a.where = unpack_range_id(node->second);\n", "",
+     "a replayed kernel's node Range dropped (the launch's kept)", "EmuGraphAttribution.*"),
 ]
 
 

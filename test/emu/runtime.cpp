@@ -28,6 +28,13 @@ namespace ctx = boost::context;
 
 namespace emu {
 
+// A stream capture in progress: what the stream queued since cudaStreamBeginCapture, and whether something the
+// runtime refuses during a capture has invalidated it (why: the first such call).
+struct Capture {
+    std::vector<std::function<void()>> nodes;
+    bool invalid = false;
+    std::string why;
+};
 struct Stream {
     bool blocking = true;
     struct Op {
@@ -36,12 +43,21 @@ struct Stream {
     };
     std::deque<Op> q;
     uint64_t enqueued = 0, done = 0;
+    std::unique_ptr<Capture> capture; // while capturing
 };
 struct Event {
     Stream* stream = nullptr;
     uint64_t seq = 0; // the stream's op count at the record
     double time_ms = 0;
     bool timing = true;
+    const Capture* captured = nullptr; // recorded by a capture (not since recorded outside one)
+};
+// A captured graph, and an instantiated one: the nodes in capture order.
+struct Graph {
+    std::vector<std::function<void()>> nodes;
+};
+struct GraphExec {
+    std::vector<std::function<void()>> nodes;
 };
 
 namespace {
@@ -428,6 +444,10 @@ void flush_all() {
 }
 
 void enqueue(Stream* s, std::function<void()> fn) {
+    if (s->capture) { // a node of the graph being captured, not work to run
+        if (fn) s->capture->nodes.push_back(std::move(fn));
+        return;
+    }
     Stream::Op op;
     op.fn = std::move(fn);
     // Legacy-stream semantics: legacy work waits for all earlier work of blocking streams, and work on a
@@ -440,6 +460,24 @@ void enqueue(Stream* s, std::function<void()> fn) {
     }
     s->q.push_back(std::move(op));
     s->enqueued++;
+}
+
+// The streams capturing now.
+std::vector<Stream*> capturing() {
+    std::vector<Stream*> out;
+    for (Stream* s : g_streams)
+        if (s->capture) out.push_back(s);
+    return out;
+}
+// A call the runtime refuses while a stream captures (global mode): every capture is invalidated, as the runtime
+// invalidates the one it ran into; `err` (cudaErrorStreamCaptureUnsupported, ...) is the call's error. Returns
+// cudaSuccess when nothing captures.
+cudaError_t refused_in_capture(const char* what, cudaError_t err = cudaErrorStreamCaptureUnsupported) {
+    const std::vector<Stream*> active = capturing();
+    if (active.empty()) return cudaSuccess;
+    for (Stream* s : active)
+        if (!s->capture->invalid) s->capture->invalid = true, s->capture->why = what;
+    return fail(err);
 }
 
 void digest(const void* p, size_t n) {
@@ -634,6 +672,7 @@ void enqueue_launch(const char* name, const void* kernel, const LaunchConfig& cf
         g_last = cudaErrorInvalidResourceHandle;
         return;
     }
+    if (s == &g_legacy && refused_in_capture("a launch on the legacy stream", cudaErrorStreamCaptureImplicit)) return;
     g_stats.launches++;
     if (!g_inject_name.empty() && std::strstr(name, g_inject_name.c_str()) && g_inject_countdown-- == 0) {
         g_inject_name.clear();
@@ -782,6 +821,20 @@ const char* cudaGetErrorName(cudaError_t e) {
         return "cudaErrorLaunchOutOfResources";
     case cudaErrorLaunchFailure:
         return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalState:
+        return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported:
+        return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+        return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureUnmatched:
+        return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureIsolation:
+        return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit:
+        return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorCapturedEvent:
+        return "cudaErrorCapturedEvent";
     }
     return "unknown error";
 }
@@ -800,6 +853,7 @@ const char* cudaGetErrorString(cudaError_t e) {
 cudaError_t cudaMalloc(void** p, size_t bytes) {
     EMU_STICKY();
     *p = nullptr;
+    if (cudaError_t e = refused_in_capture("cudaMalloc")) return e;
     if (bytes == 0) return cudaSuccess;
     if (bytes > kDeviceMemory - std::min(kDeviceMemory, g_device_bytes)) return fail(cudaErrorMemoryAllocation);
     void* m = ::operator new(bytes, std::align_val_t(256), std::nothrow);
@@ -813,6 +867,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
+    if (cudaError_t e = refused_in_capture("cudaFree")) return e;
     flush_all(); // cudaFree synchronises the device
     auto it = g_device.find(reinterpret_cast<uintptr_t>(p));
     if (it == g_device.end()) return fail(cudaErrorInvalidDevicePointer);
@@ -823,6 +878,7 @@ cudaError_t cudaFree(void* p) {
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
     EMU_STICKY();
+    if (cudaError_t e = refused_in_capture("cudaMallocHost")) return e;
     void* m = ::operator new(std::max<size_t>(bytes, 1), std::align_val_t(256), std::nothrow);
     if (!m) return fail(cudaErrorMemoryAllocation);
     g_pinned[reinterpret_cast<uintptr_t>(m)] = std::max<size_t>(bytes, 1);
@@ -831,6 +887,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void* p) {
     if (!p) return cudaSuccess;
+    if (cudaError_t e = refused_in_capture("cudaFreeHost")) return e;
     flush_all();
     auto it = g_pinned.find(reinterpret_cast<uintptr_t>(p));
     if (it == g_pinned.end()) return fail(cudaErrorInvalidValue);
@@ -869,6 +926,13 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
     Stream* st = resolve(s);
     if (!st) return fail(cudaErrorInvalidResourceHandle);
     if (cudaError_t e = classify(dst, src, n, kind)) return fail(e);
+    if (st == &g_legacy)
+        if (cudaError_t e = refused_in_capture("work on the legacy stream", cudaErrorStreamCaptureImplicit)) return e;
+    // A captured copy runs at every launch of its graph: pageable memory, which the runtime stages at the call, is
+    // refused.
+    if (st->capture && ((kind == cudaMemcpyHostToDevice && !is_pinned(src)) ||
+                        (kind == cudaMemcpyDeviceToHost && !is_pinned(dst)) || kind == cudaMemcpyHostToHost))
+        return refused_in_capture("cudaMemcpyAsync with pageable host memory");
     if (kind == cudaMemcpyHostToDevice && !is_pinned(src)) {
         // Pageable source: staged at the call, so the caller may reuse it at once.
         auto staged =
@@ -883,6 +947,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
     EMU_STICKY();
     if (n == 0) return cudaSuccess;
+    if (cudaError_t e = refused_in_capture("cudaMemcpy (synchronous)")) return e;
     if (cudaError_t e = classify(dst, src, n, kind)) return fail(e);
     if (kind == cudaMemcpyHostToHost) {
         std::memmove(dst, src, n);
@@ -905,6 +970,8 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
     if (n == 0) return cudaSuccess;
     Stream* st = resolve(s);
     if (!st) return fail(cudaErrorInvalidResourceHandle);
+    if (st == &g_legacy)
+        if (cudaError_t e = refused_in_capture("work on the legacy stream", cudaErrorStreamCaptureImplicit)) return e;
     if (!is_device_range(p, n)) {
         fprintf(stderr, "emu: cudaMemset of %zu bytes outside any device allocation\n", n);
         return fail(cudaErrorInvalidValue);
@@ -926,6 +993,7 @@ cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     Stream* st = resolve(s);
     if (!st || st == &g_legacy) return fail(cudaErrorInvalidResourceHandle);
+    if (st->capture) return refused_in_capture("cudaStreamDestroy of the capturing stream");
     flush(st, st->enqueued); // queued work still completes
     g_streams.erase(std::find(g_streams.begin(), g_streams.end(), st));
     for (Event* e : g_events)
@@ -936,11 +1004,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     Stream* st = resolve(s);
     if (!st) return fail(cudaErrorInvalidResourceHandle);
+    if (st->capture) return refused_in_capture("cudaStreamSynchronize on the capturing stream");
     flush(st, st->enqueued);
     return g_sticky != cudaSuccess ? fail(g_sticky) : cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 cudaError_t cudaDeviceSynchronize() {
+    if (cudaError_t e = refused_in_capture("cudaDeviceSynchronize")) return e;
     flush_all();
     return g_sticky != cudaSuccess ? fail(g_sticky) : cudaSuccess;
 }
@@ -948,6 +1018,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
     EMU_STICKY();
     Stream* st = resolve(s);
     if (!st || !g_events.count(e)) return fail(cudaErrorInvalidResourceHandle);
+    if (st->capture) { // within one capture, its nodes run in order anyway; an event from outside it is refused
+        if (e->captured == st->capture.get()) return cudaSuccess;
+        return refused_in_capture("waiting for an event recorded outside the capture", cudaErrorStreamCaptureIsolation);
+    }
+    if (e->captured) return fail(cudaErrorCapturedEvent);
     if (!e->stream) return cudaSuccess; // never recorded: nothing to wait for
     enqueue(st, nullptr);
     st->q.back().deps.push_back({e->stream, e->seq});
@@ -973,15 +1048,23 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     EMU_STICKY();
     Stream* st = resolve(s);
     if (!st || !g_events.count(e)) return fail(cudaErrorInvalidResourceHandle);
+    if (st == &g_legacy)
+        if (cudaError_t err = refused_in_capture("work on the legacy stream", cudaErrorStreamCaptureImplicit)) return err;
     enqueue(st, [e] {
         if (g_events.count(e)) e->time_ms = now_ms();
     });
+    if (st->capture) { // a record node: the event belongs to the capture until it is recorded outside one
+        e->captured = st->capture.get(), e->stream = nullptr, e->seq = 0;
+        return cudaSuccess;
+    }
+    e->captured = nullptr;
     e->stream = st;
     e->seq = st->enqueued;
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (!g_events.count(e)) return fail(cudaErrorInvalidResourceHandle);
+    if (e->captured) return fail(cudaErrorCapturedEvent);
     if (e->stream) flush(e->stream, e->seq);
     return g_sticky != cudaSuccess ? fail(g_sticky) : cudaSuccess;
 }
@@ -992,6 +1075,66 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     if (!a->stream || !b->stream || a->stream->done < a->seq || b->stream->done < b->seq)
         return fail(cudaErrorNotReady);
     *ms = (float)(b->time_ms - a->time_ms);
+    return cudaSuccess;
+}
+
+// ------------------------------------------------------------------------------------------- CUDA graphs
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+    EMU_STICKY();
+    Stream* st = resolve(s);
+    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    if (st == &g_legacy) return fail(cudaErrorStreamCaptureUnsupported); // the legacy stream cannot capture
+    if (st->capture) return fail(cudaErrorIllegalState);
+    if (mode != cudaStreamCaptureModeGlobal) return fail(cudaErrorInvalidValue); // the one mode the project uses
+    // What the stream queued before the capture runs before anything captured could (a graph launch comes after).
+    st->capture = std::make_unique<Capture>();
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+    Stream* st = resolve(s);
+    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    *graph = nullptr;
+    if (!st->capture) return fail(cudaErrorIllegalState);
+    std::unique_ptr<Capture> c = std::move(st->capture);
+    if (c->invalid) {
+        fprintf(stderr, "emu: stream capture invalidated by %s\n", c->why.c_str());
+        return fail(cudaErrorStreamCaptureInvalidated);
+    }
+    *graph = new Graph{std::move(c->nodes)};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+    Stream* st = resolve(s);
+    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    *status = !st->capture ? cudaStreamCaptureStatusNone
+              : st->capture->invalid ? cudaStreamCaptureStatusInvalidated
+                                     : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+    EMU_STICKY();
+    if (!graph) return fail(cudaErrorInvalidValue);
+    *exec = new GraphExec{graph->nodes};
+    return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    EMU_STICKY();
+    Stream* st = resolve(s);
+    if (!st || !exec) return fail(cudaErrorInvalidResourceHandle);
+    if (st->capture) return refused_in_capture("cudaGraphLaunch into a capture"); // nested graphs: not emulated
+    g_stats.graph_launches++;
+    // Every node in capture order, as one item of the stream's work.
+    enqueue(st, [nodes = exec->nodes] {
+        for (const std::function<void()>& node : nodes) node();
+    });
+    return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    delete exec;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    delete graph;
     return cudaSuccess;
 }
 

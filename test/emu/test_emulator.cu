@@ -5,6 +5,7 @@
  */
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <cub/cub.cuh>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -372,6 +373,116 @@ TEST(EmuRuntime, PinnedCopiesReadTheHostBufferWhenTheyRun) {
     EXPECT_EQ(d.get()[0], 2.0f) << "an asynchronous copy from pinned memory reads it when it executes";
     cudaFreeHost(pinned);
     cudaStreamDestroy(s);
+}
+
+__global__ void add_scalar_kernel(float* out, const float* in, float k, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i] + k;
+}
+
+// A captured graph runs nothing while it is captured; each launch runs its nodes in order, the kernels with the
+// arguments they had at the capture, a copy from pinned memory reading the buffer as it is when the launch runs.
+TEST(EmuRuntime, CapturedWorkRunsAtEachLaunchWithItsCaptureArguments) {
+    const int n = 8;
+    Buffer in(n), out(n);
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    float* pinned = nullptr;
+    ASSERT_EQ(cudaMallocHost(&pinned, n * 4), cudaSuccess);
+    float k = 10.0f;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    cudaStreamCaptureStatus status;
+    ASSERT_EQ(cudaStreamIsCapturing(s, &status), cudaSuccess);
+    EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+    EXPECT_EQ(cudaMemcpyAsync(in.p, pinned, n * 4, cudaMemcpyHostToDevice, s), cudaSuccess);
+    add_scalar_kernel<<<1, n, 0, s>>>(out.p, in.p, k, n);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    EXPECT_TRUE(std::isnan(out.get()[0])) << "a captured kernel ran during the capture";
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    k = 100.0f; // a kernel argument is the value it had at the capture
+    for (float v : {1.0f, 2.0f}) {
+        for (int i = 0; i < n; i++) pinned[i] = v;
+        ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        EXPECT_EQ(out.get()[n - 1], v + 10.0f);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaFreeHost(pinned);
+    cudaStreamDestroy(s);
+    EXPECT_TRUE(emu::take_faults().empty());
+}
+
+// What the runtime refuses while a stream captures (global mode) is refused with its error and invalidates the
+// capture, which then ends without a graph; capture states are checked as the runtime checks them.
+TEST(EmuRuntime, WhatACaptureCannotHoldInvalidatesIt) {
+    const int n = 8;
+    Buffer d(n);
+    cudaStream_t s, other;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+    cudaEvent_t outside;
+    cudaEventCreate(&outside);
+    cudaEventRecord(outside, other);
+    std::vector<float> pageable(n, 1.0f);
+    void* scratch = nullptr;
+    struct Case {
+        const char* what;
+        std::function<cudaError_t()> call;
+        cudaError_t error;
+    };
+    const std::vector<Case> cases = {
+        {"cudaMalloc", [&] { return cudaMalloc(&scratch, 64); }, cudaErrorStreamCaptureUnsupported},
+        {"cudaFree", [&] { return cudaFree(d.p); }, cudaErrorStreamCaptureUnsupported},
+        {"a synchronous copy", [&] { return cudaMemcpy(d.p, pageable.data(), n * 4, cudaMemcpyHostToDevice); },
+         cudaErrorStreamCaptureUnsupported},
+        {"a copy from pageable memory",
+         [&] { return cudaMemcpyAsync(d.p, pageable.data(), n * 4, cudaMemcpyHostToDevice, s); },
+         cudaErrorStreamCaptureUnsupported},
+        {"synchronising the capturing stream", [&] { return cudaStreamSynchronize(s); },
+         cudaErrorStreamCaptureUnsupported},
+        {"synchronising the device", [&] { return cudaDeviceSynchronize(); }, cudaErrorStreamCaptureUnsupported},
+        {"work on the legacy stream", [&] { return cudaMemsetAsync(d.p, 0, 4, nullptr); },
+         cudaErrorStreamCaptureImplicit},
+        {"waiting for an event recorded outside the capture", [&] { return cudaStreamWaitEvent(s, outside, 0); },
+         cudaErrorStreamCaptureIsolation},
+    };
+    for (const Case& c : cases) {
+        ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess) << c.what;
+        EXPECT_EQ(c.call(), c.error) << c.what;
+        cudaStreamCaptureStatus status;
+        cudaStreamIsCapturing(s, &status);
+        EXPECT_EQ(status, cudaStreamCaptureStatusInvalidated) << c.what;
+        cudaGraph_t graph = reinterpret_cast<cudaGraph_t>(0x1);
+        EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated) << c.what;
+        EXPECT_EQ(graph, nullptr) << c.what;
+    }
+    // Capture states: not twice at once, not ended when not begun, never on the legacy stream.
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaErrorIllegalState);
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    cudaGraphDestroy(graph);
+    EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorIllegalState);
+    EXPECT_EQ(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal), cudaErrorStreamCaptureUnsupported);
+    // An event recorded in a capture cannot be waited for on the host.
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    cudaEvent_t inside;
+    cudaEventCreate(&inside);
+    EXPECT_EQ(cudaEventRecord(inside, s), cudaSuccess);
+    EXPECT_EQ(cudaStreamWaitEvent(s, inside, 0), cudaSuccess); // within the capture: in order anyway
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    EXPECT_EQ(cudaEventSynchronize(inside), cudaErrorCapturedEvent);
+    cudaGraphDestroy(graph);
+    cudaEventDestroy(inside);
+    cudaEventDestroy(outside);
+    cudaStreamDestroy(other);
+    cudaStreamDestroy(s);
+    cudaGetLastError();
+    EXPECT_TRUE(emu::take_faults().empty());
 }
 
 TEST(EmuRuntime, CubDeviceAlgorithmsCheckTheirTemporaryStorage) {

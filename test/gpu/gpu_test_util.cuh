@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <gtest/gtest.h>
 #include <random>
 #include <string>
@@ -72,6 +73,10 @@ inline std::vector<float> random_normal(size_t n, float scale = 1.0f) {
 inline std::vector<int> random_tokens(size_t n, int vocab) { return devutil::random_tokens(n, vocab, fresh_seed()); }
 
 // The CPU references run in double: inputs widened, results narrowed for the comparison.
+// Bitwise equality of two downloads (determinism checks).
+template <typename T> bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
 inline std::vector<double> wide(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 inline std::vector<float> narrow(const std::vector<double>& x) { return {x.begin(), x.end()}; }
 

@@ -272,7 +272,8 @@ void check_adamw_step(AdamCase c) {
     DeviceBuffer<float> d_p(p), d_m(m), d_v(v), d_norm(std::vector<float>{norm_sq});
     DeviceBuffer<floatX> d_g(to_bf16(g)), d_params(n);
     d_params.poison();
-    llmc::adamw_update(d_params, d_p, d_g, d_m, d_v, n, lr, b1, b2, c.t, eps, wd, c.clip ? (float*)d_norm : nullptr,
+    DeviceBuffer<llmc::AdamWStep> d_step(std::vector<llmc::AdamWStep>{llmc::adamw_step(lr, b1, b2, c.t)});
+    llmc::adamw_update(d_params, d_p, d_g, d_m, d_v, n, d_step, b1, b2, eps, wd, c.clip ? (float*)d_norm : nullptr,
                        clip, 0);
     const std::vector<float> got_p = d_p.download(), got_m = d_m.download(), got_v = d_v.download();
     const std::vector<floatX> got_params = d_params.download();

@@ -26,7 +26,7 @@ struct Pair {
     GPT2Config cfg = gputest::tiny_gpt2_config();
     GPT2CPU<float> cpu{cfg};
     GPT2GPU gpu;
-    Pair(int B, int T, uint64_t seed) : gpu(cfg, B, T) {
+    Pair(int B, int T, uint64_t seed, bool cuda_graphs = false) : gpu(cfg, B, T, 0, 1, cuda_graphs) {
         std::vector<float> w(num_parameters(cfg));
         init_gpt2_parameters(w.data(), cfg, seed);
         // Larger-than-init matmul and embedding weights make every sub-block's contribution visible in the
@@ -201,6 +201,46 @@ GPU_TEST(GPT2GPU, SameSeedSameBits) {
     EXPECT_TRUE(a.second == b.second) << "master weights differ between identical runs";
 }
 
+/*
+ * CUDA graphs (llmc/gpu/step_graphs.cuh): steps of two micro-batches each, every micro-batch fresh tokens and every
+ * step its own learning rate, run as graph launches leave the same losses, norms, master weights, moments and
+ * bf16 parameters, bit for bit, as the eager steps. Each micro-step graph is captured at its second run and the
+ * update's at the second step (launch and capture counts exact); the eager model launches none.
+ */
+GPU_TEST(GPT2GPU, GraphStepsAreTheEagerStepsBitForBit) {
+    REQUIRE_GPU();
+    const int B = 2, T = 32, accum = 2, steps = 3;
+    const uint64_t seed = gputest::fresh_seed();
+    Pair eager(B, T, seed, false), graphs(B, T, seed, true);
+    AdamWConfig adam;
+    adam.weight_decay = 0.1f;
+    for (int t = 1; t <= steps; t++) {
+        SCOPED_TRACE(testing::Message() << "step " << t);
+        std::vector<std::vector<int>> tokens;
+        for (int i = 0; i < 2 * accum; i++) tokens.push_back(gputest::random_tokens(B * T, eager.cfg.vocab_size));
+        auto batches = [&tokens] {
+            return [&tokens, i = 0]() mutable {
+                i += 2;
+                return std::make_pair(tokens[i - 2].data(), tokens[i - 1].data());
+            };
+        };
+        const float lr = 1e-3f / t; // a learning rate of its own: read from device memory by the captured update
+        const auto want = eager.gpu.train_step(batches(), B, T, accum, lr, adam, t);
+        const auto got = graphs.gpu.train_step(batches(), B, T, accum, lr, adam, t);
+        EXPECT_EQ(got.first, want.first) << "loss";
+        EXPECT_EQ(got.second, want.second) << "grad norm";
+    }
+    EXPECT_TRUE(graphs.gpu.get_master_weights() == eager.gpu.get_master_weights()) << "master weights differ";
+    EXPECT_TRUE(graphs.gpu.get_moments_m() == eager.gpu.get_moments_m()) << "m differs";
+    EXPECT_TRUE(graphs.gpu.get_moments_v() == eager.gpu.get_moments_v()) << "v differs";
+    EXPECT_TRUE(gputest::same_bits(gputest::download(graphs.gpu.params_memory, graphs.gpu.num_params),
+                                   gputest::download(eager.gpu.params_memory, eager.gpu.num_params)))
+        << "bf16 parameters differ";
+    EXPECT_EQ(eager.gpu.graph_launches(), 0);
+    EXPECT_EQ(graphs.gpu.graph_captures(), 2) << "the micro-step's graph and the update's";
+    EXPECT_EQ(graphs.gpu.graph_launches(), (accum * steps - 1) + (steps - 1));
+}
+
 namespace {
 /*
  * A stand-in for the all-reduce over two ranks that hold the same batch: each bucket of gradients is doubled
@@ -274,8 +314,8 @@ ShardUpdate update_one_shard(const GPT2Config& cfg, int rank, int shards, const 
     DeviceBuffer<float> master(shard_part(w)), mm(shard_part(m)), vv(shard_part(v));
     DeviceBuffer<float> sq(std::vector<float>{norm_squared});
     const AdamWConfig adam;
-    adamw_update_shard(cfg, s, params, master, grads, mm, vv, 1e-3f, adam.beta1, adam.beta2, adam.eps, 0.1f, t, sq,
-                       1.0f, 0);
+    DeviceBuffer<AdamWStep> step(std::vector<AdamWStep>{adamw_step(1e-3f, adam.beta1, adam.beta2, t)});
+    adamw_update_shard(cfg, s, params, master, grads, mm, vv, step, adam.beta1, adam.beta2, adam.eps, 0.1f, sq, 1.0f, 0);
     return {params.download(), master.download(), mm.download(), vv.download()};
 }
 } // namespace

@@ -256,6 +256,105 @@ GPU_TEST(GpuGPT2Decoder, DecodeAppendsOnlyTokensTheLastStepChose) {
     EXPECT_EQ(dec.length(1), 2);
 }
 
+/*
+ * CUDA graphs (llmc/gpu/step_graphs.cuh): a decoder replaying its decode steps as graphs chooses the same ids and
+ * leaves the same logits, bit for bit, as one launching every kernel, greedy and sampled (fresh coins every step),
+ * while sequences stop at different steps, so the running rows go 3, 2, 1 and each row count gets its own graph:
+ * its first step eager, its second captured and launched, the later ones replayed (launch and capture counts
+ * exact). Sampling parameters that change from step to step get a graph each too. The prefill and its token choice
+ * stay eager.
+ */
+GPU_TEST(GpuGPT2Decoder, GraphStepsAreTheEagerStepsBitForBit) {
+    REQUIRE_GPU();
+    const GPT2Config cfg = gputest::tiny_gpt2_config();
+    const std::vector<float> w = tiny_weights(cfg);
+    const std::vector<int> lengths = {4, 1, 7};
+    const std::vector<int> stop_after = {8, 3, 6}; // tokens each sequence generates: decode rows 3, 3, 2, 2, 2, 1, 1
+    const int B = 3, longest = 7, max_len = longest + 8;
+    std::vector<std::vector<int>> prompts;
+    for (int n : lengths) prompts.push_back(gputest::random_tokens(n, cfg.vocab_size));
+    struct Sampling {
+        float temperature;
+        int top_k;
+    };
+    struct Case {
+        std::vector<Sampling> by_step; // step i samples with by_step[i % size]
+        long captures, launches;
+    };
+    const Sampling greedy{0.0f, 0}, sampled{1.0f, 0}, top5{1.5f, 5};
+    // Rows 3: decode steps 1-2, rows 2: steps 3-5, rows 1: steps 6-7. Alternating: only rows 2's third step repeats
+    // a key (step 5 is step 3's).
+    for (const Case& c : {Case{{greedy}, 3, 1 + 2 + 1}, Case{{sampled}, 3, 4}, Case{{top5, sampled}, 1, 1}}) {
+        SCOPED_TRACE(testing::Message() << "sampling 1 of " << c.by_step.size() << ": temperature "
+                                        << c.by_step[0].temperature << ", top-k " << c.by_step[0].top_k);
+        GPT2DecoderGPU eager(cfg, w.data(), B, longest, max_len, false), graphs(cfg, w.data(), B, longest, max_len, true);
+        std::mt19937 rng((uint32_t)gputest::fresh_seed());
+        std::uniform_real_distribution<float> coin(0.0f, 1.0f);
+        std::vector<int> made(B, 0);
+        std::vector<bool> running(B, true);
+        eager.prefill(prompts), graphs.prefill(prompts);
+        for (int step = 0;; step++) {
+            SCOPED_TRACE(testing::Message() << "step " << step);
+            std::vector<float> coins(B);
+            for (float& c : coins) c = coin(rng);
+            const std::vector<int> rows = eager.logits_rows();
+            ASSERT_EQ(graphs.logits_rows(), rows);
+            const Sampling sampling = c.by_step[step % c.by_step.size()];
+            const int* eager_ids = eager.sample(sampling.temperature, sampling.top_k, coins);
+            const std::vector<int> want(eager_ids, eager_ids + B);
+            const int* got = graphs.sample(sampling.temperature, sampling.top_k, coins);
+            for (int b : rows) EXPECT_EQ(got[b], want[b]) << "sequence " << b;
+            EXPECT_TRUE(gputest::same_bits(graphs.logits_host(), eager.logits_host())) << "logits differ";
+            for (int b : rows)
+                if (++made[b] == stop_after[b]) running[b] = false;
+            if (std::count(running.begin(), running.end(), true) == 0) break;
+            eager.decode(running), graphs.decode(running);
+        }
+        EXPECT_EQ(eager.graph_launches(), 0);
+        EXPECT_EQ(graphs.graph_captures(), c.captures) << "one graph per running-row count and sampling";
+        EXPECT_EQ(graphs.graph_launches(), c.launches);
+    }
+}
+
+// A capture the runtime refuses (here LLMC_SYNC=1's synchronisation after every launch, which no capture may hold)
+// falls back to eager steps with one line saying why, once: the ids are the eager decoder's, no graph is launched.
+GPU_TEST(GpuGPT2Decoder, RefusedCaptureFallsBackToEagerStepsWithOneLine) {
+    REQUIRE_GPU();
+    const GPT2Config cfg = gputest::tiny_gpt2_config();
+    const std::vector<float> w = tiny_weights(cfg);
+    const std::vector<std::vector<int>> prompts = {gputest::random_tokens(3, cfg.vocab_size)};
+    auto generate = [&](GPT2DecoderGPU& dec) {
+        std::vector<int> ids;
+        dec.prefill(prompts);
+        for (int t = 0; t < 5; t++) {
+            if (t > 0) dec.decode({true});
+            ids.push_back(dec.sample(0.0f, 0, {0.5f})[0]);
+        }
+        return ids;
+    };
+    GPT2DecoderGPU eager(cfg, w.data(), 1, 3, 8, false), graphs(cfg, w.data(), 1, 3, 8, true);
+    const std::vector<int> want = generate(eager);
+    struct SyncAfterEveryLaunch {
+        const bool was = sync_after_launch();
+        SyncAfterEveryLaunch() { sync_after_launch() = true; }
+        ~SyncAfterEveryLaunch() { sync_after_launch() = was; }
+    };
+    testing::internal::CaptureStdout();
+    std::vector<int> got;
+    {
+        SyncAfterEveryLaunch sync;
+        got = generate(graphs);
+    }
+    const std::string out = testing::internal::GetCapturedStdout();
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(graphs.graph_launches(), 0);
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+    EXPECT_EQ(out.rfind("cuda graphs: the decode step could not be captured (CUDA error in the kernel launched at ", 0),
+              0u)
+        << out;
+    EXPECT_NE(out.find("); it runs eagerly from here on\n"), std::string::npos) << out;
+}
+
 GPU_TEST(GpuGPT2Decoder, MemoryPlanAndRefusal) {
     REQUIRE_GPU();
     GPT2Config cfg = gputest::tiny_gpt2_config();

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "llmc/io/checkpoint.h"
@@ -20,6 +21,8 @@
 #include "llmc/cpu/programs.h"
 #include "llmc/infer/driver.h"
 #include "llmc/gpu/programs.h"
+#include "llmc/profiler/attribution.h"
+#include "llmc/profiler/report.h"
 #include "llmc/profiler/session.h"
 #include "llmc/util/rand.h"
 #include "llmc/train/dist.h"
@@ -180,6 +183,132 @@ GPU_TEST(GpuBackends, InferenceThroughTheDriverIsTheDecodersOutput) {
         for (int b = 0; b < 2; b++) want[b].push_back(ids[b]);
     }
     EXPECT_EQ(got, want) << out;
+}
+
+/*
+ * --cuda-graph 1 through the drivers: a training run with gradient accumulation, a warmup and decay of the learning
+ * rate, val losses, samples (whose decode steps replay graphs too) and checkpoints prints and logs the same losses,
+ * samples the same ids and checkpoints the same bytes as --cuda-graph 0; an inference run, sampled, generates the same
+ * ids, and its summary counts the decode steps that were graph launches (all but the first).
+ */
+GPU_TEST(GpuBackends, CudaGraphRunsAreTheEagerRunsBitForBit) {
+    REQUIRE_GPU();
+    ToyRun toy;
+    auto run_training = [&](const char* graphs) {
+        const std::string out = toy.dir / (std::string("g") + graphs);
+        testing::internal::CaptureStdout();
+        const int rc = train(gpu_train_program(),
+                             {"-i", toy.dir.path, "-e", toy.model(), "-b", "2", "-t", "32", "-d", "128", "-x", "4", "-l",
+                              "1e-3", "-u", "2", "-q", "0.1", "-v", "2", "--val-batches", "2", "-s", "4", "-g", "5",
+                              "-n", "2", "-o", out, "--cuda-graph", graphs});
+        fflush(stdout);
+        const std::string printed = testing::internal::GetCapturedStdout();
+        EXPECT_EQ(rc, 0) << printed;
+        EXPECT_EQ(printed.find("could not be captured"), std::string::npos) << printed;
+        const size_t at = printed.find("---- sample ----"), end = printed.find("\n-----", at + 1);
+        return std::make_tuple(out, at == std::string::npos ? "(no sample)" : printed.substr(at, end - at));
+    };
+    const auto [eager, eager_sample] = run_training("0");
+    const auto [graphs, graphs_sample] = run_training("1");
+    EXPECT_EQ(logged(graphs, "trl"), logged(eager, "trl"));
+    EXPECT_EQ(logged(graphs, "tel"), logged(eager, "tel"));
+    EXPECT_EQ(logged(eager, "trl").size(), 4u);
+    EXPECT_EQ(graphs_sample, eager_sample);
+    for (int step : {2, 4}) {
+        EXPECT_TRUE(testutil::slurp(checkpoint_model_path(graphs, step)) ==
+                    testutil::slurp(checkpoint_model_path(eager, step)))
+            << "step " << step << "'s model differs";
+        EXPECT_TRUE(testutil::slurp(checkpoint_state_path(graphs, step)) ==
+                    testutil::slurp(checkpoint_state_path(eager, step)))
+            << "step " << step << "'s optimizer state differs";
+    }
+
+    auto run_inference = [&](const char* graphs) {
+        testutil::CommandLine cl({"infer_gpt2cu", "-e", toy.model(), "--prompt-ids", "3,1,4", "-b", "2", "-n", "6",
+                                  "--temperature", "0.9", "--seed", "7", "--json", "--cuda-graph", graphs});
+        testing::internal::CaptureStdout();
+        const int rc = llmc::run_inference(gpu_infer_program(), cl.argc(), cl.argv());
+        fflush(stdout);
+        const std::string out = testing::internal::GetCapturedStdout();
+        EXPECT_EQ(rc, 0) << out;
+        std::vector<std::vector<int>> ids;
+        long graph_steps = -1;
+        std::istringstream lines(out);
+        for (std::string line; std::getline(lines, line);) {
+            const nlohmann::json j = nlohmann::json::parse(line);
+            if (j.contains("ids")) ids.push_back(j["ids"].get<std::vector<int>>());
+            if (j.contains("summary")) graph_steps = j["summary"]["graph_steps"].get<long>();
+        }
+        return std::make_pair(ids, graph_steps);
+    };
+    const auto eager_ids = run_inference("0"), graph_ids = run_inference("1");
+    EXPECT_EQ(graph_ids.first, eager_ids.first);
+    EXPECT_EQ(eager_ids.second, 0);
+    EXPECT_EQ(graph_ids.second, 5 - 1) << "5 decode steps: the first eager, the second captured and launched";
+}
+
+/*
+ * Attribution under CUDA graphs (llmc/profiler/attribution.h), on synthetic CUPTI records: an eager step launches
+ * ln1's kernel, a copy and fc's kernel under their Ranges; a graph-replayed step launches the same work from one
+ * cudaGraphLaunch under the step's Range, each record carrying its node (the nodes mapped to the Ranges of their
+ * capture, in another step). Joined, every replayed activity has its node's sub-block, phase and layer in its
+ * launch's step; the report puts both steps' work in the same sub-block rows, the kernels table counts each kernel
+ * twice in its sub-block, and the step table counts the replayed step's work as graph work. A node the collector
+ * never saw created keeps its launch's Range; a launch without an external id, nothing.
+ */
+GPU_TEST(GraphAttribution, ReplayedWorkTakesTheRangeOfItsCapture) {
+    using namespace prof;
+    const Attribution ln1{(int)SubBlock::ln1, (int)Phase::fwd, 0, -1}, fc{(int)SubBlock::fc, (int)Phase::fwd, 0, -1};
+    auto in_step = [](Attribution a, int step) { return a.step = step, a; };
+    const Attribution step2{-1, -1, -1, 2};
+    const std::unordered_map<uint32_t, uint64_t> external = {
+        {1, pack_range_id(in_step(ln1, 1))}, {2, pack_range_id(in_step(ln1, 1))},
+        {3, pack_range_id(in_step(fc, 1))},  {9, pack_range_id(step2)}};
+    const std::unordered_map<uint64_t, uint64_t> nodes = {// captured in step 5 of another run: the step is the launch's
+                                                          {71, pack_range_id(in_step(ln1, 5))},
+                                                          {72, pack_range_id(in_step(ln1, 5))},
+                                                          {73, pack_range_id(in_step(fc, 5))}};
+    ProfileRecords rec;
+    rec.steps = {{1, 0, 1000, 64}, {2, 1000, 2000, 64}};
+    auto kernel = [](const char* name, uint64_t t, uint32_t correlation, uint64_t node) {
+        KernelRecord k;
+        k.name = name, k.start_ns = t, k.end_ns = t + 100, k.correlation = correlation, k.graph_node = node;
+        return k;
+    };
+    rec.kernels = {kernel("layernorm_forward_kernel", 100, 1, 0), kernel("fc_gemm", 500, 3, 0),
+                   kernel("layernorm_forward_kernel", 1100, 9, 71), kernel("fc_gemm", 1500, 9, 73),
+                   kernel("stray", 1800, 9, 99), kernel("unknown_launch", 1900, 42, 0)};
+    for (auto [t, correlation, node] : {std::make_tuple(300, 2u, 0ull), std::make_tuple(1300, 9u, 72ull)}) {
+        MemcpyRecord m;
+        m.kind = CopyKind::HtoD, m.bytes = 4096, m.start_ns = t, m.end_ns = t + 50, m.correlation = correlation;
+        m.graph_node = node;
+        rec.memcpys.push_back(m);
+    }
+    attribute_activities(rec, external, nodes);
+    auto same = [](const Attribution& a, const Attribution& b) {
+        return a.subblock == b.subblock && a.phase == b.phase && a.layer == b.layer && a.step == b.step;
+    };
+    EXPECT_TRUE(same(rec.kernels[0].where, in_step(ln1, 1)));
+    EXPECT_TRUE(same(rec.kernels[1].where, in_step(fc, 1)));
+    EXPECT_TRUE(same(rec.kernels[2].where, in_step(ln1, 2))) << "a replayed kernel: its node's Range, its launch's step";
+    EXPECT_TRUE(same(rec.kernels[3].where, in_step(fc, 2)));
+    EXPECT_TRUE(same(rec.kernels[4].where, step2)) << "a node never seen created: the launch's Range";
+    EXPECT_TRUE(same(rec.kernels[5].where, Attribution{})) << "no external id: unattributed";
+    EXPECT_TRUE(same(rec.memcpys[0].where, in_step(ln1, 1)));
+    EXPECT_TRUE(same(rec.memcpys[1].where, in_step(ln1, 2))) << "a replayed copy";
+
+    rec.kernels.resize(4); // the stray and the unknown launch aside: both steps hold the same work
+    const Report r = build_report(rec, ProfileContext{});
+    ASSERT_EQ(r.steps.size(), 2u);
+    EXPECT_EQ(r.steps[0].graph_replayed, 0);
+    EXPECT_EQ(r.steps[1].graph_replayed, 3);
+    EXPECT_EQ(r.steps[1].activities, 3);
+    for (const SubBlockRow& row : r.subblocks)
+        if (row.subblock >= 0) EXPECT_EQ(row.calls, row.subblock == (int)SubBlock::ln1 ? 4 : 2) << row.subblock;
+    for (const KernelRow& k : r.kernels) {
+        EXPECT_EQ(k.calls, 2) << k.name;
+        EXPECT_EQ(k.subblock, k.name == "fc_gemm" ? (int)SubBlock::fc : (int)SubBlock::ln1) << k.name;
+    }
 }
 
 // profile_gpt2cu's run: the GPU backend built from the program, its weights loaded, and the driver's step loop

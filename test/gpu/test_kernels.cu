@@ -32,11 +32,6 @@ using namespace gputest;
 
 namespace {
 
-// Bitwise equality of two downloads (determinism checks).
-template <typename T> bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
 std::vector<float> download_float(const DeviceBuffer<floatX>& b) { return to_float(b.download()); }
 
 // Each bf16 output within one bf16 ulp (8 significant bits) of the double reference: what an fp32 sum rounded
@@ -614,18 +609,19 @@ void check_adamw(const llmc::GPT2Config& cfg, const llmc::AdamWConfig& opt, bool
         auto grads = bf16_round(random_normal(n));
         d_grads.upload(to_bf16(grads));
         llmc::global_norm_squared(d_norm2, scratch, d_grads, n, 0);
+        DeviceBuffer<llmc::AdamWStep> d_step(std::vector<llmc::AdamWStep>{llmc::adamw_step(lr, opt.beta1, opt.beta2, t)});
         if (per_tensor) {
             size_t off = 0;
             for (int k = 0; k < llmc::NUM_PARAMETER_TENSORS; k++) {
                 const float wd = llmc::parameter_decays(k) ? opt.weight_decay : 0.0f;
                 llmc::adamw_update(d_params.ptr + off, d_master.ptr + off, d_grads.ptr + off, d_m.ptr + off,
-                                   d_v.ptr + off, sizes[k], lr, opt.beta1, opt.beta2, t, opt.eps, wd, d_norm2,
+                                   d_v.ptr + off, sizes[k], d_step, opt.beta1, opt.beta2, opt.eps, wd, d_norm2,
                                    opt.grad_clip, 0);
                 off += sizes[k];
             }
         } else {
             ASSERT_EQ(opt.weight_decay, 0.0f);
-            llmc::adamw_update(d_params, d_master, d_grads, d_m, d_v, n, lr, opt.beta1, opt.beta2, t, opt.eps, 0.0f,
+            llmc::adamw_update(d_params, d_master, d_grads, d_m, d_v, n, d_step, opt.beta1, opt.beta2, opt.eps, 0.0f,
                                d_norm2, opt.grad_clip, 0);
         }
         llmc::cpu::adamw_update(params.data(), grads.data(), m.data(), v.data(), cfg, opt, lr, t,

@@ -118,12 +118,12 @@ GPU_TEST(KernelsMatmulAutotune, KeepsTheFastestCandidateAndResultsMatchCpu) {
     FreshPlans plans;
 #ifdef LLMC_EMU
     // Emulated ms per call of the heuristic's 1st, 2nd, ...: the 3rd is the fastest; then the 1st, with more
-    // algorithms on offer than the 8 asked for.
-    emu_cublaslt_set_algorithm_times({5, 3, 0.5, 7});
+    // algorithms on offer than the 8 asked for. The margins (tens of ms) dwarf what a loaded host adds to a call.
+    emu_cublaslt_set_algorithm_times({50, 30, 5, 70});
     run_fc_layer_against_cpu(24, 32, 40);
     expect_fastest_chosen(4, 2);
     llmc::CublasLt::get().plans.clear();
-    emu_cublaslt_set_algorithm_times({0.2, 9, 9, 9, 9, 9, 9, 9, 9, 9});
+    emu_cublaslt_set_algorithm_times({2, 90, 90, 90, 90, 90, 90, 90, 90, 90});
     run_fc_layer_against_cpu(24, 32, 40);
     expect_fastest_chosen(llmc::GEMM_AUTOTUNE_CANDIDATES, 0);
 #else
@@ -171,7 +171,7 @@ GPU_TEST(KernelsMatmulAutotune, VerboseLogNamesTheChosenAlgorithmPerShape) {
     ScopedEnv verbose("LLMC_VERBOSE", "1");
     FreshPlans plans;
 #ifdef LLMC_EMU
-    emu_cublaslt_set_algorithm_times({5, 3, 0.5, 7});
+    emu_cublaslt_set_algorithm_times({50, 30, 5, 70});
 #endif
     testing::internal::CaptureStderr();
     run_fc_layer_against_cpu(24, 32, 40);
@@ -201,7 +201,7 @@ GPU_TEST(KernelsMatmulAutotune, RecordedChoicesAreTakenInsteadOfTiming) {
     ScopedEnv autotune("LLMC_GEMM_AUTOTUNE", nullptr);
     FreshPlans plans;
 #ifdef LLMC_EMU
-    emu_cublaslt_set_algorithm_times({5, 3, 0.5, 7});
+    emu_cublaslt_set_algorithm_times({50, 30, 5, 70});
 #endif
     run_fc_layer_against_cpu(24, 32, 40);
     const std::string recorded = llmc::gemm_choices_text();
@@ -210,7 +210,7 @@ GPU_TEST(KernelsMatmulAutotune, RecordedChoicesAreTakenInsteadOfTiming) {
     ASSERT_EQ(chosen.size(), 4u);
     llmc::CublasLt::get().plans.clear();
 #ifdef LLMC_EMU
-    emu_cublaslt_set_algorithm_times({0.1, 9, 9, 9}); // timing now would pick the first
+    emu_cublaslt_set_algorithm_times({1, 90, 90, 90}); // timing now would pick the first
 #endif
     llmc::set_gemm_choices(recorded, "recorded");
     run_fc_layer_against_cpu(24, 32, 40);
