@@ -153,7 +153,7 @@ def warnings(prof):
     if section(c, "ceilings").get("raised"):
         out.append("ceilings raised: something ran faster than the calibration measured (a busy machine?)")
     if section(prof, "counters").get("collected"):
-        out.append("hardware counters are kernel-replay figures (each kernel alone), not the traced steps'")
+        out.append("hardware counters are kernel-replay figures (each kernel run alone), not the traced steps' own")
     return out
 
 
@@ -421,7 +421,9 @@ def inference(prof):
         return None
     phases = []
     for p in rows_of(inf, "phases"):
-        row = dict(p)
+        row = {k: v for k, v in p.items() if k != "roofline"}
+        roof = section(p, "roofline")
+        row.update({k: roof.get(k) for k in ("intensity", "pct_of_roofline", "bound", "flops", "bytes")})
         wall, tokens = finite(p.get("wall_ms")), finite(p.get("tokens"))
         row["tok_s"] = tokens / wall * 1e3 if wall and tokens is not None else None
         phases.append(row)
@@ -531,9 +533,20 @@ def plotly_js():
     return get_plotlyjs()
 
 
+def json_safe(v):
+    """v with every number that JSON cannot hold (NaN, infinities: a damaged ceiling cache) as None."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_safe(x) for x in v]
+    return v
+
+
 def script_json(data):
-    """data as JSON that is safe inside a <script> element (no "</" to end it early; NaN is null)."""
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    """data as JSON that is safe inside a <script> element (no "</" to end it early; NaN and infinities null)."""
+    text = json.dumps(json_safe(data), separators=(",", ":"), allow_nan=False, ensure_ascii=False)
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 

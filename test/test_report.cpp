@@ -266,8 +266,13 @@ TEST_F(ReportInferProfile, EmbedsProfileJsonsNumbersAndNames) {
     EXPECT_EQ(inf["decode_buckets"], pj["inference"]["decode_buckets"]);
     ASSERT_EQ(inf["phases"].size(), 2u);
     EXPECT_EQ(inf["ttft_ms"], pj["inference"]["phases"][0]["wall_ms"]);
-    EXPECT_DOUBLE_EQ(num(inf["phases"][1]["tok_s"]),
-                     num(pj["inference"]["phases"][1]["tokens"]) / num(pj["inference"]["phases"][1]["wall_ms"]) * 1e3);
+    for (size_t i = 0; i < 2; i++) {
+        const json &got = inf["phases"][i], &want = pj["inference"]["phases"][i];
+        EXPECT_EQ(got["phase"], want["phase"]);
+        for (const char* k : {"steps", "tokens", "wall_ms"}) EXPECT_EQ(got[k], want[k]) << k;
+        for (const char* k : {"intensity", "pct_of_roofline", "bound"}) EXPECT_EQ(got[k], want["roofline"][k]) << k;
+        EXPECT_DOUBLE_EQ(num(got["tok_s"]), num(want["tokens"]) / num(want["wall_ms"]) * 1e3);
+    }
 }
 
 // A step of more kernels than the timeline draws one by one: consecutive kernels of one sub-block on a stream are

@@ -57,8 +57,8 @@ function fmtUs(us) {
 function content(id) { return document.getElementById(id + "-content"); }
 
 // A headline figure: its name, its value and a line under it.
-function card(key, value, sub) {
-  return el("div", {class: "card"}, el("div", {class: "k", text: key}), el("div", {class: "v", text: value}),
+function card(key, value, sub, title = null) {
+  return el("div", {class: "card", title: title}, el("div", {class: "k", text: key}), el("div", {class: "v", text: value}),
             sub ? el("div", {class: "s", text: sub}) : null);
 }
 

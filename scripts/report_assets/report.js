@@ -6,7 +6,8 @@ const PHASE_NAMES = {fwd: "forward", bwd: "backward", opt: "optimizer", prefill:
 
 function renderHeader(box, h) {
   const m = h.model || {}, b = h.batch || {}, w = h.window || {}, ce = h.ceilings || {};
-  const cards = [card("program", h.program || "-", h.build || ""), card("device", h.device || "-", h.device_kind || "")];
+  // The device is in the page's title.
+  const cards = [card("program", h.program || "-", `on a ${h.device_kind || "device"}`, h.build)];
   cards.push(card("model", `L=${m.num_layers} NH=${m.num_heads} C=${m.channels}`,
                   isNum(m.num_parameters) ? fmt(m.num_parameters / 1e6) + "M parameters" : ""));
   if (h.inference) {
@@ -25,8 +26,9 @@ function renderHeader(box, h) {
   const range = w.first_step === w.last_step ? `step ${w.first_step}` : `steps ${w.first_step}-${w.last_step}`;
   cards.push(card("profile window", range, `${w.steps} step${w.steps === 1 ? "" : "s"}, ` +
                   (isNum(w.wall_s) ? fmt(w.wall_s * 1e3) + " ms" : "-")));
-  cards.push(card("ceilings", `${fmt(ce.bf16_tflops)} TFLOP/s, ${fmt(ce.dram_gbps)} GB/s`,
-                  `${h.device_kind === "GPU" ? "bf16" : "matmul"}; fp32 ${fmt(ce.fp32_tflops)} TFLOP/s; ${h.ceilings_source || ""}`));
+  cards.push(card("ceilings", `${fmt(ce.bf16_tflops)} TFLOP/s`,
+                  `${h.device_kind === "GPU" ? "bf16" : "matmul"}; fp32 ${fmt(ce.fp32_tflops)} TFLOP/s; ` +
+                  `memory ${fmt(ce.dram_gbps)} GB/s`, h.ceilings_source));
   if (h.world_size > 1) cards.push(card("data parallel", `rank ${h.rank} of ${h.world_size}`, "this rank's profile"));
   box.append(el("div", {class: "cards"}, ...cards));
   if (h.warnings.length)
@@ -61,7 +63,7 @@ function renderSubblocks(box, rows, phases) {
   plot(box, traces, {barmode: inference ? "group" : "stack", title: {text: inference
     ? "Time per step of its phase (prefill: one step of every prompt; decode: one token per sequence)"
     : "Time per step, stacked by phase", font: {size: 13}},
-    xaxis: axis("sub-block", {tickangle: -40}), yaxis: axis(inference ? "ms per step of its phase" : "ms per step")});
+    xaxis: axis("sub-block", {tickangle: -40}), yaxis: axis(inference ? "ms per step of its phase" : "ms per step")}, 340);
   box.append(note("Click a heading to sort. ms/step: time per step of the row's phase; share: of all " +
                   "sub-block time in the window; GFLOP and MB: the analytic work of one step; % of ceiling: the " +
                   "roofline floor over the time."));
@@ -131,6 +133,8 @@ function renderRoofline(box, r) {
 
 function renderTimeline(box, t) {
   const s = t.strings, byGroup = new Map();
+  const end = Math.max(...t.events.map((e) => e[1] + e[2]));
+  const [scale, unit] = end > 2e4 ? [1e-3, "ms"] : [1, "µs"]; // a CPU step is long
   for (const [track, start, dur, name, group] of t.events) {
     const sub = s[group].split(" ")[0];
     if (!byGroup.has(sub)) byGroup.set(sub, []);
@@ -138,12 +142,12 @@ function renderTimeline(box, t) {
   }
   const traces = [...byGroup.entries()].map(([sub, evs]) => ({
     type: "bar", orientation: "h", name: sub, marker: {color: subblockColor(sub)},
-    y: evs.map((e) => t.tracks[e[0]]), base: evs.map((e) => e[1]), x: evs.map((e) => e[2]),
-    text: evs.map((e) => s[e[3]]), customdata: evs.map((e) => [s[e[4]], fmt(e[1], 6)]), textposition: "none",
-    hovertemplate: "<b>%{text}</b><br>%{customdata[0]}<br>start %{customdata[1]} µs, %{x:.4g} µs<extra></extra>"}));
+    y: evs.map((e) => t.tracks[e[0]]), base: evs.map((e) => e[1] * scale), x: evs.map((e) => e[2] * scale),
+    text: evs.map((e) => s[e[3]]), customdata: evs.map((e) => [s[e[4]], fmtUs(e[1]), fmtUs(e[2])]), textposition: "none",
+    hovertemplate: "<b>%{text}</b><br>%{customdata[0]}<br>at %{customdata[1]}, lasting %{customdata[2]}<extra></extra>"}));
   plot(box, traces, {barmode: "overlay", bargap: 0.3, height: 230 + 50 * t.tracks.length,
     title: {text: `Step ${t.step} (the median step): kernels per stream, coloured by sub-block; drag to zoom`, font: {size: 13}},
-    xaxis: axis("µs from the step's start"), yaxis: axis("", {automargin: true}),
+    xaxis: axis(unit + " from the step's start"), yaxis: axis("", {automargin: true}),
     legend: {orientation: "h", y: -0.45, traceorder: "normal"}, margin: {l: 70, r: 20, t: 36, b: 100}});
   if (t.note) box.append(note(t.note));
   box.append(note("The whole trace (CPU ranges, CUDA calls, launch arrows, every step) is trace.json in the " +
@@ -155,7 +159,7 @@ const KERNEL_COLUMNS = [
   {key: "subblock", label: "sub-block", text: true}, {key: "phase", label: "phase", text: true},
   {key: "category", label: "category", text: true}, {key: "calls", label: "calls", fmt: (v) => fmt(v, 6)},
   {key: "total_us", label: "total", fmt: fmtUs}, {key: "avg_us", label: "average", fmt: fmtUs},
-  {key: "pct", label: "% of GPU time", fmt: fmtPct}];
+  {key: "pct", label: "% of device time", fmt: fmtPct}];
 
 function renderKernels(box, k) {
   const cats = k.by_category;
@@ -217,7 +221,7 @@ function renderMemory(box, m) {
                hovertemplate: "%{x}: %{customdata[0]} in %{customdata[1]} tensors<extra></extra>"}],
        {title: {text: "The plan by category", font: {size: 13}}, xaxis: axis("category"), yaxis: axis("MiB")}, 340);
   right.append(table([{key: "name", label: "allocation", text: true}, {key: "bytes", label: "size", fmt: fmtBytes},
-                      {key: "transient", label: "transient", text: true}], m.allocations));
+                      {key: "transient", label: "", text: true, fmt: (v) => (v ? "transient (first step)" : "")}], m.allocations));
   if (m.live) {
     const l = m.live;
     const traces = l.categories.map((c, i) => ({type: "scatter", mode: "lines", stackgroup: "live", name: c,
