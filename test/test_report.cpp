@@ -21,10 +21,12 @@
 
 #include "test/cpu_profile_fixture.h"
 #include "test/one_line.h"
+#include "test/report_data.h"
 
 using nlohmann::json;
 using testutil::expect_one_line;
 using testutil::has;
+using testutil::page_data;
 using testutil::run;
 using testutil::slurp;
 using testutil::TempDir;
@@ -56,17 +58,6 @@ const char* REPORT = "python3 scripts/report_html.py ";
             GTEST_SKIP() << "no browser to test the page in: chromium, chromium-driver (Debian) and selenium "  \
                             "are installed by bash scripts/deps.sh";                                            \
     } while (0)
-
-// The JSON the page embeds for its script.
-json page_data(const std::string& page) {
-    const std::string html = slurp(page), open = "<script type=\"application/json\" id=\"report-data\">";
-    size_t start = html.find(open);
-    if (start == std::string::npos) return nullptr;
-    start += open.size();
-    std::string text = html.substr(start, html.find("</script>", start) - start);
-    for (size_t at; (at = text.find("<\\/")) != std::string::npos;) text.replace(at, 3, "</");
-    return json::parse(text);
-}
 
 // A copy of the sample profile at `d` (the tests write pages into it).
 void copy_sample(const std::string& d) { ASSERT_EQ(run("cp -r " + std::string(SAMPLE) + " " + d).exit_code, 0); }
