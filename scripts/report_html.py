@@ -584,7 +584,11 @@ def report_page(p):
     data = report_data(p)
     h = data["header"]
     title = f"llmc profile: {h['program'] or '(unnamed)'} on {h['device'] or 'an unknown device'}"
-    return page(title, data, [(sid, head) for sid, head, has in SECTIONS if has(data)], "report.js")
+    sections = [(sid, head) for sid, head, has in SECTIONS if has(data)]
+    for f in data["findings"]:  # a finding links to a section the page has
+        if f["section"] not in dict(sections):
+            f["section"] = "subblocks" if "subblocks" in dict(sections) else "header"
+    return page(title, data, sections, "report.js")
 
 
 def main():

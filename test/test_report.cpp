@@ -266,6 +266,24 @@ TEST_F(ReportInferProfile, EmbedsProfileJsonsNumbersAndNames) {
     }
 }
 
+// energy.csv, where a profile has one, gives the energy per sub-block with its error; every finding links to a
+// section the page has.
+TEST(ReportData, EnergyPerSubBlockFromEnergyCsv) {
+    REQUIRE_PLOTLY();
+    TempDir dir;
+    copy_sample(dir / "s");
+    std::ofstream(dir / "s/energy.csv") << "subblock,phase,energy_j,energy_j_err\nqkv,fwd,0.25,0.02\nfc,bwd,0.5,\n";
+    ASSERT_EQ(run(REPORT + (dir / "s")).exit_code, 0);
+    const json d = page_data(dir / "s/report.html");
+    EXPECT_EQ(d["power"]["per_subblock"], json::parse(R"([{"subblock": "qkv", "phase": "fwd", "energy_j": 0.25,
+        "error_j": 0.02}, {"subblock": "fc", "phase": "bwd", "energy_j": 0.5, "error_j": null}])"));
+    const std::string html = slurp(dir / "s/report.html");
+    for (const json& f : d["findings"]) EXPECT_TRUE(has(html, "<section id=\"" + f["section"].get<std::string>() + "\">"));
+    std::ofstream(dir / "s/energy.csv") << "subblock,phase\nqkv,fwd\n";
+    expect_one_line(run(REPORT + (dir / "s")), 1, "report_html.py: error: ",
+                    dir / "s/energy.csv: not a sub-block energy table (no column energy_j)");
+}
+
 // A step of more kernels than the timeline draws one by one: consecutive kernels of one sub-block on a stream are
 // merged, every kernel's time is still drawn, and the page says what it merged.
 TEST(ReportData, LongTimelinesAreAggregatedAndSaidSo) {
