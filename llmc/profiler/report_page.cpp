@@ -38,6 +38,15 @@ std::string find_script() {
     return file_exists(kScript) ? kScript : "";
 }
 
+// The python3 to run the script with: the virtual environment scripts/deps.sh makes where the system python3 takes
+// no pip installs (.venv beside the program, or in the working directory), else the python3 on PATH.
+std::string find_python() {
+    const std::string exe_dir = program_dir();
+    for (const std::string& venv : {exe_dir + "/.venv/bin/python3", std::string(".venv/bin/python3")})
+        if (!exe_dir.empty() && access(venv.c_str(), X_OK) == 0) return venv;
+    return "python3";
+}
+
 // `s` as one shell word: as it is when it needs no quoting, else in single quotes.
 std::string shell_word(const std::string& s) {
     if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:@+,%") ==
@@ -56,9 +65,9 @@ std::string last_line(const std::string& text) {
     return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
 }
 
-// Runs python3 SCRIPT DIR with its output to /dev/null and its errors collected; the exit status (-1: not run,
+// Runs PYTHON SCRIPT DIR with its output to /dev/null and its errors collected; the exit status (-1: not run,
 // 127: no python3), and what it printed on stderr.
-int run_script(const std::string& script, const std::string& dir, std::string& errors) {
+int run_script(const std::string& python, const std::string& script, const std::string& dir, std::string& errors) {
     int fds[2];
     if (pipe(fds) != 0) return errors = strerror(errno), -1;
     posix_spawn_file_actions_t fa;
@@ -67,12 +76,12 @@ int run_script(const std::string& script, const std::string& dir, std::string& e
     posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
     posix_spawn_file_actions_addclose(&fa, fds[1]);
-    std::vector<std::string> args = {"python3", script, dir};
+    std::vector<std::string> args = {python, script, dir};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(&a[0]);
     argv.push_back(nullptr);
     pid_t pid;
-    int rc = posix_spawnp(&pid, "python3", &fa, nullptr, argv.data(), environ);
+    int rc = posix_spawnp(&pid, python.c_str(), &fa, nullptr, argv.data(), environ); // a path with '/' is not searched
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
     if (rc != 0) {
@@ -95,14 +104,14 @@ int run_script(const std::string& script, const std::string& dir, std::string& e
 
 ReportPage write_report_page(const std::string& dir) {
     ReportPage page;
-    const std::string script = find_script();
-    page.command = "python3 " + shell_word(script.empty() ? kScript : script) + " " + shell_word(dir);
+    const std::string script = find_script(), python = find_python();
+    page.command = shell_word(python) + " " + shell_word(script.empty() ? kScript : script) + " " + shell_word(dir);
     if (script.empty()) {
         page.why_not = std::string(kScript) + " is neither beside the program nor in the working directory";
         return page;
     }
     std::string errors;
-    const int rc = run_script(script, dir, errors);
+    const int rc = run_script(python, script, dir, errors);
     page.written = rc == 0 && file_exists(dir + "/report.html");
     if (!page.written) {
         std::string why = last_line(errors);
