@@ -473,3 +473,23 @@ TEST(ReportScript, OutputsAreRegularFilesOrNewNames) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_TRUE(page_data(dir / "page.html").is_object());
 }
+
+// compare_profiles.py's page goes exactly where --html says, a .html file that is a regular file or a new name.
+TEST(ReportScript, ComparisonPageOutputs) {
+    REQUIRE_PLOTLY();
+    TempDir dir;
+    const std::string compare = "python3 scripts/compare_profiles.py " + std::string(SAMPLE) + " " + SAMPLE + " -o " +
+                                (dir / "c.png") + " --html ";
+    expect_one_line(run(compare + "/dev/null"), 2, "compare_profiles.py: error: ", "--html: '/dev/null' is not a .html file name");
+    ASSERT_EQ(symlink((dir / "elsewhere.html").c_str(), (dir / "link.html").c_str()), 0);
+    expect_one_line(run(compare + (dir / "link.html")), 2, "compare_profiles.py: error: ",
+                    "--html: " + (dir / "link.html") + ": a symbolic link");
+    EXPECT_FALSE(llmc::file_exists(dir / "c.png")); // refused before anything is drawn
+    auto r = run(compare + (dir / "page.html"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(has(r.output, "\nwrote " + (dir / "page.html") + "\n")) << r.output;
+    const json d = page_data(dir / "page.html");
+    ASSERT_TRUE(d.is_object());
+    EXPECT_TRUE(d["warning"].is_null()); // the same profile twice
+    for (const json& row : d["rows"]) EXPECT_EQ(row["ratio"], 1.0) << row;
+}
