@@ -62,7 +62,8 @@ std::string last_line(const std::string& text) {
     size_t end = text.find_last_not_of(" \t\r\n");
     if (end == std::string::npos) return "";
     size_t start = text.find_last_of('\n', end);
-    return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+    start = start == std::string::npos ? 0 : start + 1;
+    return text.substr(start, end - start + 1);
 }
 
 // Runs PYTHON SCRIPT DIR with its output to /dev/null and its errors collected; the exit status (-1: not run,
@@ -117,7 +118,9 @@ ReportPage write_report_page(const std::string& dir) {
         std::string why = last_line(errors);
         const std::string prefix = "report_html.py: error: ";
         if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
-        page.why_not = !why.empty() ? why : rc == 0 ? "the script wrote no page" : strprintf("the script exited with %d", rc);
+        page.why_not = !why.empty() ? why
+                       : rc == 0    ? "the script wrote no page"
+                                    : strprintf("the script exited with %d", rc);
     }
     return page;
 }
