@@ -6,6 +6,7 @@
 #   make infer_gpt2cu    GPU inference with a KV cache (needs nvcc)
 #   make profile_gpt2cu  runs a few GPU training steps traced with CUPTI and writes a profile directory
 #   make sample_profile  regenerates test/data/sample_profile (synthetic GPU profile for the plot tests)
+#   make report_screenshot  regenerates doc/images/report.png (the sample profile's report.html, in Chromium)
 #   make dev_cuda        kernel benchmarks in dev/cuda/ (build/dev/cuda/<name>)
 #   make test            GoogleTest suite (GPU tests skip without a device) and the emulated GPU tier
 #   make emu             the emulated GPU tier alone (build/emu/emu_tests), make emu_mutation its mutation check
@@ -173,6 +174,13 @@ $(BUILD)/sample_profile: $(BUILD)/dev/sample_profile.o $(PROFILER_LIB) $(HOST_LI
 sample_profile: $(BUILD)/sample_profile
 	rm -rf test/data/sample_profile
 	./$(BUILD)/sample_profile test/data/sample_profile
+# The screenshot of the sample profile's report.html that README.md and doc/profiling.md show (headless Chromium,
+# 1400x900; scripts/deps.sh installs it).
+.PHONY: report_screenshot
+report_screenshot:
+	@mkdir -p $(BUILD) doc/images
+	python3 scripts/report_html.py test/data/sample_profile -o $(BUILD)/sample_report.html
+	python3 test/report_check.py $(BUILD)/sample_report.html --screenshot doc/images/report.png
 
 # ---- kernel benchmarks: one program per dev/cuda/*.cu ----
 DEV_CUDA_SRCS := $(wildcard dev/cuda/*.cu)

@@ -9,9 +9,10 @@ tokens B * T * grad_accum. Inference profiles (infer_gpt2, infer_gpt2cu): a phas
 phase (the prefill is one step, each decode step one), and per token of that phase (prompt tokens for
 prefill, generated tokens for decode), so a batch's decode cost per token reads directly. A training and an
 inference profile share no phase: the script warns, prints each one's rows and phase totals, and gives no
-ratio and no whole-run total.
+ratio and no whole-run total. Beside the plot it writes a comparison page (compare.html: the same chart,
+interactive, and the table, sortable; self-contained like report.html, scripts/report_html.py).
 
-    python3 scripts/compare_profiles.py A B [-o compare.png] [--per-token]
+    python3 scripts/compare_profiles.py A B [-o compare.png] [--html compare.html] [--per-token]
 """
 import argparse
 import math
@@ -20,6 +21,7 @@ import sys
 
 from plot_profile import (BadInput, num, output_problem, phase_counts, read_json_object, read_table, section,
                           window_steps)
+from report_html import page, write_page
 
 PHASES = ("fwd", "bwd", "opt", "prefill", "decode")  # training, then inference (infer_gpt2)
 
@@ -115,29 +117,36 @@ def parse_args():
     ap.add_argument("a", help="profile directory A")
     ap.add_argument("b", help="profile directory B")
     ap.add_argument("-o", "--out", default="compare.png", help="comparison plot, a .png file [compare.png]")
+    ap.add_argument("--html", help="comparison page, a .html file [-o's name with .html]")
     ap.add_argument("--per-token", action="store_true", help="compare microseconds per token instead of ms per step")
     args = ap.parse_args()
     # The plot goes exactly where -o says: a name without .png would be written as NAME.png.
     if not args.out.lower().endswith(".png"):
         fail(f"-o: '{args.out}' is not a .png file name", 2)
-    problem = output_problem(args.out)
-    if problem:
-        fail(f"-o: {problem}", 2)
-    if not os.path.isdir(os.path.dirname(args.out) or "."):
-        fail(f"-o: '{args.out}': no directory '{os.path.dirname(args.out)}'", 2)
+    args.html = args.html or args.out[:-4] + ".html"
+    if not args.html.lower().endswith(".html"):
+        fail(f"--html: '{args.html}' is not a .html file name", 2)
+    for flag, path in (("-o", args.out), ("--html", args.html)):
+        problem = output_problem(path)
+        if problem:
+            fail(f"{flag}: {problem}", 2)
+        if not os.path.isdir(os.path.dirname(path) or "."):
+            fail(f"{flag}: '{path}': no directory '{os.path.dirname(path)}'", 2)
     return args
 
 
-def warn_if_unlike(pa, pb, per_token):
-    """The warning for profiles of different kinds (no shared phase) or shapes (different work per step)."""
+def unlike(pa, pb, per_token):
+    """The warning for profiles of different kinds (no shared phase) or shapes (different work per step); None
+    for profiles alike."""
     differ = [f"{name} ({x} vs {y})" for (name, x), (_, y) in zip(shape(pa.context), shape(pb.context)) if x != y]
     if pa.kind != pb.kind:  # fwd/bwd/opt against prefill/decode: no row, and no step, is the other's
         a_kind = {"training": "a training", "inference": "an inference"}
-        print(f"compare_profiles.py: warning: A is {a_kind[pa.kind]} profile and B {a_kind[pb.kind]} one: they share "
-              f"no phase, so no row has a ratio and there is no whole-run total", file=sys.stderr)
-    elif differ:
-        print(f"compare_profiles.py: warning: A and B differ in {', '.join(differ)}: they do different work per "
-              f"step{'' if per_token else '; --per-token compares time per token'}", file=sys.stderr)
+        return (f"A is {a_kind[pa.kind]} profile and B {a_kind[pb.kind]} one: they share no phase, so no row has a "
+                f"ratio and there is no whole-run total")
+    if differ:
+        return (f"A and B differ in {', '.join(differ)}: they do different work per step"
+                f"{'' if per_token else '; --per-token compares time per token'}")
+    return None
 
 
 def print_table(pa, pb, la, lb, keys, per_token):
@@ -188,6 +197,27 @@ def draw(a, b, la, lb, keys, per_token, out):
     plt.close(fig)
 
 
+def write_html(path, pa, pb, la, lb, keys, per_token, warning):
+    """The comparison page: the rows and totals of the table, drawn and sortable. Without plotly (or where it
+    cannot be written) one warning line says so: the plot and the table are the comparison's main output."""
+    a, b = pa.values(per_token), pb.values(per_token)
+    rows = [{"subblock": s, "phase": p, "a": a.get((s, p)), "b": b.get((s, p))} for s, p in keys]
+    totals = [{"subblock": p or "total", "phase": "", "a": pa.total(p, per_token), "b": pb.total(p, per_token)}
+              for p in PHASES + ((None,) if pa.kind == pb.kind else ()) if pa.total(p, per_token) or pb.total(p, per_token)]
+    for r in rows + totals:
+        r["ratio"] = r["a"] / r["b"] if r["a"] is not None and r["b"] else None
+    data = {"a": {"name": la.split(": ")[0], "label": la, "context": pa.context},
+            "b": {"name": lb.split(": ")[0], "label": lb, "context": pb.context},
+            "unit": "us per token" if per_token else "ms per step", "rows": rows, "totals": totals, "warning": warning}
+    try:
+        write_page(path, page("Profile comparison", data, [("comparison", "Comparison"), ("rows", "Sub-blocks")],
+                              "compare.js"))
+    except BadInput as e:
+        print(f"compare_profiles.py: warning: {path} not written: {e}", file=sys.stderr)
+        return
+    print(f"wrote {path}")
+
+
 def main():
     args = parse_args()
     try:
@@ -199,7 +229,9 @@ def main():
     na, nb = distinct_names(args.a, args.b)
     la = f"{na}: {ca.get('program', '?')} ({ca.get('device', '?')})"
     lb = f"{nb}: {cb.get('program', '?')} ({cb.get('device', '?')})"
-    warn_if_unlike(pa, pb, args.per_token)
+    warning = unlike(pa, pb, args.per_token)
+    if warning:
+        print(f"compare_profiles.py: warning: {warning}", file=sys.stderr)
     if args.per_token:
         for d, p in ((args.a, pa), (args.b, pb)):
             if p.divisor(None, True) is None:
@@ -211,6 +243,7 @@ def main():
     print_table(pa, pb, la, lb, keys, args.per_token)
     draw(a, b, la, lb, keys, args.per_token, args.out)
     print(f"wrote {args.out}")
+    write_html(args.html, pa, pb, la, lb, keys, args.per_token, warning)
 
 
 if __name__ == "__main__":

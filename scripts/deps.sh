@@ -4,9 +4,10 @@
 #
 #   Debian packages: the compiler and make, GoogleTest, PCRE2, nlohmann/json, Boost.Context, curl (for
 #     `make tinyshakespeare`), clang and its runtime (the fuzz targets), python3, Open MPI (data-parallel
-#     training and its tests, doc/distributed.md).
-#   Python packages from PyPI: matplotlib (the plot scripts) and HolisticTraceAnalysis (the trace tests); where
-#     they go is said below. The Makefile puts .venv/bin first on PATH when there is one.
+#     training and its tests, doc/distributed.md), Chromium and its driver (report.html tested in a browser).
+#   Python packages from PyPI: matplotlib (the plot scripts), plotly (report.html's charts), selenium (drives the
+#     browser in the report tests) and HolisticTraceAnalysis (the trace tests); where they go is said below. The
+#     Makefile puts .venv/bin first on PATH when there is one.
 #   Not installed: the CUDA toolkit. Without nvcc the GPU programs are not built; the emulated GPU tests still are.
 #
 # Packages are installed as root, through sudo when not run as root.
@@ -14,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 DEBS=(g++ make libgtest-dev libpcre2-dev nlohmann-json3-dev libboost-context-dev curl clang libclang-rt-dev python3
-      libopenmpi-dev openmpi-bin)
+      libopenmpi-dev openmpi-bin chromium chromium-driver)
 
 as_root() {
     if [ "$(id -u)" = 0 ]; then
@@ -34,8 +35,8 @@ apt_install() {
 }
 
 if ! command -v dpkg >/dev/null 2>&1; then
-    echo "deps: not a Debian or Ubuntu system; install by hand: ${DEBS[*]}, and matplotlib and" \
-        "HolisticTraceAnalysis with pip" >&2
+    echo "deps: not a Debian or Ubuntu system; install by hand: ${DEBS[*]}, and matplotlib, plotly, selenium" \
+        "and HolisticTraceAnalysis with pip" >&2
     exit 1
 fi
 need=()
@@ -49,8 +50,8 @@ done
 # python3-matplotlib is built for the system numpy, which the PyPI packages would replace).
 # HolisticTraceAnalysis 0.5.0 uses psutil without declaring it and fails under pandas 3 (it stores row indices in a
 # column pandas narrowed to int8); `import hta` alone succeeds without psutil, so the check imports what HTA uses.
-PY_PKGS=(matplotlib HolisticTraceAnalysis==0.5.0 psutil 'pandas<3')
-PY_CHECK='import matplotlib, psutil, pandas, hta.trace_analysis; assert int(pandas.__version__.split(".")[0]) < 3'
+PY_PKGS=(matplotlib plotly selenium HolisticTraceAnalysis==0.5.0 psutil 'pandas<3')
+PY_CHECK='import matplotlib, plotly, selenium, psutil, pandas, hta.trace_analysis; assert int(pandas.__version__.split(".")[0]) < 3'
 missing_modules() {
     "$1" -c "$PY_CHECK" 2>/dev/null || echo "${PY_PKGS[*]}"
 }

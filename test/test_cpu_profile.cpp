@@ -30,7 +30,7 @@ TEST(CpuProfile, WritesTheProfileDirectory) {
     // The training log keeps to training: the summary's tables stay in summary.txt, and the run ends with its
     // path and the findings, after the last step line.
     EXPECT_EQ(out.find("== Sub-blocks"), std::string::npos) << out;
-    size_t outcome = out.find("profile: " + d + "/summary.txt: ");
+    size_t outcome = out.find("profile: " + d + "/summary.txt"); // and report.html, where it was written (test_report.cpp)
     ASSERT_NE(outcome, std::string::npos) << out;
     EXPECT_GT(outcome, out.find("step    5/5 |")) << out;
     EXPECT_TRUE(out.find("profile: top ", outcome) != std::string::npos ||

@@ -21,6 +21,7 @@
 #include "llmc/io/checkpoint.h"
 #include "llmc/cpu/gpt2.h"
 #include "llmc/util/rand.h"
+#include "test/report_data.h"
 #include "test/test_util.h"
 
 using namespace llmc;
@@ -874,6 +875,18 @@ TEST_F(TrainCpu, TwoRankProfileShowsCommunication) {
     // Two ranks on this machine: shared memory, its peak from the memory bandwidth the profile measured.
     EXPECT_TRUE(testutil::has(merged, "link: shared memory, peak ")) << merged;
     EXPECT_EQ(count(merged, "<- straggler"), 1) << merged;
+    // Each rank's report.html (where plotly is installed: test_report.cpp requires it) has the data-parallel section:
+    // the rank, its comm rows, and the reducer's all-reduces on the trace, partly under the backward's ops or not.
+    if (run("python3 -c 'import plotly'").exit_code == 0)
+        for (int rank : {0, 1}) {
+            const auto d = testutil::page_data(prof + "/rank" + std::to_string(rank) + "/report.html")["distributed"];
+            ASSERT_TRUE(d.is_object()) << "rank " << rank;
+            EXPECT_EQ(d["world_size"], 2);
+            EXPECT_EQ(d["rank"], rank);
+            EXPECT_FALSE(d["comm"].empty());
+            EXPECT_GT(d["comm_us"].get<double>(), 0);
+            EXPECT_LE(d["overlapped_us"].get<double>(), d["comm_us"].get<double>());
+        }
     EXPECT_TRUE(testutil::has(merged, "rank            step    waiting  computing\n")) << merged;
     EXPECT_TRUE(testutil::has(merged, "small: messages under 64 KiB")) << merged;
     // HTA, where installed, reads the two traces as one set (test/hta_check.py; test_hta.cpp covers GPU ranks).

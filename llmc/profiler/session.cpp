@@ -6,6 +6,7 @@
 
 #include "llmc/profiler/nvml_sampler.h"
 #include "llmc/profiler/report.h"
+#include "llmc/profiler/report_page.h"
 #include "llmc/profiler/writers.h"
 
 namespace llmc::prof {
@@ -130,12 +131,17 @@ void ProfileSession::write() {
         fprintf(stderr, "profile: not written: %s; the run goes on\n", e.what());
         return;
     }
-    outcome_ = format_outcome(report, opt_.dir);
+    // The page is drawn from the files just written; without it the profile is still complete.
+    const ReportPage page = write_report_page(opt_.dir);
+    if (page.written) written_files_.push_back("report.html");
+    outcome_ = format_outcome(report, opt_.dir, 3, page.written);
     written_avg_w_ = report.power.avg_w, written_j_per_token_ = report.power.joules_per_token;
     std::string dropped = records.dropped_records ? strprintf(" (%llu CUPTI records dropped: incomplete)",
                                                              (unsigned long long)records.dropped_records)
                                                   : "";
-    printf("profile: %s written to %s/%s\n", schedule_.recorded_steps().c_str(), opt_.dir.c_str(), dropped.c_str());
+    printf("profile: %s written to %s/%s%s\n", schedule_.recorded_steps().c_str(), opt_.dir.c_str(),
+           page.written ? (" (the page: " + opt_.dir + "/report.html)").c_str() : "", dropped.c_str());
+    if (!page.written) printf("%s\n", report_not_written_line(page).c_str());
     if (flush_ns_ > 0)
         printf("profile: %.3f ms per traced step flushing CUPTI buffers between steps (not in the step times)\n",
                flush_ns_ / 1e6 / schedule_.num_recorded());

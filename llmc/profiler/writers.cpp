@@ -673,9 +673,10 @@ std::string format_summary(const Report& r, int top_n) {
     return s;
 }
 
-std::string format_outcome(const Report& r, const std::string& dir, int max_findings) {
-    std::string s = strprintf("profile: %s/summary.txt: %s tokens/s over %d step%s", dir.c_str(),
-                              num(r.tokens_per_s, "%.0f").c_str(), r.num_steps, r.num_steps == 1 ? "" : "s");
+std::string format_outcome(const Report& r, const std::string& dir, int max_findings, bool page) {
+    std::string s = strprintf("profile: %s/summary.txt%s: %s tokens/s over %d step%s", dir.c_str(),
+                              page ? (" and " + dir + "/report.html").c_str() : "", num(r.tokens_per_s, "%.0f").c_str(),
+                              r.num_steps, r.num_steps == 1 ? "" : "s");
     if (std::isfinite(r.mfu)) s += strprintf(", MFU %.1f%%", r.mfu);
     s += "\n";
     if (r.findings.empty()) return s + "profile: no finding: no rule found time at stake\n";
@@ -1150,6 +1151,7 @@ void remove_stale(const std::string& path) {
 
 std::string profile_json(const Report& r) {
     json j;
+    j["profile_version"] = kProfileVersion;
     j["context"] = context_json(r);
     add_totals_json(j, r);
     add_tables_json(j, r);
@@ -1166,7 +1168,7 @@ std::string profile_json(const Report& r) {
 const std::vector<std::string> kProfileFiles = {
     "summary.txt", "kernels.csv",        "subblocks.csv",     "steps.csv",    "api.csv",    "roofline.csv",
     "phases.csv",  "decode_buckets.csv", "outside_steps.csv", "counters.csv", "trace.json", "profile.json",
-    "memory.csv",  "memory_snapshot.pickle"};
+    "memory.csv",  "memory_snapshot.pickle", "report.html"};
 
 std::vector<std::string> write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec,
                                            int top_n) {
@@ -1196,6 +1198,8 @@ std::vector<std::string> write_profile_dir(const std::string& dir, const Report&
     write("trace.json", trace_json(r, rec));
     write("profile.json", profile_json(r));
     for (std::string& name : write_memory_files(dir, r)) written.push_back(std::move(name));
+    // An earlier profile's page shows that profile: the session draws this one's (llmc/profiler/report_page.h).
+    remove_stale(dir + "/report.html");
     return written;
 }
 

@@ -26,9 +26,14 @@ std::string format_summary(const Report& r, int top_n = 15);
 // counters are missing; "" without --counters.
 std::string measured_vs_analytic(const CounterReport& r, const CostTable& costs, bool has_model);
 
-// What a run prints at its end about the profile written to `dir`: where its summary is, the throughput, and
-// the first `max_findings` findings, one line each (the summary has them with their evidence).
-std::string format_outcome(const Report& r, const std::string& dir, int max_findings = 3);
+// What a run prints at its end about the profile written to `dir`: where its summary is (and its report.html, when
+// `page` was written), the throughput, and the first `max_findings` findings, one line each (the summary has them
+// with their evidence).
+std::string format_outcome(const Report& r, const std::string& dir, int max_findings = 3, bool page = false);
+
+// profile.json's "profile_version": raised when its layout changes in a way its readers must know
+// (scripts/report_html.py refuses a profile.json of another version).
+constexpr int kProfileVersion = 1;
 
 // One file of the profile directory each.
 std::string kernels_csv(const Report& r);
@@ -51,11 +56,12 @@ std::string memory_csv(const MemoryPlan& plan);
 // Returns the names of the files written.
 std::vector<std::string> write_memory_files(const std::string& dir, const Report& r);
 
-// Every name a profile directory's files may have (write_profile_dir writes some of them, and removes the others').
+// Every name a profile directory's files may have (write_profile_dir writes some of them, and removes the others';
+// report.html is the session's, drawn from the others by scripts/report_html.py).
 extern const std::vector<std::string> kProfileFiles;
 
-// Writes every file of the profile directory `dir` (created if missing); top_n: kernels listed in summary.txt.
-// Returns the names of the files written, in the order written.
+// Writes every file of the profile directory `dir` (created if missing) and removes an earlier profile's
+// report.html; top_n: kernels listed in summary.txt. Returns the names of the files written, in the order written.
 std::vector<std::string> write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec,
                                            int top_n = 15);
 
