@@ -4,8 +4,10 @@
 Writes roofline.png (sub-blocks, and kernels with per-kernel points, against the device's bandwidth and
 compute ceilings; sub-blocks at profile.json's unrounded rates), subblocks.png (time per step by sub-block:
 training's fwd/bwd/opt stacked, inference's prefill and decode side by side, each per step of its phase),
-kernels.png (device time by kernel category) and power.png (power over time from trace.json; a placeholder
-without samples). Reads only the files of the profile directory.
+kernels.png (device time by kernel category), power.png (power over time from trace.json; a placeholder
+without samples) and, where the directory has energy.csv (--energy), energy.png (joules per training step of each
+sub-block and phase with its 95% interval, the part above idle power inside each bar, the idle power and the
+closure against the whole step). Reads only the files of the profile directory.
 
     python3 scripts/plot_profile.py DIR [-o OUTDIR]
 """
@@ -141,6 +143,59 @@ def num(s):
         return math.nan
 
 
+# energy.csv's columns (--energy), and those that hold numbers (an empty cell: unknown).
+ENERGY_COLUMNS = ("sub_block", "phase", "layers", "j_per_step", "ci95_low", "ci95_high", "watts", "j_above_idle",
+                  "flop_per_j", "repeats", "seconds", "sm_clock_mhz", "temp_c")
+ENERGY_NUMBERS = ENERGY_COLUMNS[3:]
+
+
+def read_energy(path):
+    """energy.csv's rows in its order (the sub-blocks, then `step` and `idle`), each a dict by column with the
+    numbers as floats and None where a cell is empty (unknown, never 0); None where the file does not exist.
+    BadInput for a file without its columns or with a number cell that is not a finite number (named by line)."""
+    if not os.path.lexists(path):
+        return None
+    rows = read_table(path, ENERGY_COLUMNS, "sub-block energy table")[1]
+    out = []
+    for r in rows:
+        row = {k: r[k] for k in ENERGY_COLUMNS[:3]}
+        for k in ENERGY_NUMBERS:
+            v = num(r[k]) if r[k].strip() else None
+            if v is not None and not math.isfinite(v):
+                raise BadInput(f"{path}: line {r.line}: {k} '{r[k]}' is not a number")
+            row[k] = v
+        out.append(row)
+    return out
+
+
+def energy_parts(rows):
+    """energy.csv's rows split into (the sub-block rows, the `step` row or None, the `idle` row or None)."""
+    special = {r["sub_block"]: r for r in rows if r["sub_block"] in ("step", "idle")}
+    return [r for r in rows if r["sub_block"] not in ("step", "idle")], special.get("step"), special.get("idle")
+
+
+def energy_closure(prof, rows):
+    """{sum_j, step_j, diff_pct}: the sub-blocks' joules per step against the whole step's, as profile.json's
+    energy.closure has them, else from energy.csv; None where either side is unknown."""
+    c = section(section(prof, "energy"), "closure")
+    if all(isinstance(c.get(k), (int, float)) and not isinstance(c.get(k), bool) for k in ("sum_j", "step_j", "diff_pct")):
+        return {k: c[k] for k in ("sum_j", "step_j", "diff_pct")}
+    subs, step, _ = energy_parts(rows)
+    if not subs or step is None or not step["j_per_step"] or any(r["j_per_step"] is None for r in subs):
+        return None
+    total = sum(r["j_per_step"] for r in subs)
+    return {"sum_j": total, "step_j": step["j_per_step"], "diff_pct": (total - step["j_per_step"]) / step["j_per_step"] * 100}
+
+
+def idle_watts(prof, rows):
+    """The idle power: energy.csv's idle row, else profile.json's energy.idle_w; None where neither has it."""
+    idle = energy_parts(rows)[2]
+    if idle is not None and idle["watts"] is not None:
+        return idle["watts"]
+    v = section(prof, "energy").get("idle_w")
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
 def load(d):
     """The profile directory's tables, with a clear error for a missing or unreadable file (BadInput)."""
     need = ("profile.json", "kernels.csv", "roofline.csv", "trace.json")
@@ -155,6 +210,7 @@ def load(d):
         "kernels": read_table(os.path.join(d, "kernels.csv"), ("category", "total_us"), "kernel table")[1],
         "roofline": read_csv(os.path.join(d, "roofline.csv")),
         "power": power_samples(os.path.join(d, "trace.json")),
+        "energy": read_energy(os.path.join(d, "energy.csv")),
         "dir": d,
     }
 
@@ -438,6 +494,71 @@ def plot_power(p, plt, out):
     plt.close(fig)
 
 
+def energy_scale(rows):
+    """(factor, unit) that the joules of rows are drawn in: mJ below 1 J, else J."""
+    top = max((abs(v) for r in rows for v in (r["j_per_step"], r["ci95_high"]) if v is not None), default=0)
+    return (1.0, "J") if top >= 1 else (1e3, "mJ")
+
+
+def error_bar(value, bound):
+    """The length of an error bar from value to one bound of its interval (0 where either is unknown)."""
+    return abs(bound - value) if math.isfinite(value) and math.isfinite(bound) else 0.0
+
+
+def energy_note(prof, rows):
+    """The line under energy.png's title: the idle power and the closure (the sub-blocks' sum against the step)."""
+    parts = []
+    idle = idle_watts(prof, rows)
+    if idle is not None:
+        parts.append(f"idle {idle:.4g} W")
+    c = energy_closure(prof, rows)
+    if c:
+        parts.append(f"closure: sub-blocks {c['sum_j']:.4g} J vs whole step {c['step_j']:.4g} J "
+                     f"({c['diff_pct']:+.1f}%)")
+    else:
+        parts.append("closure: unknown")
+    return "; ".join(parts)
+
+
+def plot_energy(p, plt, out):
+    prof = p["profile"]
+    rows = p["energy"]
+    subs = energy_parts(rows)[0]
+    factor, unit = energy_scale(subs)
+    scaled = lambda v: v * factor if v is not None else math.nan
+    fig, ax = plt.subplots(figsize=(11, 5))
+    xs = list(range(len(subs)))
+    heights = [scaled(r["j_per_step"]) for r in subs]
+    # Asymmetric error bars from the 95% interval; none where it or the bar is unknown.
+    lo = [error_bar(h, scaled(r["ci95_low"])) for h, r in zip(heights, subs)]
+    hi = [error_bar(h, scaled(r["ci95_high"])) for h, r in zip(heights, subs)]
+    colors = [PHASE_COLORS.get(r["phase"], "tab:gray") for r in subs]
+    if subs:
+        from matplotlib.patches import Patch
+
+        ax.bar(xs, heights, width=0.8, color=colors, alpha=0.45, yerr=[lo, hi], capsize=3,
+               error_kw=dict(lw=1, ecolor="black"), label="J per step")
+        above = [scaled(r["j_above_idle"]) for r in subs]
+        ax.bar(xs, above, width=0.4, color=colors, edgecolor="black", linewidth=0.5, label="J above idle")
+        # The legend in gray: the colours are the phases, which the ticks name.
+        ax.legend(handles=[Patch(facecolor="gray", alpha=0.45, label="J per step, 95% interval"),
+                           Patch(facecolor="gray", edgecolor="black", label="J above idle power (inner bar)")],
+                  fontsize=8)
+        ax.axhline(0, color="black", lw=0.5)
+    else:
+        ax.text(0.5, 0.5, "no sub-block energies", transform=ax.transAxes, ha="center")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{r['sub_block']} {r['phase']}" for r in subs], rotation=45, ha="right", fontsize=8)
+    ax.set_xlabel("sub-block and phase (all its layers)")
+    ax.set_ylabel(f"{unit} per training step")
+    synthetic = " (synthetic)" if section(prof, "energy").get("synthetic") is True else ""
+    ax.set_title(f"{title(prof, 'Energy per sub-block' + synthetic)}\n{energy_note(prof, rows)}", fontsize=9)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir", help="profile directory")
@@ -456,6 +577,8 @@ def main():
         out = output_dir(args.out or args.dir, fail)
         plots = [(os.path.join(out, f"{name}.png"), fn) for name, fn in (
             ("roofline", plot_roofline), ("subblocks", plot_subblocks), ("kernels", plot_kernels), ("power", plot_power))]
+        if p["energy"] is not None:  # measured with --energy
+            plots.append((os.path.join(out, "energy.png"), plot_energy))
         check_outputs(path for path, _ in plots)
     except BadInput as e:
         fail(str(e))

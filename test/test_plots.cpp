@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "test/cpu_profile_fixture.h"
+#include "test/energy_sample.h"
 #include "test/one_line.h"
 
 using testutil::expect_one_line;
@@ -436,10 +437,123 @@ TEST(PlotProfile, CeilingsThatAreNotNumbersAreLeftOutWithAWarning) {
                                         "fp32_tflops (missing), dram_gbps (Infinity) are not numbers; roofline.png is "
                                         "drawn without them\n"))
         << r.output;
-    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 5) << r.output; // the warning and four "wrote"
+    const int plots = 4 + (access((d + "/energy.csv").c_str(), F_OK) == 0); // energy.png where the sample has energy.csv
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1 + plots) << r.output; // the warning, a "wrote" each
     for (const char* name : {"roofline.png", "subblocks.png", "kernels.png", "power.png"})
         EXPECT_TRUE(is_png(dir / ("out/" + std::string(name)))) << name;
     auto c = run("python3 scripts/compare_profiles.py " + d + " " + SAMPLE + " -o " + (dir / "c.png"));
     ASSERT_EQ(c.exit_code, 0) << c.output;
     EXPECT_TRUE(testutil::has(c.output, "\ntotal ")) << c.output;
+}
+
+// energy.png, where the profile directory has energy.csv (--energy): a bar per sub-block and phase of its joules per
+// step in mJ, with error bars to the 95% interval's bounds and the part above idle as a narrower bar inside, the idle
+// power and the closure in the title, and "synthetic" where profile.json's energy says so. Checked against the CSV
+// by recording what is drawn. Without energy.csv there is no energy.png, and the other four are as before.
+TEST(PlotProfile, EnergyPngWhereTheProfileHasEnergyCsv) {
+    REQUIRE_MATPLOTLIB();
+    TempDir dir;
+    damaged_sample(dir / "plain");
+    ASSERT_EQ(run("rm -f " + (dir / "plain/energy.csv")).exit_code, 0);
+    auto plain = run("python3 scripts/plot_profile.py " + (dir / "plain") + " -o " + (dir / "plain_out"));
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    EXPECT_EQ(std::count(plain.output.begin(), plain.output.end(), '\n'), 4) << plain.output;
+    EXPECT_FALSE(testutil::has(plain.output, "energy")) << plain.output;
+    EXPECT_NE(access((dir / "plain_out/energy.png").c_str(), F_OK), 0);
+    EXPECT_TRUE(is_png(dir / "plain_out/power.png"));
+
+    for (bool synthetic : {true, false}) {
+        SCOPED_TRACE(synthetic ? "synthetic" : "measured");
+        const std::string d = dir / (synthetic ? "syn" : "nvml");
+        testutil::write_energy_sample(SAMPLE, d, synthetic);
+        auto r = run("python3 scripts/plot_profile.py " + d + " -o " + (d + "_out"));
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_TRUE(testutil::has(r.output, "\nwrote " + d + "_out/energy.png\n")) << r.output;
+        EXPECT_TRUE(is_png(d + "_out/energy.png"));
+        for (const char* name : {"roofline.png", "subblocks.png", "kernels.png", "power.png"})
+            EXPECT_TRUE(is_png(d + "_out/" + name)) << name;
+    }
+
+    std::ofstream(dir / "bars.py") << R"py(import csv, math, sys
+sys.path.insert(0, "scripts")
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.axes
+import matplotlib.pyplot as plt
+import plot_profile
+drawn, bar = {}, matplotlib.axes.Axes.bar
+def record(ax, x, height, *args, **kw):
+    drawn[kw.get("label")] = (list(height), kw.get("yerr"), kw.get("width"))
+    return bar(ax, x, height, *args, **kw)
+matplotlib.axes.Axes.bar = record
+plot_profile.plot_energy(plot_profile.load(sys.argv[1]), plt, sys.argv[2])
+ax = plt.gcf().axes[0] if plt.get_fignums() else None
+with open(sys.argv[1] + "/energy.csv") as f:
+    rows = [r for r in csv.DictReader(f) if r["sub_block"] not in ("step", "idle")]
+close = lambda a, b: len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12) for x, y in zip(a, b))
+mj = lambda key: [float(r[key]) * 1e3 for r in rows]
+heights, yerr, outer = drawn["J per step"]
+above, _, inner = drawn["J above idle"]
+print(f"{len(heights)} bars of {len(rows)} sub-blocks")
+print("heights", "right" if close(heights, mj("j_per_step")) else f"wrong {heights}")
+print("below", "right" if close(yerr[0], [j - lo for j, lo in zip(mj("j_per_step"), mj("ci95_low"))]) else f"wrong {yerr[0]}")
+print("above", "right" if close(yerr[1], [hi - j for j, hi in zip(mj("j_per_step"), mj("ci95_high"))]) else f"wrong {yerr[1]}")
+print("above idle", "right" if close(above, mj("j_above_idle")) else f"wrong {above}", "inside" if inner < outer else "not inside")
+)py";
+    // The axes' labels and title, from the figure plot_energy leaves (closed: read through savefig's hook).
+    std::ofstream(dir / "text.py") << R"py(import sys
+sys.path.insert(0, "scripts")
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.figure
+import matplotlib.pyplot as plt
+import plot_profile
+save = matplotlib.figure.Figure.savefig
+def record(fig, *args, **kw):
+    ax = fig.axes[0]
+    print(ax.get_title())
+    print(ax.get_ylabel())
+    print(", ".join(t.get_text() for t in ax.get_xticklabels()))
+    return save(fig, *args, **kw)
+matplotlib.figure.Figure.savefig = record
+plot_profile.plot_energy(plot_profile.load(sys.argv[1]), plt, sys.argv[2])
+)py";
+    auto bars = run("python3 " + (dir / "bars.py") + " " + (dir / "syn") + " " + (dir / "e.png"));
+    ASSERT_EQ(bars.exit_code, 0) << bars.output;
+    EXPECT_EQ(bars.output, "5 bars of 5 sub-blocks\nheights right\nbelow right\nabove right\nabove idle right inside\n");
+    auto text = run("python3 " + (dir / "text.py") + " " + (dir / "syn") + " " + (dir / "e.png"));
+    ASSERT_EQ(text.exit_code, 0) << text.output;
+    EXPECT_EQ(text.output, "Energy per sub-block (synthetic): train_gpt2cu on NVIDIA H100 80GB HBM3 (synthetic sample)\n"
+                           "idle 90.2 W; closure: sub-blocks 0.108 J vs whole step 0.11 J (-1.8%)\n"
+                           "mJ per training step\n"
+                           "encoder fwd, qkv fwd, attention fwd, qkv bwd, optimizer opt\n");
+    auto measured = run("python3 " + (dir / "text.py") + " " + (dir / "nvml") + " " + (dir / "e.png"));
+    ASSERT_EQ(measured.exit_code, 0) << measured.output;
+    EXPECT_TRUE(testutil::has(measured.output, "Energy per sub-block: train_gpt2cu on ")) << measured.output;
+}
+
+// A damaged energy.csv (the provisional layout without the columns, a number cell that is not one, a row cut short,
+// binary): one line naming it and exit 1, not a traceback, and no plot drawn.
+TEST(PlotProfile, DamagedEnergyCsvGetsOneLineNamingIt) {
+    REQUIRE_MATPLOTLIB();
+    TempDir dir;
+    const std::string good = testutil::kEnergyCsv;
+    const std::string header = good.substr(0, good.find('\n') + 1);
+    const std::vector<std::pair<std::string, std::string>> damaged = {
+        {"subblock,phase,energy_j,energy_j_err\nqkv,fwd,0.25,0.02\n", "not a sub-block energy table (no column sub_block)"},
+        {header + "qkv,fwd,0-11,lots,0.012,0.0126,612.3,0.0081,,6,1.9,1980,61\n", "line 2: j_per_step 'lots' is not a number"},
+        {header + "qkv,fwd,0-11,0.0123,0.012,0.0126,612.3,0.0081,,6,1.9,inf,61\n", "line 2: sm_clock_mhz 'inf' is not a number"},
+        {header + "qkv,fwd,0-11,0.0123,0.012\n", "line 2: 5 fields where the header has 13"},
+        {std::string("\x89PNG\r\n\x1a\n\xff\xfe\x00\x01", 12), "not UTF-8 text"}};
+    int i = 0;
+    for (const auto& [text, why] : damaged) {
+        SCOPED_TRACE(why);
+        const std::string d = dir / ("e" + std::to_string(i++));
+        testutil::write_energy_sample(SAMPLE, d);
+        std::ofstream(d + "/energy.csv", std::ios::binary) << text;
+        expect_one_line(run("python3 scripts/plot_profile.py " + d + " -o " + (d + "_out")), 1,
+                        "plot_profile.py: error: ", d + "/energy.csv: " + why);
+        EXPECT_NE(access((d + "_out/roofline.png").c_str(), F_OK), 0);
+        EXPECT_NE(access((d + "_out/energy.png").c_str(), F_OK), 0);
+    }
 }
