@@ -20,7 +20,8 @@ import os
 import pickle
 import sys
 
-from plot_profile import BadInput, check_outputs, num, output_problem, read_json_object, read_table, section
+from plot_profile import (BadInput, check_outputs, energy_closure, energy_parts, idle_watts, num, output_problem,
+                          read_energy, read_json_object, read_table, section)
 
 PROFILE_VERSION = 1  # profile.json's "profile_version" this script reads (llmc/profiler/writers.cpp)
 DATA_VERSION = 1     # the page's own data blob (<script id="report-data">), read by its JavaScript and the tests
@@ -108,9 +109,7 @@ def load(d):
     if not isinstance(trace.get("traceEvents"), list):
         raise BadInput(f"{os.path.join(d, 'trace.json')}: not a trace (no traceEvents)")
     roofline = read_table(os.path.join(d, "roofline.csv"), ("scope", "subblock", "phase", "kernel"), "roofline table")[1]
-    energy_path = os.path.join(d, "energy.csv")
-    energy = read_table(energy_path, ("subblock", "phase", "energy_j"), "sub-block energy table")[1] \
-        if os.path.exists(energy_path) else None
+    energy = read_energy(os.path.join(d, "energy.csv"))  # None without --energy
     return {"dir": d, "profile": prof, "trace": trace["traceEvents"], "roofline": roofline, "energy": energy,
             "snapshot": read_snapshot(os.path.join(d, "memory_snapshot.pickle"))}
 
@@ -391,26 +390,38 @@ def memory(prof, snapshot):
             "live": live_bytes(snapshot) if snapshot else None}
 
 
+def energy(prof, rows):
+    """Energy per sub-block (energy.csv, --energy): the sub-block rows in step order as energy.csv has them (J per
+    step, its 95% interval, W, J above idle, FLOP/J, ...; null where unknown), the whole step's row and the idle
+    row, the idle power, the closure (the sub-blocks' sum against the step) and how it was measured (profile.json's
+    energy); None without energy.csv."""
+    if rows is None:
+        return None
+    subs, step, idle = energy_parts(rows)
+    e = section(prof, "energy")
+    return {"rows": subs, "step": step, "idle": idle, "idle_w": idle_watts(prof, rows),
+            "closure": energy_closure(prof, rows), "synthetic": e.get("synthetic") is True,
+            "source": e.get("source") if isinstance(e.get("source"), str) else None,
+            **{k: finite(e.get(k)) for k in ("counter_period_ms", "window_s", "budget_s", "repeats")}}
+
+
 def power(prof, events, energy_rows):
-    """Power over time (the trace's samples), energy per step, the window's figures, and per sub-block from
-    energy.csv where the directory has one; None where there is no reading at all."""
+    """Power over time (the trace's samples), energy per step, the window's figures, and energy per sub-block
+    (energy) where the directory has energy.csv; None where there is no reading at all."""
     samples = sorted((num(e.get("ts")) / 1e6, num(section(e, "args").get("W"))) for e in events
                      if isinstance(e, dict) and e.get("ph") == "C" and e.get("name") == "power")
     samples = [(t, w) for t, w in samples if math.isfinite(t) and math.isfinite(w)]
     steps = [{k: s.get(k) for k in ("step", "wall_ms", "energy_j", "avg_power_w", "j_per_token", "energy_source")}
              for s in rows_of(prof, "steps")]
-    per_subblock = None
-    if energy_rows:
-        per_subblock = [{"subblock": r["subblock"], "phase": r["phase"], "energy_j": finite(num(r["energy_j"])),
-                         "error_j": finite(num(r.get("energy_j_err")))} for r in energy_rows]
-    if not samples and not any(finite(s.get("energy_j")) for s in steps) and not per_subblock:
+    by_subblock = energy(prof, energy_rows)
+    if not samples and not any(finite(s.get("energy_j")) for s in steps) and not by_subblock:
         return None
     p = section(prof, "power")
     t0 = samples[0][0] if samples else 0
     return {"summary": {k: p.get(k) for k in ("samples", "energy_j", "avg_w", "peak_w", "joules_per_token",
                                               "tokens_per_j", "flops_per_w", "window_energy_source", "status")},
             "samples": [[round(t - t0, 4), round(w, 2)] for t, w in samples], "steps": steps,
-            "per_subblock": per_subblock}
+            "subblock_energy": by_subblock}
 
 
 def inference(prof):

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "test/cpu_profile_fixture.h"
+#include "test/energy_sample.h"
 #include "test/one_line.h"
 #include "test/report_data.h"
 
@@ -266,22 +267,59 @@ TEST_F(ReportInferProfile, EmbedsProfileJsonsNumbersAndNames) {
     }
 }
 
-// energy.csv, where a profile has one, gives the energy per sub-block with its error; every finding links to a
-// section the page has.
+// energy.csv, where a profile has one (--energy), gives the energy per sub-block: its sub-block rows as the CSV has
+// them (every column, numbers as numbers, an empty cell null), the whole step's and the idle row apart, the idle
+// power, and the closure and how it was measured as profile.json's energy has them; every finding links to a
+// section the page has. Without profile.json's energy the closure is the CSV's own: the sub-blocks' sum against
+// the step row. The provisional layout (subblock, energy_j) is refused with one line.
 TEST(ReportData, EnergyPerSubBlockFromEnergyCsv) {
     REQUIRE_PLOTLY();
     TempDir dir;
-    copy_sample(dir / "s");
-    std::ofstream(dir / "s/energy.csv") << "subblock,phase,energy_j,energy_j_err\nqkv,fwd,0.25,0.02\nfc,bwd,0.5,\n";
+    testutil::write_energy_sample(SAMPLE, dir / "s");
     ASSERT_EQ(run(REPORT + (dir / "s")).exit_code, 0);
-    const json d = page_data(dir / "s/report.html");
-    EXPECT_EQ(d["power"]["per_subblock"], json::parse(R"([{"subblock": "qkv", "phase": "fwd", "energy_j": 0.25,
-        "error_j": 0.02}, {"subblock": "fc", "phase": "bwd", "energy_j": 0.5, "error_j": null}])"));
+    json d = page_data(dir / "s/report.html");
+    std::vector<json> want; // energy.csv's rows
+    for (auto& row : testutil::read_csv(dir / "s/energy.csv")) {
+        json r = json::object();
+        for (auto& [k, v] : row)
+            r[k] = k == "sub_block" || k == "phase" || k == "layers" ? json(v) : v.empty() ? json(nullptr) : json(std::stod(v));
+        want.push_back(r);
+    }
+    ASSERT_EQ(want.size(), 7u);
+    ASSERT_EQ(want[2]["sm_clock_mhz"], nullptr); // attention's clock and temperature are unknown
+    const json e = d["power"]["subblock_energy"]; // a copy: d is read again below
+    EXPECT_EQ(e["rows"], json(std::vector<json>(want.begin(), want.begin() + 5)));
+    EXPECT_EQ(e["step"], want[5]);
+    EXPECT_EQ(e["idle"], want[6]);
+    EXPECT_EQ(e["idle_w"], 90.2);
+    EXPECT_EQ(e["closure"], json::parse(R"({"sum_j": 0.10802, "step_j": 0.11, "diff_pct": -1.8})"));
+    EXPECT_EQ(e["synthetic"], true);
+    EXPECT_EQ(e["source"], "synthetic (scripted counter)");
+    EXPECT_EQ(e["counter_period_ms"], 100.0);
+    EXPECT_EQ(e["window_s"], 0.3);
+    EXPECT_EQ(e["budget_s"], 60);
+    EXPECT_EQ(e["repeats"], 6);
     const std::string html = slurp(dir / "s/report.html");
     for (const json& f : d["findings"]) EXPECT_TRUE(has(html, "<section id=\"" + f["section"].get<std::string>() + "\">"));
-    std::ofstream(dir / "s/energy.csv") << "subblock,phase\nqkv,fwd\n";
+
+    ASSERT_EQ(run("python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); del p[\"energy\"]; "
+                  "json.dump(p, open(sys.argv[1], \"w\"))' " + (dir / "s/profile.json")).exit_code, 0);
+    ASSERT_EQ(run(REPORT + (dir / "s")).exit_code, 0);
+    d = page_data(dir / "s/report.html");
+    const json& own = d["power"]["subblock_energy"];
+    EXPECT_EQ(own["rows"], e["rows"]);
+    double sum = 0;
+    for (int i = 0; i < 5; i++) sum += want[i]["j_per_step"].get<double>();
+    EXPECT_DOUBLE_EQ(own["closure"]["sum_j"].get<double>(), sum);
+    EXPECT_EQ(own["closure"]["step_j"], 0.11);
+    EXPECT_DOUBLE_EQ(own["closure"]["diff_pct"].get<double>(), (sum - 0.11) / 0.11 * 100);
+    EXPECT_EQ(own["idle_w"], 90.2); // the idle row's watts
+    EXPECT_EQ(own["synthetic"], false);
+    for (const char* k : {"source", "counter_period_ms", "window_s", "budget_s", "repeats"}) EXPECT_EQ(own[k], nullptr) << k;
+
+    std::ofstream(dir / "s/energy.csv") << "subblock,phase,energy_j,energy_j_err\nqkv,fwd,0.25,0.02\n";
     expect_one_line(run(REPORT + (dir / "s")), 1, "report_html.py: error: ",
-                    dir / "s/energy.csv: not a sub-block energy table (no column energy_j)");
+                    dir / "s/energy.csv: not a sub-block energy table (no column sub_block)");
 }
 
 // A step of more kernels than the timeline draws one by one: consecutive kernels of one sub-block on a stream are
@@ -316,6 +354,15 @@ TEST(ReportBrowser, SampleProfile) {
     REQUIRE_BROWSER();
     TempDir dir;
     copy_sample(dir / "s");
+    ASSERT_EQ(run(REPORT + (dir / "s")).exit_code, 0);
+    expect_browser_checks(dir / "s/report.html", "header,findings,subblocks,roofline,timeline,kernels,api,power");
+}
+
+// A profile with energy per sub-block: its chart and table drawn in the power section with no console error.
+TEST(ReportBrowser, EnergyPerSubBlock) {
+    REQUIRE_BROWSER();
+    TempDir dir;
+    testutil::write_energy_sample(SAMPLE, dir / "s");
     ASSERT_EQ(run(REPORT + (dir / "s")).exit_code, 0);
     expect_browser_checks(dir / "s/report.html", "header,findings,subblocks,roofline,timeline,kernels,api,power");
 }

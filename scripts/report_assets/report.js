@@ -255,14 +255,62 @@ function renderPower(box, p) {
                   hovertemplate: "step %{x}: %{y:.4g} J, %{customdata[0]} W (%{customdata[1]})<extra></extra>"}],
          {title: {text: "Energy per step", font: {size: 13}}, xaxis: axis("step", {type: "category"}), yaxis: axis("energy (J)")}, 320);
   }
-  if (p.per_subblock) {
-    const q = p.per_subblock;
-    plot(box, [{type: "bar", x: q.map((r) => `${r.subblock} ${r.phase}`), y: q.map((r) => r.energy_j), marker: {color: "#31a354"},
-                error_y: {type: "data", array: q.map((r) => r.error_j || 0), visible: q.some((r) => isNum(r.error_j))},
-                hovertemplate: "%{x}: %{y:.4g} J<extra></extra>"}],
-         {title: {text: "Energy per sub-block (energy.csv)", font: {size: 13}}, xaxis: axis("sub-block", {tickangle: -40}),
-          yaxis: axis("energy per step (J)")});
-  }
+  if (p.subblock_energy) renderSubblockEnergy(box, p.subblock_energy);
+}
+
+// Joules as mJ below 1 J, else J: [factor, unit] for the values given.
+function jouleScale(values) {
+  return Math.max(0, ...values.filter(isNum).map(Math.abs)) >= 1 ? [1, "J"] : [1e3, "mJ"];
+}
+
+// energy.csv's table: the sub-blocks, then the whole step and idle, in units of `unit` (mJ or J).
+function energyColumns(scale, unit) {
+  const j = (v) => (isNum(v) ? fmt(v * scale, 4) : "-");
+  return [{key: "sub_block", label: "sub-block", text: true}, {key: "phase", label: "phase", text: true},
+    {key: "layers", label: "layers", text: true}, {key: "j_per_step", label: unit + "/step", fmt: j},
+    {key: "ci95_low", label: "95% interval", fmt: (v, r) => (isNum(r.ci95_low) && isNum(r.ci95_high) ? `${j(r.ci95_low)} to ${j(r.ci95_high)}` : "-")},
+    {key: "j_above_idle", label: unit + " above idle", fmt: j}, {key: "watts", label: "W", fmt: (v) => fmt(v)},
+    {key: "flop_per_j", label: "GFLOP/J", fmt: (v) => (isNum(v) ? fmt(v / 1e9) : "-")}, {key: "repeats", label: "repeats", fmt: (v) => fmt(v)},
+    {key: "seconds", label: "s measured", fmt: (v) => fmt(v)}, {key: "sm_clock_mhz", label: "SM MHz", fmt: (v) => fmt(v, 4)},
+    {key: "temp_c", label: "°C", fmt: (v) => fmt(v)}];
+}
+
+// Energy per sub-block (--energy): each (sub-block, phase)'s joules per step with its 95% interval, the part above
+// idle power as a narrower bar inside, W and FLOP/J on hover and in the table; the idle power and the closure.
+function renderSubblockEnergy(box, e) {
+  const q = e.rows;
+  const [scale, unit] = jouleScale(q.flatMap((r) => [r.j_per_step, r.ci95_high]));
+  const x = q.map((r) => `${r.sub_block} ${r.phase}`);
+  const y = q.map((r) => (isNum(r.j_per_step) ? r.j_per_step * scale : null));
+  const bound = (r, k, sign) => (isNum(r[k]) && isNum(r.j_per_step) ? sign * (r[k] - r.j_per_step) * scale : 0);
+  const colors = q.map((r) => PHASE_COLORS[r.phase] || "#7f7f7f");
+  const j = (v) => (isNum(v) ? fmt(v * scale, 4) + " " + unit : "-");
+  const synthetic = e.synthetic ? " (synthetic: a scripted counter, not measured)" : "";
+  box.append(el("h3", {text: "Energy per sub-block" + synthetic}));
+  plot(box, [
+    {type: "bar", name: unit + " per step, 95% interval", x: x, y: y, marker: {color: colors, opacity: 0.45},
+     error_y: {type: "data", symmetric: false, array: q.map((r) => bound(r, "ci95_high", 1)),
+               arrayminus: q.map((r) => bound(r, "ci95_low", -1)), color: "#333", thickness: 1},
+     customdata: q.map((r) => [j(r.ci95_low), j(r.ci95_high), fmt(r.watts), j(r.j_above_idle),
+                               isNum(r.flop_per_j) ? fmt(r.flop_per_j / 1e9) + " GFLOP/J" : "FLOP/J unknown", r.layers]),
+     hovertemplate: "<b>%{x}</b> (layers %{customdata[5]})<br>%{y:.4g} " + unit + " per step, 95%: %{customdata[0]} to " +
+                    "%{customdata[1]}<br>%{customdata[2]} W, %{customdata[3]} above idle, %{customdata[4]}<extra></extra>"},
+    {type: "bar", name: unit + " above idle power", x: x, y: q.map((r) => (isNum(r.j_above_idle) ? r.j_above_idle * scale : null)),
+     width: q.map(() => 0.4), marker: {color: colors, line: {color: "#000", width: 1}}, hoverinfo: "skip"}],
+    {barmode: "overlay", title: {text: `Joules per training step by sub-block and phase${synthetic}`, font: {size: 13}},
+     xaxis: axis("sub-block and phase (all its layers)", {tickangle: -40}), yaxis: axis(unit + " per training step"),
+     legend: {x: 0.01, y: 0.99, bgcolor: "rgba(255,255,255,0.8)"}});
+  const c = e.closure;
+  box.append(note(`Idle power ${isNum(e.idle_w) ? fmt(e.idle_w) + " W" : "unknown"}. Closure: ` + (c
+    ? `the sub-blocks add up to ${fmt(c.sum_j, 4)} J per step against ${fmt(c.step_j, 4)} J for the whole step replayed ` +
+      `(${c.diff_pct >= 0 ? "+" : ""}${c.diff_pct.toFixed(1)}%).`
+    : "unknown (the whole step's or a sub-block's energy is not known).")));
+  box.append(note(`Source: ${e.source || "unknown"}. Each (sub-block, phase) replayed for ` +
+    `${isNum(e.window_s) ? fmt(e.window_s) + " s" : "a window"} at a time, ${isNum(e.repeats) ? fmt(e.repeats) : "several"} ` +
+    "repetitions interleaved, the interval the 95% one of their mean; the inner bar is what it used above idle power " +
+    "over its time (doc/profiling.md, \"Energy per sub-block\")."));
+  const rows = q.concat([e.step, e.idle].filter((r) => r));
+  box.append(el("div", {class: "scroll"}, table(energyColumns(scale, unit), rows, {sortable: true, id: "energy-table"})));
 }
 
 const PHASE_COLUMNS = [{key: "phase", label: "phase", text: true}, {key: "steps", label: "steps"}, {key: "tokens", label: "tokens"},
