@@ -32,12 +32,13 @@ import time
 import zlib
 
 import plot_sweep
-from plot_profile import BadInput, check_outputs, output_problem, read_json_object, read_table, section
+from plot_profile import (BadInput, check_outputs, energy_parts, output_problem, read_energy, read_json_object,
+                          read_table, section)
 
 COLUMNS = [
     "mode", "device", "model", "params", "B", "T", "prompt_len", "gen_len", "status",
     "ms_per_step", "tok_s", "peak_mem_mib", "mem_limit_mib", "mfu_pct", "avg_power_w", "j_per_token",
-    "flops_per_w", "train_loss", "val_loss", "fwd_ms", "bwd_ms", "opt_ms",
+    "flops_per_w", "energy_j_per_token", "train_loss", "val_loss", "fwd_ms", "bwd_ms", "opt_ms",
     "ttft_ms", "prefill_tok_s", "decode_tok_s", "latency_p50_ms", "latency_p90_ms", "log", "profile",
 ]
 # The columns that name a configuration: a row with the same values is already done.
@@ -128,6 +129,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--timeout", type=float, default=600, help="seconds per configuration (default 600)")
     p.add_argument("--profile", action="store_true", help="profile each configuration (phases, power)")
+    p.add_argument("--energy", action="store_true", help="train, with --profile: also measure joules per sub-block "
+                   "(the trainers' --energy), for energy_j_per_token")
     p.add_argument("--program", help="the program to run (default ./train_gpt2, ./infer_gpt2cu, ...)")
     p.add_argument("--device-memory", help="--gpu: device memory the plans are checked against, as the programs' "
                    "--device-memory (e.g. 80GiB; default: the GPU's free memory)")
@@ -143,6 +146,10 @@ def parse_args(argv):
                 print(f"sweep.py: note: --{name.replace('_', '-')} is a --mode {mode} flag, unused here",
                       file=sys.stderr)
     check_flags(a)
+    if a.energy and a.mode != "train":
+        print("sweep.py: note: --energy is a --mode train flag, unused here", file=sys.stderr)
+    elif a.energy and not a.profile:
+        fail("--energy: the energy per sub-block is measured into each run's profile; add --profile", 2)
     if not 0 < a.timeout < math.inf:  # NaN too
         fail(f"--timeout: '{a.timeout:g}' is not a positive number of seconds", 2)
     if os.path.exists(a.output) and not os.path.isdir(a.output):
@@ -252,7 +259,8 @@ def command(a, cfg, run_dir):
         # Val loss at the first and the last step only; no samples: they are not part of a step's time.
         return [a.program, "-i", a.input, "-e", cfg["model"], "-b", cfg["B"], "-t", cfg["T"], "-x", str(steps),
                 "-v", str(steps), "-m", str(a.val_batches), "-s", "0", "--seed", str(a.seed), "-o", run_dir] + (
-                    prof and prof + ["--profile-start", str(a.warmup + 1), "--profile-steps", str(a.steps)])
+                    prof and prof + ["--profile-start", str(a.warmup + 1), "--profile-steps", str(a.steps)] +
+                    (["--energy"] if a.energy else []))
     return [a.program, "-e", cfg["model"], "-b", cfg["B"], "--prompt-len", cfg["prompt_len"], "-n", cfg["gen_len"],
             "--seed", str(a.seed), "--json"] + prof
 
@@ -452,9 +460,23 @@ def numbers(obj):
     return {k: v for k, v in obj.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+def energy_per_token(prof_dir, prof):
+    """Joules per token from the profile's energy per sub-block (energy.csv, --energy): the whole step's row over
+    the profile's tokens per step (B x T x grad_accum of its context); None without energy.csv, or where it cannot
+    be read or either number is unknown."""
+    try:
+        rows = read_energy(os.path.join(prof_dir, "energy.csv"))
+    except BadInput:
+        return None
+    step = energy_parts(rows)[1] if rows else None
+    batch = numbers(section(section(prof, "context"), "batch"))
+    tokens = batch.get("B", 0) * batch.get("T", 0) * batch.get("grad_accum", 1)
+    return step["j_per_step"] / tokens if step and step["j_per_step"] is not None and tokens > 0 else None
+
+
 def profile_results(prof_dir):
-    """Phases, MFU, power and peak memory from a training profile directory's profile.json (none from one that
-    cannot be read)."""
+    """Phases, MFU, power, peak memory and the energy per token of the whole step replayed (energy_per_token) from a
+    training profile directory (none from one whose profile.json cannot be read)."""
     try:
         p = read_json_object(os.path.join(prof_dir, "profile.json"))
     except BadInput:
@@ -466,6 +488,7 @@ def profile_results(prof_dir):
     if power.get("integrated_steps") or power.get("samples"):
         r["avg_power_w"], r["j_per_token"] = power.get("avg_w"), power.get("joules_per_token")
         r["flops_per_w"] = power.get("flops_per_w")
+    r["energy_j_per_token"] = energy_per_token(prof_dir, p)
     peak = numbers(section(p, "context")).get("peak_memory_bytes")
     if peak:
         r["peak_mem_mib"] = peak / 1048576

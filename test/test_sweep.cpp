@@ -24,6 +24,7 @@
 #include "llmc/cpu/gpt2.h"
 #include "llmc/io/formats.h"
 #include "llmc/model/gpt2_config.h"
+#include "test/energy_sample.h"
 #include "test/one_line.h"
 #include "test/test_util.h"
 
@@ -139,7 +140,8 @@ TEST_F(Sweep, TrainRowsAgreeWithTheirLogsAndResumeAddsAFailingModel) {
     const std::string csv = slurp(out() + "/sweep.csv");
     EXPECT_EQ(csv.substr(0, csv.find('\n') + 1),
               "mode,device,model,params,B,T,prompt_len,gen_len,status,ms_per_step,tok_s,peak_mem_mib,mem_limit_mib,"
-              "mfu_pct,avg_power_w,j_per_token,flops_per_w,train_loss,val_loss,fwd_ms,bwd_ms,opt_ms,ttft_ms,"
+              "mfu_pct,avg_power_w,j_per_token,flops_per_w,energy_j_per_token,train_loss,val_loss,fwd_ms,bwd_ms,"
+              "opt_ms,ttft_ms,"
               "prefill_tok_s,decode_tok_s,latency_p50_ms,latency_p90_ms,log,profile\n");
     auto rows = read_csv(out() + "/sweep.csv");
     ASSERT_EQ(rows.size(), 4u);
@@ -216,6 +218,56 @@ TEST_F(Sweep, ProfiledTrainingRowsSplitTheStepByPhase) {
     }
     EXPECT_LE(sum, std::stod(row["ms_per_step"]) * 1.05);
     EXPECT_TRUE(is_png(out() + "/train_phases.png"));
+}
+
+// With --energy each training run gets the trainers' --energy, and a configuration whose profile has energy.csv
+// gets energy_j_per_token: the whole step's joules (energy.csv's step row) over the profile's tokens per step
+// (B x T x grad_accum of its context, here 4 x 1024 x 2). Without --energy the profile has no energy.csv and the
+// cell is empty; --energy without --profile is refused. The trainer is a stand-in that prints its step lines and
+// leaves a profile directory: the sample with energy.csv where it was given --energy, without otherwise.
+TEST_F(Sweep, EnergyPerTokenFromTheProfilesEnergyCsv) {
+    const std::string with = dir / "with_energy", without = dir / "without_energy";
+    testutil::write_energy_sample("test/data/sample_profile", with);
+    ASSERT_EQ(run("python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); "
+                  "p[\"context\"][\"batch\"][\"grad_accum\"] = 2; json.dump(p, open(sys.argv[1], \"w\"))' " + with +
+                  "/profile.json").exit_code, 0);
+    ASSERT_EQ(run("cp -r " + with + " " + without + " && rm " + without + "/energy.csv").exit_code, 0);
+    write_script(dir / "trainer.sh", "prof=; from=" + without + "\n"
+                                     "while [ $# -gt 0 ]; do\n"
+                                     "  case $1 in --profile) prof=$2; shift;; --energy) from=" + with + ";; esac; shift\n"
+                                     "done\n"
+                                     "for i in 1 2 3; do echo \"step $i/3 | loss 4.0 | 10.0 ms\"; done\n"
+                                     "cp -r $from \"$prof\"\n");
+    const std::string grid = "--cpu --program " + (dir / "trainer.sh") + " --models d1 --batch 1,2 --seq 16 --warmup 1 "
+                             "--steps 2 --profile --no-plots -i " + (dir / "data") + " -o ";
+    for (bool energy : {true, false}) {
+        SCOPED_TRACE(energy ? "--energy" : "without --energy");
+        const std::string o = dir / (energy ? "energy" : "plain");
+        auto r = sweep(grid + o + (energy ? " --energy" : ""));
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        auto rows = read_csv(o + "/sweep.csv");
+        ASSERT_EQ(rows.size(), 2u);
+        for (auto& row : rows) {
+            ASSERT_EQ(row["status"], "ok") << row["B"];
+            EXPECT_NE(row["fwd_ms"], ""); // the profile is read either way
+            const std::string energy_csv = o + "/" + row["profile"] + "/energy.csv";
+            ASSERT_EQ(llmc::file_exists(energy_csv), energy) << energy_csv;
+            if (!energy) {
+                EXPECT_EQ(row["energy_j_per_token"], "") << row["B"];
+                continue;
+            }
+            double step_j = -1;
+            for (auto& e : read_csv(energy_csv))
+                if (e["sub_block"] == "step") step_j = std::stod(e["j_per_step"]);
+            ASSERT_EQ(step_j, 0.11);
+            expect_near_rel(std::stod(row["energy_j_per_token"]), step_j / (4 * 1024 * 2), "energy_j_per_token");
+        }
+    }
+    expect_one_line(sweep("--cpu --program " + (dir / "trainer.sh") + " --models d1 --batch 1 --seq 16 --no-plots -i " +
+                          (dir / "data") + " -o " + (dir / "refused") + " --energy"),
+                    2, "sweep.py: error: ", "--energy: the energy per sub-block is measured into each run's profile; add "
+                                            "--profile");
+    EXPECT_FALSE(llmc::file_exists(dir / "refused"));
 }
 
 // A configuration whose memory plan does not fit is a row "oom (planned)", and never launched: its log is the
@@ -656,7 +708,7 @@ TEST_F(Sweep, RowsGoOnLinesOfTheirOwnAndAMalformedOneIsNamed) {
     const size_t first = after.find('\n'), second = after.find('\n', first + 1);
     const std::string glued = after.substr(0, second) + after.substr(second + 1);
     std::ofstream(path, std::ios::binary) << glued;
-    const std::string why = path + ": line 2: 57 fields where the header has 29 (a row cut short, or two rows run "
+    const std::string why = path + ": line 2: 59 fields where the header has 30 (a row cut short, or two rows run "
                                    "together)";
     expect_one_line(sweep(grid + "1,2,4"), 1, "sweep.py: error: ", why);
     EXPECT_EQ(slurp(path), glued);
