@@ -178,13 +178,14 @@ def energy_closure(prof, rows):
     """{sum_j, step_j, diff_pct}: the sub-blocks' joules per step against the whole step's, as profile.json's
     energy.closure has them, else from energy.csv; None where either side is unknown."""
     c = section(section(prof, "energy"), "closure")
-    if all(isinstance(c.get(k), (int, float)) and not isinstance(c.get(k), bool) for k in ("sum_j", "step_j", "diff_pct")):
-        return {k: c[k] for k in ("sum_j", "step_j", "diff_pct")}
+    keys = ("sum_j", "step_j", "diff_pct")
+    if all(isinstance(c.get(k), (int, float)) and not isinstance(c.get(k), bool) and math.isfinite(c[k]) for k in keys):
+        return {k: c[k] for k in keys}
     subs, step, _ = energy_parts(rows)
     if not subs or step is None or not step["j_per_step"] or any(r["j_per_step"] is None for r in subs):
         return None
-    total = sum(r["j_per_step"] for r in subs)
-    return {"sum_j": total, "step_j": step["j_per_step"], "diff_pct": (total - step["j_per_step"]) / step["j_per_step"] * 100}
+    total, whole = sum(r["j_per_step"] for r in subs), step["j_per_step"]
+    return {"sum_j": total, "step_j": whole, "diff_pct": (total - whole) / whole * 100}
 
 
 def idle_watts(prof, rows):
