@@ -182,6 +182,43 @@ def hover_roofline(driver):
     check(target in text, f"hovering the roofline point '{target}' shows its name", f"hover text: '{text}'")
 
 
+def hover_energy(driver):
+    """Hovers the top of the tallest bar of the energy per sub-block chart and checks that the hover label names the
+    sub-block and phase and gives its power."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    if not driver.find_elements("id", "energy-table"):
+        print("energy chart: no energy per sub-block in this profile")
+        return
+    target = driver.execute_script("""
+        const gd = document.getElementById('energy-chart');
+        const trace = gd && gd.querySelector('.barlayer .trace');  // the first: J per step, with its hover
+        if (!trace) return null;
+        let best = null;
+        trace.querySelectorAll('.point path').forEach((p) => {
+            const r = p.getBoundingClientRect();
+            if (!best || r.height > best.h) best = {el: p, h: r.height, i: p.parentNode.__data__.i};
+        });
+        if (!best) return null;
+        best.el.setAttribute('data-energy-target', '1');
+        return [gd.data[0].x[best.i], best.h];""")
+    if not check(target is not None, "the energy chart has bars to hover"):
+        return
+    name, height = target
+    el = driver.find_element("css selector", "[data-energy-target]")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", el)
+    ActionChains(driver).move_to_element_with_offset(el, 0, -height / 2 + 3).pause(0.3).perform()  # above the inner bar
+    text = ""
+    for _ in range(20):
+        text = driver.execute_script("return [...document.querySelectorAll('#energy-chart .hoverlayer .hovertext')]"
+                                     ".map((h) => h.textContent).join(' | ');")
+        if text:
+            break
+        time.sleep(0.1)
+    check(name in text and " W, " in text, f"hovering the energy bar '{name}' shows its name and power",
+          f"hover text: '{text}'")
+
+
 def toggle_kernels(driver):
     """Where the page has kernel points, the toggle shows them instead of the sub-blocks."""
     button = driver.find_elements("css selector", "#roofline-toggle button[data-view=kernels]")
@@ -252,6 +289,7 @@ def main():
             steps += [lambda: hover_roofline(driver), lambda: toggle_kernels(driver)]
         if driver.find_elements("id", "subblock-table"):
             steps.append(lambda: sort_table(driver))
+        steps.append(lambda: hover_energy(driver))  # where the page has energy per sub-block, drawn by now
         steps.append(lambda: screenshot(driver, args.screenshot))
         for step in steps:
             try:

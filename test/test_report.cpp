@@ -358,13 +358,19 @@ TEST(ReportBrowser, SampleProfile) {
     expect_browser_checks(dir / "s/report.html", "header,findings,subblocks,roofline,timeline,kernels,api,power");
 }
 
-// A profile with energy per sub-block: its chart and table drawn in the power section with no console error.
+// A profile with energy per sub-block: its chart and table drawn in the power section with no console error, and
+// hovering the tallest bar (the optimizer's) names it and gives its power.
 TEST(ReportBrowser, EnergyPerSubBlock) {
     REQUIRE_BROWSER();
     TempDir dir;
     testutil::write_energy_sample(SAMPLE, dir / "s");
     ASSERT_EQ(run(REPORT + (dir / "s")).exit_code, 0);
-    expect_browser_checks(dir / "s/report.html", "header,findings,subblocks,roofline,timeline,kernels,api,power");
+    auto r = run("python3 test/report_check.py " + (dir / "s/report.html") +
+                 " --sections header,findings,subblocks,roofline,timeline,kernels,api,power");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(has(r.output, "\nok: hovering the energy bar 'optimizer opt' shows its name and power\n")) << r.output;
+    EXPECT_TRUE(has(r.output, "\nall checks passed\n")) << r.output;
+    EXPECT_FALSE(has(r.output, "FAIL")) << r.output;
 }
 
 TEST_F(ReportCpuProfile, InTheBrowser) {

@@ -287,19 +287,20 @@ function renderSubblockEnergy(box, e) {
   const j = (v) => (isNum(v) ? fmt(v * scale, 4) + " " + unit : "-");
   const synthetic = e.synthetic ? " (synthetic: a scripted counter, not measured)" : "";
   box.append(el("h3", {text: "Energy per sub-block" + synthetic}));
-  plot(box, [
+  const chart = plot(box, [
     {type: "bar", name: unit + " per step, 95% interval", x: x, y: y, marker: {color: colors, opacity: 0.45},
      error_y: {type: "data", symmetric: false, array: q.map((r) => bound(r, "ci95_high", 1)),
                arrayminus: q.map((r) => bound(r, "ci95_low", -1)), color: "#333", thickness: 1},
      customdata: q.map((r) => [j(r.ci95_low), j(r.ci95_high), fmt(r.watts), j(r.j_above_idle),
                                isNum(r.flop_per_j) ? fmt(r.flop_per_j / 1e9) + " GFLOP/J" : "FLOP/J unknown", r.layers]),
-     hovertemplate: "<b>%{x}</b> (layers %{customdata[5]})<br>%{y:.4g} " + unit + " per step, 95%: %{customdata[0]} to " +
+     hovertemplate: "<b>%{x}</b> (layers %{customdata[5]})<br>%{y:.4~g} " + unit + " per step, 95%: %{customdata[0]} to " +
                     "%{customdata[1]}<br>%{customdata[2]} W, %{customdata[3]} above idle, %{customdata[4]}<extra></extra>"},
     {type: "bar", name: unit + " above idle power", x: x, y: q.map((r) => (isNum(r.j_above_idle) ? r.j_above_idle * scale : null)),
      width: q.map(() => 0.4), marker: {color: colors, line: {color: "#000", width: 1}}, hoverinfo: "skip"}],
     {barmode: "overlay", title: {text: `Joules per training step by sub-block and phase${synthetic}`, font: {size: 13}},
      xaxis: axis("sub-block and phase (all its layers)", {tickangle: -40}), yaxis: axis(unit + " per training step"),
      legend: {x: 0.01, y: 0.99, bgcolor: "rgba(255,255,255,0.8)"}});
+  chart.id = "energy-chart";
   const c = e.closure;
   box.append(note(`Idle power ${isNum(e.idle_w) ? fmt(e.idle_w) + " W" : "unknown"}. Closure: ` + (c
     ? `the sub-blocks add up to ${fmt(c.sum_j, 4)} J per step against ${fmt(c.step_j, 4)} J for the whole step replayed ` +
