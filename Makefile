@@ -279,6 +279,9 @@ EMU_LIB_SRCS := $(wildcard test/emu/*.cpp)
 # The project's host code the kernels' headers call (utilities, model shapes, the memory plan), built per variant
 # with its flags.
 EMU_HOST_OBJS := llmc/util/utils.o llmc/model/gpt2_config.o llmc/model/memory_plan.o
+# --energy's method against its scripted counter (test/test_energy.cpp) runs here too: the replays it measures are
+# the GPU's, and test/emu/mutate.py's mutations of the method are caught by this binary.
+EMU_HOST_OBJS += test/test_energy.o
 $(EMU_SRC)/%: % test/emu/rewrite.py
 	@mkdir -p $(dir $@)
 	python3 test/emu/rewrite.py $< $@

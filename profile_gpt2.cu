@@ -133,6 +133,7 @@ prof::CounterReport count_last_step(const prof::ProfileRecords& records, bool wa
 std::unique_ptr<prof::ProfileSession> make_session(TrainBackend& be, const ProfileOptions& opt, const RunPlan& plan,
                                                    TokenBatches& batches) {
     prof::SessionOptions so{opt.output, opt.warmup, opt.steps, opt.top, true, "-o"};
+    so.energy = opt.energy, so.energy_seconds = opt.energy_seconds;
     so.measure_ceilings = opt.calibrate && !under_cuda_tool(); // ncu would replay the calibration, nsys show it
     std::unique_ptr<prof::ProfileSession> session =
         be.profile_session(so, prof::profile_context("profile_gpt2cu", plan.cfg, opt.B, opt.T, 1));

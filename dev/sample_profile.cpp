@@ -7,9 +7,11 @@
  * (llmc/profiler/roofline.h) over a plausible efficiency; launches run ahead of the GPU; each step ends in a
  * loss read and a stream sync. The counted step is the last one as kernel replay would count it: the analytic
  * GEMM FLOPs less 0.2% (attention's masked tiles 2% less), elementwise FLOPs 20% more, DRAM bytes 15% more.
+ * Its energy.csv (--energy) is measured on a scripted counter and says so (synthetic).
  *
  *   make sample_profile   (writes test/data/sample_profile)
  */
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -18,6 +20,7 @@
 #include "llmc/profiler/counter_records.h"
 #include "llmc/profiler/report.h"
 #include "llmc/profiler/writers.h"
+#include "test/scripted_energy.h"
 
 using namespace llmc;
 using namespace llmc::prof;
@@ -86,6 +89,36 @@ std::string join_counted_step(const ProfileRecords& rec, CounterReport& counted)
 }
 
 } // namespace
+
+/*
+ * --energy's measurements (llmc/profiler/energy.h) on a scripted counter (test/scripted_energy.h), labelled
+ * synthetic: each sub-block of the traced steps replayed at its time per step and a power by what bounds it
+ * (compute 640 W, memory 480 W, else 300 W; idle 90 W), the counter updated every 100 ms with 3% noise per update.
+ */
+EnergyRecords scripted_energy(const Report& traced) {
+    std::vector<testutil::ScriptedPart> parts;
+    std::vector<std::string> layers;
+    std::vector<std::string> names; // the parts' names outlive them
+    names.reserve(2 * traced.subblocks.size());
+    for (const SubBlockRow& row : traced.subblocks) {
+        if (row.subblock < 0 || row.time_us <= 0) continue;
+        const std::string bound = row.roof.bound;
+        const double watts = bound == "compute" ? 640 : bound == "memory" ? 480 : 300;
+        names.push_back(subblock_name((SubBlock)row.subblock));
+        names.push_back(phase_name((Phase)row.phase));
+        parts.push_back({names[names.size() - 2].c_str(), names.back().c_str(),
+                         row.time_us * 1e-6 / std::max(1, traced.num_steps), watts});
+        const SubBlock sb = (SubBlock)row.subblock;
+        const bool per_layer = sb != SubBlock::encoder && sb != SubBlock::lnf && sb != SubBlock::classifier &&
+                               row.phase != (int)Phase::opt;
+        layers.push_back(per_layer ? strprintf("0-%d", traced.context.model.num_layers - 1) : "-");
+    }
+    testutil::ScriptedEnergyDevice dev(90, 0.1, 0.03, 7);
+    std::vector<ReplayTarget> targets = testutil::scripted_targets(dev, parts);
+    for (size_t i = 0; i < layers.size(); i++) targets[i].layers = layers[i];
+    targets.insert(targets.begin(), ReplayTarget{"idle", "-", "-", EnergyKind::idle, nullptr});
+    return measure_energy(targets, dev, dev.clock(), EnergyOptions{});
+}
 
 int main(int argc, char** argv) {
     const std::string dir = argc > 1 ? argv[1] : "test/data/sample_profile";
@@ -174,6 +207,7 @@ int main(int argc, char** argv) {
         return 1;
     }
 
+    rec.energy_replays = scripted_energy(build_report(rec, ctx));
     Report report = build_report(rec, ctx);
     report.counters = std::move(counted);
     write_profile_dir(dir, report, rec);

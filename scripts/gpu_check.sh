@@ -19,8 +19,9 @@
 #                  run, timed out or out of time; a stage that timed out gets twice its limit
 #
 # Stages: inventory build gpu_tests memcheck racecheck synccheck initcheck kernel_ladder data train benchmark
-#         decode profile profile_counters ncu nsys
-# Lease stages: inventory gpu_tests train benchmark decode torch_baseline profile ncu memcheck racecheck kernel_ladder
+#         decode profile profile_counters energy ncu nsys
+# Lease stages: inventory gpu_tests train benchmark decode torch_baseline profile energy ncu memcheck racecheck
+#               kernel_ladder
 # Environment: LLMC_DATA (a directory with tinyshakespeare/input.txt and gpt2/{encoder.json,vocab.bpe}; without
 # it, data/tinyshakespeare/input.txt if downloaded, else the excerpt in test/data, and the vocabulary in
 # dev/data/gpt2); TINYSHAKESPEARE and GPT2_VOCAB_DIR override those files; NVIDIA_SMI (the
@@ -35,16 +36,17 @@ bad_usage() {
 }
 
 ALL_STAGES=(inventory build gpu_tests memcheck racecheck synccheck initcheck kernel_ladder data train benchmark
-            decode profile profile_counters ncu nsys)
+            decode profile profile_counters energy ncu nsys)
 SANITIZER_STAGES=(memcheck racecheck synccheck initcheck)
 # Each stage's time limit in seconds (doc/gpu_check.md: budgets, not measurements).
 declare -A LIMIT=([inventory]=30 [build]=420 [gpu_tests]=180 [memcheck]=120 [racecheck]=150 [synccheck]=90
                   [initcheck]=120 [kernel_ladder]=150 [data]=60 [train]=180 [benchmark]=300 [decode]=60 [profile]=120
-                  [profile_counters]=180 [ncu]=180 [nsys]=150)
+                  [profile_counters]=180 [energy]=150 [ncu]=180 [nsys]=150)
 # --lease: in order of value, limits adding up to 520 s of the 540 s run (the rest: the report and archives).
-LEASE_STAGES=(inventory gpu_tests train benchmark decode torch_baseline profile ncu memcheck racecheck kernel_ladder)
-declare -A LEASE_LIMIT=([inventory]=10 [gpu_tests]=75 [train]=40 [benchmark]=45 [decode]=30 [torch_baseline]=80
-                        [profile]=40 [ncu]=85 [memcheck]=40 [racecheck]=45 [kernel_ladder]=30)
+LEASE_STAGES=(inventory gpu_tests train benchmark decode torch_baseline profile energy ncu memcheck racecheck
+              kernel_ladder)
+declare -A LEASE_LIMIT=([inventory]=10 [gpu_tests]=70 [train]=35 [benchmark]=40 [decode]=30 [torch_baseline]=60
+                        [profile]=40 [energy]=75 [ncu]=65 [memcheck]=35 [racecheck]=40 [kernel_ladder]=20)
 
 out=gpu_report only="" dry=0 budget="" lease=0 rest=""
 while [ $# -gt 0 ]; do
@@ -210,7 +212,7 @@ declare -A NEEDS=([gpu_tests]="build/run_tests train_gpt2 prepare_data train_gpt
                   [memcheck]=build/run_tests [racecheck]=build/run_tests [synccheck]=build/run_tests
                   [initcheck]=build/run_tests [kernel_ladder]=dev_cuda [data]=prepare_data [train]=train_gpt2cu
                   [benchmark]=train_gpt2cu [profile]=profile_gpt2cu [profile_counters]=profile_gpt2cu
-                  [ncu]=profile_gpt2cu [nsys]=profile_gpt2cu)
+                  [energy]=profile_gpt2cu [ncu]=profile_gpt2cu [nsys]=profile_gpt2cu)
 targets=""
 [ "$lease" = 1 ] || for s in "${selected[@]}"; do
     for t in ${NEEDS[$s]:-}; do [[ " $targets " == *" $t "* ]] || targets="$targets $t"; done
@@ -288,6 +290,8 @@ else
 fi
 CMD[profile]="./profile_gpt2cu -o $O/profile_default"
 CMD[profile_counters]="./profile_gpt2cu --counters -o $O/profile_counters"
+# Joules per sub-block: d12's 24 targets, 5 repetitions of 0.3 s windows each, about 50 s (doc/profiling.md).
+CMD[energy]="./profile_gpt2cu --energy --energy-seconds 45 --steps 2 -o $O/profile_energy"
 one_layer="--layers 1 --warmup 1 --steps 1"
 CMD[ncu]="./profile_gpt2cu $one_layer -o $O/profile_1layer; r1=\$?
 echo '# ncu'

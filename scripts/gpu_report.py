@@ -40,6 +40,7 @@ STAGES = [
     ("torch_baseline", "torch", "compiled PyTorch on the same model and batches; our tok/s over its"),
     ("profile", "profile", "profile_gpt2cu at its defaults"),
     ("profile_counters", "profile", "profile_gpt2cu --counters"),
+    ("energy", "profile", "profile_gpt2cu --energy: joules per sub-block, each replayed for NVML's energy counter"),
     ("ncu", "ncu", "ncu gpu__time_duration vs the profiler's kernels.csv, one layer"),
     ("nsys", "nsys", "nsys profile of profile_gpt2cu"),
 ]
@@ -372,7 +373,7 @@ PROFILE_LOG_FIELDS = {
 }
 # The numbers read from the profile directory's profile.json (llmc/profiler/writers.cpp), None without it.
 PROFILE_JSON_FIELDS = ("tok_s", "ms_per_step", "gpu_ms_per_step", "mfu", "peak_mem_gib", "kernels", "dropped",
-                       "cupti_overhead_ms", "top_kernel", "findings", "measured")
+                       "cupti_overhead_ms", "top_kernel", "findings", "measured", "energy")
 
 
 def profile_json_numbers(path):
@@ -393,7 +394,8 @@ def profile_json_numbers(path):
             "dropped": rec["dropped"], "cupti_overhead_ms": rec["cupti_overhead_ms"],
             "top_kernel": kernel_key(top).split("::")[-1] if top else None,
             "findings": [f["rule"] for f in j["findings"]],
-            "measured": (j.get("counters") or {}).get("subblocks", [])}
+            "measured": (j.get("counters") or {}).get("subblocks", []),
+            "energy": j.get("energy")}
 
 
 def parse_profile(text, report_dir=None):
@@ -848,9 +850,32 @@ def judge_profile(stage, rc, text, ctx):
                 key += f" (furthest: {p['worst_gemm_row']['row']} {p['worst_gemm_row']['ratio']:.4f})"
             if p["counters_note"]:
                 key += f"; {p['counters_note']}"
+    if stage == "energy":
+        key, problem = energy_key(p["energy"], key)
+        if problem:
+            problems.append(problem)
     if rc != 0 or problems:
         return "fail", "; ".join(problems or [f"exited {rc}"]) + "; " + key
     return "pass", key
+
+
+def energy_key(e, key):
+    """The energy stage's figures from profile.json's "energy": the step's joules, idle power, the closure and the
+    widest interval; a problem when it was not measured."""
+    if not e or not e.get("rows"):
+        return key, "energy not measured: " + ((e or {}).get("status") or "no energy in profile.json")
+    rows = {(r["sub_block"], r["phase"]): r for r in e["rows"]}
+    step = rows.get(("step", "all"), {})
+    parts = [r for r in e["rows"] if r["sub_block"] not in ("step", "idle") and r.get("j_per_step")]
+    widest = max(parts, key=lambda r: (r["ci95_high"] - r["ci95_low"]) / r["j_per_step"], default=None)
+    c = e.get("closure") or {}
+    key += (f"; energy: step {fmt(step.get('j_per_step'), '.4g')} J at {fmt(step.get('watts'), '.0f')} W, idle "
+            f"{fmt(e.get('idle_w'), '.0f')} W, sub-blocks sum {fmt(c.get('diff_pct'), '+.1f')}% of the step, "
+            f"{e.get('repeats')} repetitions, counter every {fmt(e.get('counter_period_ms'), '.0f')} ms")
+    if widest:
+        half = (widest["ci95_high"] - widest["ci95_low"]) / 2 / widest["j_per_step"] * 100
+        key += f", widest interval {widest['sub_block']} {widest['phase']} +-{half:.0f}%"
+    return key, None
 
 
 def judge_nsys(stage, rc, text, ctx):

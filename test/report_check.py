@@ -172,14 +172,20 @@ def hover_roofline(driver):
         return
     el = driver.find_element("css selector", "[data-hover-target]")
     ActionChains(driver).move_to_element(el).pause(0.3).perform()
+    text = hover_text(driver, "roofline")
+    check(target in text, f"hovering the roofline point '{target}' shows its name", f"hover text: '{text}'")
+
+
+def hover_text(driver, chart):
+    """The hover labels shown in the chart with this id (waiting up to 2 s for Plotly to draw them), joined."""
     text = ""
     for _ in range(20):
-        text = driver.execute_script("return [...document.querySelectorAll('#roofline .hoverlayer .hovertext')]"
+        text = driver.execute_script(f"return [...document.querySelectorAll('#{chart} .hoverlayer .hovertext')]"
                                      ".map((h) => h.textContent).join(' | ');")
         if text:
             break
         time.sleep(0.1)
-    check(target in text, f"hovering the roofline point '{target}' shows its name", f"hover text: '{text}'")
+    return text
 
 
 def hover_energy(driver):
@@ -208,13 +214,7 @@ def hover_energy(driver):
     el = driver.find_element("css selector", "[data-energy-target]")
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", el)
     ActionChains(driver).move_to_element_with_offset(el, 0, -height / 2 + 3).pause(0.3).perform()  # above the inner bar
-    text = ""
-    for _ in range(20):
-        text = driver.execute_script("return [...document.querySelectorAll('#energy-chart .hoverlayer .hovertext')]"
-                                     ".map((h) => h.textContent).join(' | ');")
-        if text:
-            break
-        time.sleep(0.1)
+    text = hover_text(driver, "energy-chart")
     check(name in text and " W, " in text, f"hovering the energy bar '{name}' shows its name and power",
           f"hover text: '{text}'")
 

@@ -415,8 +415,8 @@ TEST(GpuCheckScript, DryRunListsEveryStageAndItsCommand) {
     int i = 0;
     for (const char* stage : {"inventory", "build", "gpu_tests", "memcheck", "racecheck", "synccheck", "initcheck",
                               "kernel_ladder", "data", "train", "benchmark", "decode", "profile", "profile_counters",
-                              "ncu", "nsys"})
-        EXPECT_TRUE(has(r.output, "\nstage " + std::to_string(++i) + "/16: " + stage + " (limit ")) << stage;
+                              "energy", "ncu", "nsys"})
+        EXPECT_TRUE(has(r.output, "\nstage " + std::to_string(++i) + "/17: " + stage + " (limit ")) << stage;
     for (const char* cmd :
          {"nvidia-smi --query-gpu=name,driver_version", "python3 scripts/gpu_report.py versions", "make -j",
           "./build/run_tests --gtest_filter='GPT2GPU.*:",
@@ -426,7 +426,8 @@ TEST(GpuCheckScript, DryRunListsEveryStageAndItsCommand) {
           "dev/data/tinyshakespeare.sh", "./train_gpt2cu -i data/tinyshakespeare -e d12 -b 4 -t 1024 -x 60 -v 20 -s 60",
           "scripts/benchmark_gpu.sh -e d12 -t 1024 -B '16 32 64' -p",
           "scripts/benchmark_gpu.sh -I -e d12 -B '1 8 64' -P 64 -n 256", "./profile_gpt2cu -o ",
-          "./profile_gpt2cu --counters -o ", "--metrics gpu__time_duration.sum",
+          "./profile_gpt2cu --counters -o ", "./profile_gpt2cu --energy --energy-seconds 45 --steps 2 -o ",
+          "--metrics gpu__time_duration.sum",
           "./profile_gpt2cu --layers 1 --warmup 1 --steps 1 -o ", "profile --trace=cuda,nvtx",
           "then: python3 scripts/gpu_report.py report "})
         EXPECT_TRUE(has(r.output, cmd)) << cmd << "\n" << r.output;
@@ -519,8 +520,8 @@ TEST(GpuCheckLease, DryRunListsTheStagesInOrderWithinNineMinutes) {
         EXPECT_GT(limit, 0) << name;
     }
     EXPECT_EQ(names, (std::vector<std::string>{"inventory", "gpu_tests", "train", "benchmark", "decode",
-                                               "torch_baseline", "profile", "ncu", "memcheck", "racecheck",
-                                               "kernel_ladder"}))
+                                               "torch_baseline", "profile", "energy", "ncu", "memcheck",
+                                               "racecheck", "kernel_ladder"}))
         << r.output;
     EXPECT_LE(total, 540) << r.output;
     EXPECT_TRUE(has(r.output, "limits: " + std::to_string(total) + " s in all, for a budget of 540 s")) << r.output;
@@ -542,7 +543,8 @@ TEST(GpuCheckLease, DryRunListsTheStagesInOrderWithinNineMinutes) {
           "../scripts/benchmark_gpu.sh -C . -e d12 -t 1024 -B '16 64'",
           "../scripts/benchmark_gpu.sh -C . -I -e d12 -B '1 8 64' -P 64 -n 256",
           "python3 ../dev/torch_gpt2_baseline.py -e d12 -t 1024 -B '16 64' -x 40 -w 10 -i data/tinyshakespeare/",
-          "./profile_gpt2cu -o ", "--metrics gpu__time_duration.sum",
+          "./profile_gpt2cu -o ", "./profile_gpt2cu --energy --energy-seconds 45 --steps 2 -o ",
+          "--metrics gpu__time_duration.sum",
           "--tool memcheck --error-exitcode 1 ./gpu_tests --gtest_filter='Kernels*:GpuPtx.*:GpuAttention.*-GpuAttention.Gpt2Shape:"
           "GpuAttention.FullContextT1024:GpuAttention.EveryLengthFrom1To130'",
           "--tool racecheck --error-exitcode 1 ./gpu_tests", "b=dev/cuda/$(basename \"$src\" .cu)"})
@@ -558,7 +560,8 @@ TEST(GpuCheckLease, RestRunsOnlyTheStagesThatDidNotFinish) {
     RunResult r = run("scripts/gpu_check.sh --lease --rest " + LEASE + "/stages.tsv --dry-run");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::vector<std::pair<std::string, int>> want = {
-        {"train", 80}, {"decode", 30}, {"profile", 40}, {"ncu", 85}, {"racecheck", 45}, {"kernel_ladder", 30}};
+        {"train", 70}, {"decode", 30}, {"profile", 40}, {"energy", 75}, {"ncu", 65}, {"racecheck", 40},
+        {"kernel_ladder", 20}};
     EXPECT_EQ(dry_run_stages(r.output), want) << r.output; // a timed-out stage gets twice its limit
     EXPECT_TRUE(has(r.output, "(budget 240 s)")) << r.output;
 
@@ -617,7 +620,7 @@ TEST(GpuCheckLease, ARunLeavesAtMostEightFilesInOut) {
                                                "./summary.txt"}))
         << r.output;
     std::string tsv = testutil::slurp(dir / "out/stages.tsv");
-    EXPECT_EQ(count(tsv, "\n"), 11u) << tsv;
+    EXPECT_EQ(count(tsv, "\n"), 12u) << tsv;
     // decode: the stand-in bundle has no infer_gpt2cu, and benchmark_gpu.sh -I says so.
     for (const char* row : {"inventory\t0\t", "gpu_tests\t0\t", "train\t0\t", "benchmark\t0\t", "decode\t1\t",
                             "profile\t0\t",
@@ -625,7 +628,7 @@ TEST(GpuCheckLease, ARunLeavesAtMostEightFilesInOut) {
                             "kernel_ladder\t1\t"})
         EXPECT_TRUE(has(tsv, row)) << row << "\n" << tsv;
     std::string md = testutil::slurp(dir / "out/report.md");
-    EXPECT_EQ(count(md, "\n| "), 12u) << md; // header and 11 stages
+    EXPECT_EQ(count(md, "\n| "), 13u) << md; // header and 12 stages
     EXPECT_TRUE(has(md, "vs CPU reference (tolerance 2%): step 1 12.0000/13.0000 (-7.69%)")) << md;
     // In the order they ran.
     EXPECT_LT(md.find("| gpu_tests ("), md.find("| train (")) << md;

@@ -245,3 +245,39 @@ TEST(ModelCPU, SgdLowersLossOnFixedBatch) {
     for (size_t i = 1; i < losses.size(); i++) EXPECT_LT(losses[i], losses[i - 1]) << "step " << i;
     EXPECT_LT(losses.back(), losses.front() - 1.0);
 }
+
+// --energy's CPU replays (GPT2CPU::replay): the forward replayed whole gives the step's gradients again, bit for
+// bit; one backward sub-block replayed twice adds exactly twice its gradient to its own parameters and nothing to
+// any other's; before a backward there is nothing to replay.
+TEST(ModelCPU, EnergyReplaysRunOneSubBlocksOpsOnTheStepsBuffers) {
+    const GPT2Config c = small_vocab_config();
+    GPT2CPU<float> m(c);
+    m.init_random(3);
+    Batch batch(2, 16, c.vocab_size, 4);
+    EXPECT_THROW(m.replay(SubBlock::qkv, Phase::fwd, 1), Error);
+    m.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
+    m.zero_grad();
+    m.backward();
+    const std::vector<float> step = m.grads_memory;
+    m.replay(SubBlock::qkv, Phase::fwd, 3); // the same inputs, the same outputs
+    m.zero_grad();
+    m.replay_forward();
+    m.backward();
+    EXPECT_TRUE(m.grads_memory == step) << "the replayed step's gradients";
+    m.zero_grad();
+    m.replay(SubBlock::qkv, Phase::bwd, 2);
+    const auto sizes = parameter_sizes(c);
+    size_t off = 0, changed = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        for (size_t j = off; j < off + sizes[i]; j++) {
+            if (i == QKVW || i == QKVB) {
+                ASSERT_EQ(m.grads_memory[j], 2 * step[j]) << parameter_name(i) << "[" << j - off << "]";
+                changed += step[j] != 0;
+            } else {
+                ASSERT_EQ(m.grads_memory[j], 0.0f) << parameter_name(i) << "[" << j - off << "]";
+            }
+        }
+        off += sizes[i];
+    }
+    EXPECT_GT(changed, 0u);
+}

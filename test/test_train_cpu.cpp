@@ -909,3 +909,23 @@ TEST_F(TrainCpu, BuildWithoutMpiRefusesSeveralRanks) {
     EXPECT_EQ(r.output.rfind("error: started as 2 ranks, but this build has no MPI", 0), 0u) << r.output;
     EXPECT_EQ(count(r.output, "\n"), 1) << r.output;
 }
+
+// --energy (doc/profiling.md, "Energy per sub-block"): with --profile only, --energy-seconds with --energy only (exit
+// 2), and refused in one line before any step where the CPU's RAPL counter cannot be read (exit 1), not guessed.
+TEST_F(TrainCpu, EnergyFlagsAndAnUnreadableCounter) {
+    auto alone = run("./train_gpt2 -e d1 -i /nonexistent/data --energy");
+    EXPECT_EQ(alone.exit_code, 2);
+    EXPECT_EQ(alone.output, "error: --energy: only with --profile DIR\n");
+    auto seconds = run("./train_gpt2 -e d1 -i /nonexistent/data --profile /tmp/x --energy-seconds 5");
+    EXPECT_EQ(seconds.exit_code, 2);
+    EXPECT_EQ(seconds.output, "error: --energy-seconds: only with --energy\n");
+    auto zero = run("./train_gpt2 -e d1 --profile /tmp/x --energy --energy-seconds 0");
+    EXPECT_EQ(zero.exit_code, 2);
+    EXPECT_NE(zero.output.find("error: --energy-seconds:"), std::string::npos) << zero.output;
+    auto r = run("LLMC_POWERCAP_ROOT=" + (dir / "no_powercap") + " ./train_gpt2 -i " + dir.path + " -e " +
+                 model_path() + " -b 1 -t 16 -x 2 -v 0 -s 0 --profile " + (dir / "p") + " --profile-start 1 --energy");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("error: --energy: RAPL not readable: "), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("step    1/2"), std::string::npos) << "refused before the first step\n" << r.output;
+    EXPECT_EQ(r.output.find("ceilings"), std::string::npos) << "refused before the ceilings\n" << r.output;
+}

@@ -18,6 +18,8 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "llmc/cpu/attention.h"
@@ -66,19 +68,58 @@ template <typename Real> struct GPT2CPU {
 
     // inputs, targets (B, T) token ids; targets may be null (no loss). Throws llmc::Error on a bad shape or id.
     void forward(const int* inputs, const int* targets, int B, int T) {
-        const int V = config.vocab_size, Vp = config.padded_vocab_size, L = config.num_layers;
-        const int C = config.channels, NH = config.num_heads;
         if (B < 1 || T < 1 || T > config.max_seq_len)
             throw Error(strprintf("forward: bad batch shape B=%d T=%d (need B >= 1, 1 <= T <= maxT=%d)", B, T,
                                   config.max_seq_len));
         check_token_ids(config, inputs, B * T, "input");
         if (targets) check_token_ids(config, targets, B * T, "target");
         probs_valid_ = backward_ready_ = false; // until this forward completes
+        replayable_ = replayable_ && B == this->B && T == this->T; // replay() needs the buffers of a backward
         this->B = B;
         this->T = T;
         inputs_.assign(inputs, inputs + B * T);
         if (targets) targets_.assign(targets, targets + B * T);
         carve(acts_memory_, acts_, B, T, false);
+        forward_ops(inputs_.data(), targets ? targets_.data() : nullptr);
+        if (targets) {
+            double sum = 0;
+            for (int i = 0; i < B * T; i++) sum += acts_.losses[i];
+            mean_loss = (Real)(sum / (B * T));
+        } else {
+            mean_loss = -1;
+        }
+        probs_valid_ = true;
+        backward_ready_ = targets != nullptr;
+    }
+
+    /*
+     * --energy (llmc/profiler/energy.h): the ops of one (sub-block, phase) of the last forward and backward run
+     * again, n times, on their buffers (a backward sub-block's gradients keep accumulating, the classifier's dlogits
+     * are transformed again: the values are not the step's, the work is). Needs a forward with targets and a
+     * backward since the buffers were last reshaped.
+     */
+    void replay(SubBlock s, Phase p, long n) {
+        if (!replayable_) throw Error("replay: needs a forward with targets and a backward before it");
+        only_ = {s, p};
+        for (long i = 0; i < n; i++) {
+            if (p == Phase::fwd) forward_ops(inputs_.data(), targets_.data());
+            if (p == Phase::bwd) backward_ops(last_dloss_, nullptr);
+        }
+        only_.reset();
+    }
+
+    // --energy's whole step: the last forward again on its tokens, ready for a backward (replay()'s conditions).
+    void replay_forward() {
+        if (!replayable_) throw Error("replay: needs a forward with targets and a backward before it");
+        forward_ops(inputs_.data(), targets_.data());
+        probs_valid_ = backward_ready_ = true;
+    }
+
+private:
+    // The forward's ops on the carved buffers, each timed (and, for replay, filtered) by timed().
+    void forward_ops(const int* inputs, const int* targets) {
+        const int V = config.vocab_size, Vp = config.padded_vocab_size, L = config.num_layers;
+        const int C = config.channels, NH = config.num_heads;
         const size_t BTC = (size_t)B * T * C;
         using namespace cpu;
 
@@ -114,17 +155,9 @@ template <typename Real> struct GPT2CPU {
               [&] { matmul_forward(acts_.probs, acts_.lnf, params.wte, (const Real*)nullptr, B, T, C, Vp); });
         timed(SubBlock::classifier, Phase::fwd,
               [&] { classifier_softmax(acts_.probs, acts_.losses, targets, B * T, V, Vp); }, SubBlockPart::softmax_loss);
-
-        if (targets) {
-            double sum = 0;
-            for (int i = 0; i < B * T; i++) sum += acts_.losses[i];
-            mean_loss = (Real)(sum / (B * T));
-        } else {
-            mean_loss = -1;
-        }
-        probs_valid_ = true;
-        backward_ready_ = targets != nullptr;
     }
+
+public:
 
     // Softmax over the Vp entries (padded ones 0) at position (b, t) of the last forward. The backward reuses
     // this buffer for dlogits, so probabilities are available only until the next backward.
@@ -166,14 +199,23 @@ template <typename Real> struct GPT2CPU {
      */
     void backward(Real loss_scale = 1, const std::function<void(int)>& layer_done = nullptr) {
         if (!backward_ready_) throw Error("backward: needs a forward with targets since the last backward");
-        const int V = config.vocab_size, Vp = config.padded_vocab_size, L = config.num_layers;
-        const int C = config.channels, NH = config.num_heads;
         const size_t used = carve(grad_acts_memory_, grad_acts_, B, T, true);
         // Ops accumulate into their input gradients (the residual stream's gradient gathers from two
         // branches), so every gradient starts from zero.
         std::fill(grad_acts_memory_.begin(), grad_acts_memory_.begin() + used, Real(0));
+        last_dloss_ = loss_scale / (Real)(B * T);
+        backward_ops(last_dloss_, layer_done);
+        probs_valid_ = false;
+        backward_ready_ = false;
+        replayable_ = true;
+    }
+
+private:
+    // The backward's ops on the carved buffers (dloss: d(loss)/d(each position's loss)), timed by timed().
+    void backward_ops(Real dloss, const std::function<void(int)>& layer_done) {
+        const int V = config.vocab_size, Vp = config.padded_vocab_size, L = config.num_layers;
+        const int C = config.channels, NH = config.num_heads;
         const size_t BTC = (size_t)B * T * C;
-        const Real dloss = loss_scale / (Real)(B * T);
         const int* targets = targets_.data();
         using namespace cpu;
 
@@ -224,9 +266,9 @@ template <typename Real> struct GPT2CPU {
         timed(SubBlock::encoder, Phase::bwd,
               [&] { encoder_backward(grads.wte, grads.wpe, grad_acts_.encoded, inputs_.data(), B, T, C); });
         if (layer_done) layer_done(-1);
-        probs_valid_ = false;
-        backward_ready_ = false;
     }
+
+public:
 
     /*
      * The model's own buffers for a (B, T) step as a memory plan (llmc/model/memory_plan.h): parameters, parameter
@@ -328,6 +370,9 @@ private:
     Activations acts_{}, grad_acts_{};
     std::vector<int> inputs_, targets_; // copies of the last forward's ids, for the backward
     bool probs_valid_ = false, backward_ready_ = false;
+    bool replayable_ = false;                        // replay(): a forward with targets and a backward ran
+    Real last_dloss_ = 0;                            // the last backward's, for replay()
+    std::optional<std::pair<SubBlock, Phase>> only_; // replay(): the one sub-block timed() runs
     int timed_layer_ = -1; // the layer the sub-blocks being timed belong to (-1 outside the layers)
 
     std::array<size_t, NUM_ACTIVATION_TENSORS> activation_sizes(int B, int T, bool gradients) const {
@@ -387,6 +432,7 @@ private:
     }
 
     template <typename F> void timed(SubBlock s, Phase p, F&& f, SubBlockPart part = SubBlockPart::main) {
+        if (only_ && (only_->first != s || only_->second != p)) return;
         ScopedSubBlockTimer timer(timings, s, p, timed_layer_, part);
         f();
     }

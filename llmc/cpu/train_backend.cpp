@@ -2,8 +2,13 @@
 #include "llmc/cpu/programs.h"
 
 #include <algorithm>
+#include <chrono>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 #include <cstdio>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "llmc/cpu/adamw.h"
@@ -16,6 +21,30 @@
 namespace llmc {
 
 namespace {
+
+/*
+ * The x86 flush-to-zero and denormals-are-zero bits: set_mxcsr sets `csr` in every OpenMP thread (and this one);
+ * flush_denormals sets both bits so and returns the value before, for set_mxcsr to restore. Elsewhere than x86
+ * nothing is changed.
+ */
+void set_mxcsr(unsigned csr) {
+#if defined(__x86_64__) || defined(__i386__)
+#pragma omp parallel
+    _mm_setcsr(csr);
+    _mm_setcsr(csr);
+#else
+    (void)csr;
+#endif
+}
+unsigned flush_denormals() {
+#if defined(__x86_64__) || defined(__i386__)
+    const unsigned before = _mm_getcsr();
+    set_mxcsr(before | 0x8040u);
+    return before;
+#else
+    return 0;
+#endif
+}
 
 class CPUBackend : public TrainBackend {
 public:
@@ -46,6 +75,10 @@ public:
         ctx.memory = memory_plan();
         auto session = prof::make_cpu_profile_session(so, std::move(ctx), &timings_);
         profile_ = session.get();
+        if (so.energy) {
+            if (dp_.world() > 1) throw Error("--energy: measured on one process; this run has several");
+            session->energy_work([this] { return energy_work(); });
+        }
         return session;
     }
     // The model's buffers and this rank's AdamW moments (ZeRO-1: its shard).
@@ -122,7 +155,67 @@ public:
             dp_.gather_params(model_.params_memory.data());
         }
         model_.timings = nullptr;
+        last_ = {grad_accum, lr, t, norm};
         return {(float)(loss / micro_batches), (float)norm};
+    }
+
+    /*
+     * --energy's replays (llmc/profiler/session.h EnergyWork): each (sub-block, phase) the CPU times, on the last
+     * step's buffers (GPT2CPU::replay; a forward or backward sub-block grad_accum times, as in the step), the norm and
+     * AdamW with the last step's settings, and the whole step (the last micro-batch grad_accum times, then the norm
+     * and the update). The clock is the host's and there is nothing to wait for; the weights and moments are put back.
+     */
+    prof::EnergyWork energy_work() {
+        if (last_.grad_accum == 0) throw Error("no training step to replay");
+        auto saved = std::make_shared<std::vector<float>>(model_.params_memory);
+        auto m = std::make_shared<std::vector<float>>(m_), v = std::make_shared<std::vector<float>>(v_);
+        prof::EnergyWork w;
+        const int L = model_.config.num_layers;
+        const std::string layers = strprintf("0-%d", L - 1);
+        auto add = [&](SubBlock sb, Phase p, bool per_layer) {
+            w.targets.push_back({subblock_name(sb), phase_name(p), per_layer ? layers : "-", prof::EnergyKind::part,
+                                 [this, sb, p](long n) { model_.replay(sb, p, n * last_.grad_accum); }});
+        };
+        using S = SubBlock;
+        for (S sb : {S::encoder, S::ln1, S::qkv, S::attention, S::attn_proj, S::residual1, S::ln2, S::fc, S::gelu,
+                     S::fc_proj, S::residual2, S::lnf, S::classifier})
+            add(sb, Phase::fwd, sb != S::encoder && sb != S::lnf && sb != S::classifier);
+        for (S sb : {S::classifier, S::lnf, S::residual2, S::fc_proj, S::gelu, S::fc, S::ln2, S::residual1,
+                     S::attn_proj, S::attention, S::qkv, S::ln1, S::encoder})
+            add(sb, Phase::bwd, sb != S::encoder && sb != S::lnf && sb != S::classifier);
+        auto norm = [this] { return dp_.grad_norm(model_.grads_memory.data()); };
+        auto update = [this](double grad_norm) {
+            cpu::adamw_update(model_.params_memory.data(), model_.grads_memory.data(), m_.data(), v_.data(),
+                              model_.config, shape_.adam, last_.lr, last_.t, grad_norm, 0, model_.num_parameters());
+        };
+        w.targets.push_back({"grad_norm", "opt", "-", prof::EnergyKind::part, [norm](long n) {
+                                 for (long i = 0; i < n; i++) (void)norm();
+                             }});
+        w.targets.push_back({"optimizer", "opt", "-", prof::EnergyKind::part, [this, update](long n) {
+                                 for (long i = 0; i < n; i++) update(last_.norm);
+                             }});
+        w.targets.push_back({"step", "all", "-", prof::EnergyKind::step, [this, norm, update](long n) {
+                                 for (long i = 0; i < n; i++) {
+                                     model_.zero_grad();
+                                     for (int micro = 0; micro < last_.grad_accum; micro++) {
+                                         model_.replay_forward();
+                                         model_.backward(1.0f / last_.grad_accum);
+                                     }
+                                     update(norm());
+                                 }
+                             }});
+        w.clock.now_s = [] { return steady_ns() * 1e-9; };
+        w.clock.sync = [] {};
+        w.clock.idle = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
+        // Replayed values drift from the step's (the classifier's dlogits shrink by dloss at each replay): denormals
+        // would make the same work many times slower, so every thread flushes them while the replays run.
+        const unsigned csr = flush_denormals();
+        w.restore = [this, saved, m, v, csr] {
+            model_.params_memory = *saved; // same size: the tensor views stay valid
+            m_ = *m, v_ = *v;
+            set_mxcsr(csr);
+        };
+        return w;
     }
 
     float val_loss(DataLoader& val, int batches, Progress& progress) override {
@@ -143,6 +236,12 @@ private:
     DataParallel dp_;
     std::vector<float> m_, v_; // AdamW moments of dp_.update_range()
     SubBlockTimes timings_;
+    struct LastStep {
+        int grad_accum = 0; // 0: no step yet
+        float lr = 0;
+        int t = 0;
+        double norm = 0;
+    } last_; // the last train_step's, for energy_work
     const prof::ProfileSession* profile_ = nullptr; // the driver's, recording into timings_ (it outlives the run)
 };
 

@@ -4,11 +4,15 @@
 #include "llmc/gpu/gpt2.cuh"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <type_traits>
 
 #include "llmc/adamw.cuh"
 #include "llmc/attention.cuh"
@@ -16,6 +20,7 @@
 #include "llmc/classifier.cuh"
 #include "llmc/encoder.cuh"
 #include "llmc/gpu/programs.h"
+#include "llmc/gpu/step_graphs.cuh"
 #include "llmc/io/checkpoint.h"
 #include "llmc/io/dataloader.h"
 #include "llmc/layernorm.cuh"
@@ -25,6 +30,7 @@
 #include "llmc/profiler/gpu_session.h"
 #include "llmc/profiler/memory.h"
 #include "llmc/profiler/nvml_sampler.h"
+#include "llmc/profiler/session.h"
 #include "llmc/train/plan.h"
 #include "llmc/util/progress.h"
 #ifdef LLMC_HAVE_NCCL
@@ -538,7 +544,20 @@ std::pair<float, float> GPT2GPU::train_step(const NextBatch& next_batch, int b, 
         update(lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.grad_clip, step, reduce);
     }
     fetch_scalars();
+    last_ = {ranks > 1 ? 0 : grad_accum, scale, adam};
     return read_scalars();
+}
+
+void GPT2GPU::queue_last_step() {
+    if (last_.grad_accum == 0) throw Error("queue_last_step: no single-process train_step before it");
+    zero_grad();
+    zero_loss();
+    for (int micro = 0; micro < last_.grad_accum; micro++) {
+        forward_kernels(true, last_.scale, last_.scale);
+        backward_kernels(nullptr);
+    }
+    const AdamWConfig& a = last_.adam;
+    update_kernels(a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_clip, nullptr);
 }
 
 void GPT2GPU::fetch_scalars() {
@@ -598,6 +617,41 @@ std::vector<float> GPT2GPU::download(const float* d, size_t n) const {
     return h;
 }
 
+prof::EnergyWork gpu_energy_work(GPT2GPU& g) {
+    // The state the replays change, put back afterwards: one process's optimizer holds the whole model.
+    auto master = std::make_shared<std::vector<float>>(g.get_master_weights());
+    auto m = std::make_shared<std::vector<float>>(g.get_moments_m());
+    auto v = std::make_shared<std::vector<float>>(g.get_moments_v());
+    auto parts = std::make_shared<SubBlockGraphs>(g.stream, [&g] { g.queue_last_step(); });
+    std::string why;
+    cudaGraphExec_t exec = capture_graph(g.stream, [&g] { g.queue_last_step(); }, &why);
+    if (!exec) throw Error("the step could not be captured as a graph (" + why + ")");
+    using Exec = std::remove_pointer_t<cudaGraphExec_t>;
+    std::shared_ptr<Exec> step(exec, [](cudaGraphExec_t e) { cudaGraphExecDestroy(e); });
+    const cudaStream_t stream = g.stream;
+    prof::EnergyWork w;
+    for (size_t i = 0; i < parts->parts().size(); i++) {
+        const SubBlockGraphs::Part& p = parts->parts()[i];
+        const std::string layers = p.first_layer < 0 ? "-" : strprintf("%d-%d", p.first_layer, p.last_layer);
+        w.targets.push_back({subblock_name((SubBlock)p.subblock), phase_name((Phase)p.phase), layers,
+                             prof::EnergyKind::part, [parts, i](long n) { parts->replay(i, n); }});
+    }
+    w.targets.push_back({"step", "all", "-", prof::EnergyKind::step, [step, stream](long n) {
+                             for (long i = 0; i < n; i++) CUDA_CHECK(cudaGraphLaunch(step.get(), stream));
+                         }});
+    w.clock.now_s = [] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    };
+    w.clock.sync = [stream] { CUDA_CHECK(cudaStreamSynchronize(stream)); };
+    w.clock.idle = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
+    w.restore = [&g, master, m, v, parts, step] {
+        CUDA_CHECK(cudaStreamSynchronize(g.stream));
+        g.set_parameters(master->data());
+        g.set_moments(*m, *v);
+    };
+    return w;
+}
+
 // ------------------------------------------------------------------------------------------ the TrainBackend
 
 namespace {
@@ -639,7 +693,12 @@ public:
                                                           prof::ProfileContext ctx) override {
         ctx.memory = plan_gpu_training(cfg_, shape_.B, shape_.T, shards_);
         ctx.memory.grad_accum = ctx.grad_accum;
-        return prof::make_gpu_profile_session(so, std::move(ctx));
+        std::unique_ptr<prof::ProfileSession> session = prof::make_gpu_profile_session(so, std::move(ctx));
+        if (so.energy) {
+            if (comm_.world() > 1) throw Error("--energy: measured on one process; this run has several");
+            session->energy_work([this] { return gpu_energy_work(model()); });
+        }
+        return session;
     }
     void load_weights(const std::vector<float>& w) override {
         if (!model_) {

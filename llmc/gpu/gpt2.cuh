@@ -25,6 +25,7 @@
 #include "llmc/model/gpt2_config.h"
 #include "llmc/model/memory_plan.h"
 #include "llmc/model/optimizer.h"
+#include "llmc/profiler/session.h"
 #include "llmc/train/dist.h"
 
 namespace llmc {
@@ -248,6 +249,15 @@ public:
     // Logits of position (0, t) from the last forward, as fp32 on the host (tests).
     std::vector<float> logits_row(int t);
 
+    /*
+     * --energy (llmc/profiler/energy.h): the last train_step's work queued again on the same buffers, eagerly: its
+     * grad_accum micro-steps (all on the last micro-batch's tokens, which the device still holds), then the norm and
+     * the update, each sub-block inside its Range, so SubBlockGraphs and capture_graph can split or capture it. It
+     * changes the weights and moments as a step does (the caller restores them). Error before any train_step, or
+     * after one with a GradientReduce (collectives are not replayed).
+     */
+    void queue_last_step();
+
     // Micro-steps and updates run as a graph launch, and graphs captured.
     long graph_launches() const { return micro_graphs_.launches() + update_graphs_.launches(); }
     long graph_captures() const { return micro_graphs_.captures() + update_graphs_.captures(); }
@@ -270,6 +280,12 @@ private:
     void upload_shard(float* d, const float* h) const;
     std::vector<float> download(const float* d, size_t n) const;
 
+    // The last train_step's settings, for queue_last_step (grad_accum 0: none yet, or one with collectives).
+    struct LastStep {
+        int grad_accum = 0;
+        float scale = 0;
+        AdamWConfig adam;
+    } last_;
     char* acts_memory_ = nullptr;
     std::unique_ptr<EncoderBackwardScratch> encoder_scratch_;
     int* pinned_tokens_ = nullptr;
@@ -284,5 +300,12 @@ private:
     StepGraphs<std::tuple<int, int, float>> micro_graphs_;                   // by (b, t, loss scale)
     StepGraphs<std::tuple<float, float, float, float, float>> update_graphs_; // by the AdamW constants
 };
+
+/*
+ * --energy's replays of a trained model's last step (llmc/profiler/session.h EnergyWork): each (sub-block, phase) of
+ * queue_last_step() as its graphs (SubBlockGraphs), then the whole step as one graph; the clock is the host's, its
+ * waits the model's stream; restore() puts back the weights and moments the replays changed. One process only.
+ */
+prof::EnergyWork gpu_energy_work(GPT2GPU& model);
 
 } // namespace llmc

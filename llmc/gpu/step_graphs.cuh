@@ -29,8 +29,10 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "llmc/cuda_common.cuh"
+#include "llmc/nvtx.h"
 
 namespace llmc {
 
@@ -108,6 +110,106 @@ private:
     std::set<Key> seen_;
     const void* hook_ = nullptr;
     long launches_ = 0, captures_ = 0;
+};
+
+/*
+ * --energy's replays (llmc/profiler/energy.h): what body() queues on `stream`, split by sub-block. body() runs once:
+ * the launches inside each outermost sub-block Range (llmc/nvtx.h) are captured as a graph while they are queued,
+ * and the graph is launched when the Range closes, so the step's work still runs, in its order (work outside every
+ * sub-block Range runs as it is queued). A (sub-block, phase) that recurs across layers keeps one graph per layer,
+ * in order; replay(i, n) launches part i's graphs n times, on the buffers of the step that was captured. The body
+ * keeps StepGraphs' rules. Error when a capture fails.
+ */
+class SubBlockGraphs {
+public:
+    struct Part {
+        int subblock = -1, phase = -1;
+        int first_layer = -1, last_layer = -1; // -1: outside the layers
+        std::vector<cudaGraphExec_t> graphs;   // one per execution of the sub-block in the step, in order
+    };
+
+    SubBlockGraphs(cudaStream_t stream, const std::function<void()>& body) : stream_(stream) {
+        const RangeHook saved = range_hook();
+        range_hook() = RangeHook{&SubBlockGraphs::push, &SubBlockGraphs::pop, this};
+        try {
+            body();
+        } catch (...) {
+            range_hook() = saved;
+            end_capture(nullptr); // nothing is left capturing
+            throw;
+        }
+        range_hook() = saved;
+        if (!error_.empty()) throw Error("sub-block graphs: " + error_);
+    }
+    ~SubBlockGraphs() {
+        for (Part& p : parts_)
+            for (cudaGraphExec_t g : p.graphs) cudaGraphExecDestroy(g);
+    }
+    SubBlockGraphs(const SubBlockGraphs&) = delete;
+    SubBlockGraphs& operator=(const SubBlockGraphs&) = delete;
+
+    const std::vector<Part>& parts() const { return parts_; }
+    void replay(size_t part, long n) const {
+        for (long i = 0; i < n; i++)
+            for (cudaGraphExec_t g : parts_.at(part).graphs) CUDA_CHECK(cudaGraphLaunch(g, stream_));
+    }
+
+private:
+    static void push(const RangeInfo& info, void* ctx) {
+        auto* self = static_cast<SubBlockGraphs*>(ctx);
+        self->depth_++;
+        if (info.subblock < 0 || self->capturing_depth_ > 0 || !self->error_.empty()) return;
+        cudaError_t e = cudaStreamBeginCapture(self->stream_, cudaStreamCaptureModeGlobal);
+        if (e != cudaSuccess) {
+            self->error_ = strprintf("cudaStreamBeginCapture in %s: %s", info.name, cudaGetErrorString(e));
+            (void)cudaGetLastError();
+            return;
+        }
+        self->capturing_depth_ = self->depth_;
+        self->current_ = info;
+    }
+    static void pop(void* ctx) {
+        auto* self = static_cast<SubBlockGraphs*>(ctx);
+        if (self->capturing_depth_ == self->depth_) self->end_capture(&self->current_);
+        self->depth_--;
+    }
+    // Ends the capture under way: instantiated, launched and kept under its part (info); null: discarded.
+    void end_capture(const RangeInfo* info) {
+        if (capturing_depth_ == 0) return;
+        capturing_depth_ = 0;
+        cudaGraph_t graph = nullptr;
+        cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+        cudaGraphExec_t exec = nullptr;
+        if (e == cudaSuccess && info) e = cudaGraphInstantiate(&exec, graph, 0);
+        if (graph) cudaGraphDestroy(graph);
+        if (e == cudaSuccess && exec) e = cudaGraphLaunch(exec, stream_);
+        if (e != cudaSuccess) {
+            if (error_.empty() && info)
+                error_ = strprintf("capturing %s: %s", info->name, cudaGetErrorString(e));
+            (void)cudaGetLastError();
+            if (exec) cudaGraphExecDestroy(exec);
+            return;
+        }
+        if (!info) return;
+        Part* part = nullptr;
+        for (Part& p : parts_)
+            if (p.subblock == info->subblock && p.phase == info->phase) part = &p;
+        if (!part) {
+            parts_.push_back({info->subblock, info->phase, info->layer, info->layer, {}});
+            part = &parts_.back();
+        }
+        if (info->layer >= 0) {
+            part->first_layer = part->first_layer < 0 ? info->layer : std::min(part->first_layer, info->layer);
+            part->last_layer = std::max(part->last_layer, info->layer);
+        }
+        part->graphs.push_back(exec);
+    }
+
+    cudaStream_t stream_;
+    std::vector<Part> parts_;
+    int depth_ = 0, capturing_depth_ = 0;
+    RangeInfo current_{};
+    std::string error_;
 };
 
 } // namespace llmc

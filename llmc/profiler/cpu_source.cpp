@@ -203,6 +203,9 @@ ProfileRecords CpuEventSource::take() {
 namespace {
 // The CPU and the build into a context of the program, model and batch, and the ceilings measured at its shapes.
 std::unique_ptr<ProfileSession> cpu_session(const SessionOptions& opt, ProfileContext ctx, SubBlockTimes* timings) {
+    const char* powercap = getenv("LLMC_POWERCAP_ROOT");
+    auto source = std::make_unique<CpuEventSource>(timings, powercap && *powercap ? powercap : "/sys/class/powercap");
+    if (opt.energy) energy_counter_for(*source); // refused before the ceilings are measured
     ctx.device_kind = DeviceKind::CPU;
     ctx.device = strprintf("%s (%d threads)", cpu_model_name().c_str(), omp_get_max_threads());
     ctx.build = strprintf("C++ %s, fp32, OpenMP %d threads", __VERSION__, omp_get_max_threads());
@@ -210,10 +213,7 @@ std::unique_ptr<ProfileSession> cpu_session(const SessionOptions& opt, ProfileCo
     printf("profile: %s into %s/; ceilings fp32 %.3f TFLOP/s, memory %.0f GB/s (%s)\n",
            ProfileSchedule(opt.first_step, opt.steps).window().c_str(), opt.dir.c_str(), ctx.ceilings.fp32_tflops,
            ctx.ceilings.dram_gbps, ctx.ceilings.source.c_str());
-    const char* powercap = getenv("LLMC_POWERCAP_ROOT");
-    return std::make_unique<ProfileSession>(
-        opt, std::move(ctx),
-        std::make_unique<CpuEventSource>(timings, powercap && *powercap ? powercap : "/sys/class/powercap"));
+    return std::make_unique<ProfileSession>(opt, std::move(ctx), std::move(source));
 }
 } // namespace
 

@@ -80,7 +80,8 @@ Ceilings measure_cpu_ceilings(const GPT2Config& c, int B, int T, bool use_cache 
 class CpuEventSource : public EventSource {
 public:
     // powercap_root: where RAPL's powercap tree is (tests point it at a fake one).
-    CpuEventSource(SubBlockTimes* timings, const std::string& powercap_root) : timings_(timings), rapl_(powercap_root) {}
+    CpuEventSource(SubBlockTimes* timings, const std::string& powercap_root)
+        : timings_(timings), powercap_root_(powercap_root), rapl_(powercap_root) {}
     bool start() override { return true; }
     bool slow_start() const override { return false; }
     void begin_step(int step) override;
@@ -88,9 +89,11 @@ public:
     void stop() override { timings_->events = nullptr; }
     ProfileRecords take() override;
     void complete_context(ProfileContext&) override {}
+    std::unique_ptr<EnergyCounter> energy_counter() const override { return rapl_energy_counter(powercap_root_); }
 
 private:
     SubBlockTimes* timings_;
+    std::string powercap_root_;
     RaplReader rapl_;
     std::vector<SubBlockEvent> events_;
     std::vector<StepRecord> steps_;

@@ -88,6 +88,7 @@ public:
             return "";
         return bus_id;
     }
+    std::unique_ptr<EnergyCounter> energy_counter() const override { return nvml_energy_counter(pci_bus_id()); }
 
 private:
     std::unique_ptr<CuptiCollector> collector_;

@@ -291,6 +291,20 @@ std::vector<Finding> records_rule(const FindingInput& in) {
              "profile fewer steps (--steps) or a smaller model (--layers)", 0}};
 }
 
+// --energy's closure: the sub-blocks' joules summed should be the whole step's; more than 10% apart, the split is
+// in doubt (work outside every sub-block, replays that do not behave as in the step, a counter too coarse).
+std::vector<Finding> energy_closure_rule(const FindingInput& in) {
+    const EnergySummary& e = in.r.energy;
+    if (!e.measured || !std::isfinite(e.diff_pct) || std::fabs(e.diff_pct) <= 10) return {};
+    return {{"energy_closure",
+             strprintf("the sub-blocks' energies sum to %+.0f%% of the whole step's", e.diff_pct),
+             strprintf("%.4f J per step summed over the sub-blocks against %.4f J for the step replayed whole (%s, %d "
+                       "repetitions)",
+                       e.sum_j, e.step_j, e.source.c_str(), e.repeats),
+             "read the per-sub-block joules as shares, not absolutes; a longer --energy-seconds narrows the intervals",
+             0}};
+}
+
 namespace {
 const PhaseRow* decode_row(const Report& r) {
     for (const PhaseRow& p : r.phases)
@@ -361,6 +375,7 @@ std::vector<Finding> find_limits(const Report& r, const ProfileRecords& rec) {
     std::stable_sort(out.begin(), out.end(),
                      [](const Finding& a, const Finding& b) { return a.ms_per_step > b.ms_per_step; });
     std::vector<Finding> first = records_rule(in);
+    for (Finding& f : energy_closure_rule(in)) first.push_back(std::move(f));
     out.insert(out.begin(), first.begin(), first.end());
     return out;
 }

@@ -63,6 +63,7 @@ std::vector<Finding> memcpy_rule(const FindingInput& in);
 std::vector<Finding> occupancy_rule(const FindingInput& in);
 std::vector<Finding> throttle_rule(const FindingInput& in);
 std::vector<Finding> records_rule(const FindingInput& in);
+std::vector<Finding> energy_closure_rule(const FindingInput& in);
 // Inference profiles only (the report's decode phase row):
 std::vector<Finding> decode_weight_rule(const FindingInput& in);  // decode memory-bound on weight reads
 std::vector<Finding> decode_launch_rule(const FindingInput& in);  // decode steps mostly outside the model's work

@@ -1,6 +1,8 @@
 // NVML's loader, the link reader and the power sampler (llmc/profiler/nvml_sampler.h).
 #include "llmc/profiler/nvml_sampler.h"
 
+#include <cmath>
+
 #include <dlfcn.h>
 
 namespace llmc::prof {
@@ -138,6 +140,21 @@ void PowerSampler::mark() {
         std::lock_guard<std::mutex> lock(mutex_);
         energy_.push_back(e);
     }
+}
+
+bool PowerSampler::has_energy_counter() const { return available() && std::isfinite(energy_joules()); }
+
+double PowerSampler::energy_joules() const {
+    unsigned long long mj = 0;
+    if (!available() || !api_.total_energy || api_.total_energy(device_, &mj) != NVML_SUCCESS) return NAN;
+    return mj * 1e-3;
+}
+
+void PowerSampler::clocks(int* sm_clock_mhz, int* temperature_c) const {
+    unsigned v = 0;
+    *sm_clock_mhz = available() && api_.clock_info && api_.clock_info(device_, NVML_CLOCK_SM, &v) == NVML_SUCCESS ? (int)v : 0;
+    *temperature_c =
+        available() && api_.temperature && api_.temperature(device_, NVML_TEMPERATURE_GPU, &v) == NVML_SUCCESS ? (int)v : 0;
 }
 
 void PowerSampler::stop() {

@@ -141,6 +141,12 @@ public:
     // "" when available, else "NVML not available (<why>)".
     const std::string& status() const { return status_; }
 
+    // The energy counter (nvmlDeviceGetTotalEnergyConsumption, Volta and newer): whether it answers, and its
+    // reading now in joules (NaN when a reading fails); the SM clock (MHz) and temperature (C) now, 0 when unknown.
+    bool has_energy_counter() const;
+    double energy_joules() const;
+    void clocks(int* sm_clock_mhz, int* temperature_c) const;
+
     // Starts the sampling thread; false (and no samples) without NVML.
     bool start();
     // A step boundary: one sample and one reading of the energy counter, taken now on this thread.

@@ -31,6 +31,11 @@ FlagTable profile_flags(ProfileOptions& o) {
            flag::off(o.calibrate)});
     t.add({"", "--counters", "", "one more step under CUPTI's range profiler: per-kernel FLOPs and DRAM bytes",
            flag::on(o.counters)});
+    t.add({"", "--energy", "",
+           "joules per sub-block: each replayed after the profile long enough for\n"
+           "NVML's energy counter, with 95% intervals (energy.csv)",
+           flag::on(o.energy)});
+    t.add({"", "--energy-seconds", "S", "--energy's measuring time, about", flag::real(o.energy_seconds, 1.0f, 86400.0f)});
     t.add({"", "--top", "N", "kernels listed in the summary", flag::integer(o.top, 1, IMAX)});
     t.add({"", "--cuda-graph", "0|1",
            "each step's forward and backward, and its update, as one CUDA graph\n"
@@ -50,6 +55,7 @@ ProfileOptions parse_profile_options(int argc, char** argv) {
     FlagTable t = profile_flags(o);
     t.parse(argc, argv);
     o.given = t.given_names();
+    if (o.has("--energy-seconds") && !o.energy) throw UsageError("--energy-seconds: only with --energy");
     if (o.counters && o.cuda_graph)
         throw UsageError("--counters: the counted step would replay a CUDA graph, whose kernels CUPTI's kernel replay "
                          "is not relied on to count; profile the counters without --cuda-graph 1");

@@ -22,6 +22,8 @@ struct ProfileOptions {
     bool calibrate = true;
     bool counters = false;
     bool cuda_graph = false; // --cuda-graph: each micro-step and update one CUDA graph launch
+    bool energy = false;     // --energy: joules per sub-block after the profile
+    float energy_seconds = 60; // --energy-seconds
     int top = 15;
     bool help = false, version = false;
     std::set<std::string> given; // the flags on the command line (long names): they win over the ncu defaults

@@ -198,6 +198,31 @@ struct ProfileContext {
     std::vector<GemmTuning> gemm_algorithms; // GPU: every cuBLASLt matmul plan's algorithm and autotune times
 };
 
+// --energy (llmc/profiler/energy.h): each target replayed in repeated measurements of the device's energy counter.
+// part: one (sub-block, phase) of the step, all its layers; step: the whole step; idle: nothing queued.
+enum class EnergyKind { part, step, idle };
+// One measurement: the counter's advance over `seconds` between two of its updates, while `replays` replays ran
+// (idle: waits); the SM clock and temperature read after it (0: unknown).
+struct EnergyRun {
+    double joules = 0, seconds = 0;
+    long replays = 0;
+    int sm_clock_mhz = 0, temperature_c = 0;
+};
+struct EnergyTargetRecord {
+    std::string subblock, phase, layers; // layers: "0-11" for the per-layer sub-blocks, "-" otherwise
+    EnergyKind kind = EnergyKind::part;
+    std::vector<EnergyRun> runs;         // one per repetition, in the order measured
+    double seconds_spent = 0;            // its calibration and measurements, all told
+};
+struct EnergyRecords {
+    bool requested = false;    // --energy was given
+    std::string source;        // "NVML total energy counter", "RAPL package counters", "synthetic (scripted counter)"
+    bool synthetic = false;    // a scripted counter (the sample profile, tests), not a device
+    std::string status;        // why nothing was measured ("" when it was)
+    double counter_period_s = 0, window_s = 0, budget_s = 0;
+    std::vector<EnergyTargetRecord> targets; // idle first, then the parts in step order, then the whole step
+};
+
 struct ProfileRecords {
     std::vector<KernelRecord> kernels;
     std::vector<MemcpyRecord> memcpys;
@@ -213,6 +238,7 @@ struct ProfileRecords {
     std::string power_status;  // why there is no power data ("NVML not available (...)"), "" when there is
     std::string energy_counter = "NVML energy counter"; // what the energy readings count
     int max_sm_clock_mhz = 0;  // the GPU's maximum SM clock (NVML), 0 = unknown
+    EnergyRecords energy_replays;  // --energy: measured after the window (llmc/profiler/energy.h)
     uint64_t dropped_records = 0;  // CUPTI records lost to full buffers
     double cupti_overhead_ns = 0;  // CUPTI's own overhead records, summed
 };

@@ -600,6 +600,101 @@ void fill_decode_buckets(Report& r, int buckets) {
     }
 }
 
+double student_t975(int dof) {
+    static const double t[] = {NAN,   12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                               2.201, 2.179,  2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                               2.080, 2.074,  2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+    if (dof < 1) return NAN;
+    return dof <= 30 ? t[dof] : dof <= 60 ? 2.000 : 1.960;
+}
+
+namespace {
+
+// Mean and the 95% interval's half-width of the values.
+std::pair<double, double> mean_ci95(const std::vector<double>& v) {
+    const size_t n = v.size();
+    if (n == 0) return {NAN, NAN};
+    double mean = 0, ss = 0;
+    for (double x : v) mean += x / n;
+    for (double x : v) ss += (x - mean) * (x - mean);
+    if (n < 2) return {mean, NAN};
+    return {mean, student_t975((int)n - 1) * std::sqrt(ss / (n - 1) / n)};
+}
+
+// The analytic FLOPs per step of (sub-block, phase) by name; NaN when the names are not a cell of the table.
+double cell_flops(const Report& r, const std::string& subblock, const std::string& phase) {
+    if (!r.has_model) return NAN;
+    for (int s = 0; s < NUM_SUBBLOCKS; s++)
+        for (int p = 0; p < NUM_PHASES; p++)
+            if (subblock == subblock_name((SubBlock)s) && phase == phase_name((Phase)p)) return r.costs[s][p].flops();
+    return NAN;
+}
+
+double step_flops(const Report& r) {
+    if (!r.has_model) return NAN;
+    double f = 0;
+    for (const auto& row : r.costs)
+        for (const OpCost& c : row) f += c.flops();
+    return f;
+}
+
+} // namespace
+
+void fill_energy(Report& r, const EnergyRecords& e) {
+    EnergySummary& out = r.energy;
+    out.requested = e.requested, out.synthetic = e.synthetic, out.source = e.source, out.status = e.status;
+    if (!e.requested || e.targets.empty()) return;
+    out.measured = true;
+    out.counter_period_ms = e.counter_period_s * 1e3, out.window_s = e.window_s, out.budget_s = e.budget_s;
+    std::vector<double> idle_w;
+    double step_s = NAN;
+    for (const EnergyTargetRecord& t : e.targets)
+        for (const EnergyRun& run : t.runs)
+            if (t.kind == EnergyKind::idle && run.seconds > 0) idle_w.push_back(run.joules / run.seconds);
+    out.idle_w = mean_ci95(idle_w).first;
+    for (const EnergyTargetRecord& t : e.targets) {
+        EnergyRow row{t.subblock, t.phase, t.layers, t.kind};
+        std::vector<double> j, above, w, s;
+        for (const EnergyRun& run : t.runs) {
+            if (run.replays <= 0 || run.seconds <= 0) continue;
+            j.push_back(run.joules / run.replays);
+            s.push_back(run.seconds / run.replays);
+            w.push_back(run.joules / run.seconds);
+            above.push_back(j.back() - out.idle_w * s.back());
+            row.sm_clock_mhz = run.sm_clock_mhz, row.temperature_c = run.temperature_c;
+        }
+        row.repeats = (int)t.runs.size(), row.seconds = t.seconds_spent;
+        row.watts = mean_ci95(w).first;
+        if (t.kind != EnergyKind::idle) {
+            const auto [mean, half] = mean_ci95(j);
+            row.j_per_step = mean, row.ci95_low = mean - half, row.ci95_high = mean + half;
+            row.j_above_idle = mean_ci95(above).first;
+            row.s_per_step = mean_ci95(s).first;
+            const double flops = t.kind == EnergyKind::step ? step_flops(r) : cell_flops(r, t.subblock, t.phase);
+            row.flop_per_j = flops > 0 ? flops / mean : NAN;
+            if (t.kind == EnergyKind::step) step_s = row.s_per_step;
+        }
+        out.rows.push_back(row);
+        out.repeats = std::max(out.repeats, row.repeats);
+    }
+    // Idle over the step's replayed time; the rows in the profile's order: parts, the step, idle.
+    for (EnergyRow& row : out.rows)
+        if (row.kind == EnergyKind::idle) {
+            const auto [mean, half] = mean_ci95(idle_w);
+            row.j_per_step = mean * step_s, row.ci95_low = (mean - half) * step_s, row.ci95_high = (mean + half) * step_s;
+            row.j_above_idle = 0, row.s_per_step = step_s;
+        }
+    std::stable_sort(out.rows.begin(), out.rows.end(),
+                     [](const EnergyRow& a, const EnergyRow& b) { return (int)a.kind < (int)b.kind; });
+    double sum = 0;
+    for (const EnergyRow& row : out.rows) {
+        if (row.kind == EnergyKind::part) sum += row.j_per_step;
+        if (row.kind == EnergyKind::step) out.step_j = row.j_per_step;
+    }
+    out.sum_j = sum;
+    out.diff_pct = 100 * (sum - out.step_j) / out.step_j;
+}
+
 Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
     Report r;
     r.context = ctx;
@@ -640,6 +735,7 @@ Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
         fill_phase_table(r);
         fill_decode_buckets(r);
     }
+    fill_energy(r, rec.energy_replays);
     r.findings = find_limits(r, rec);
     return r;
 }

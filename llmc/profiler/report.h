@@ -181,6 +181,33 @@ struct PowerSummary {
 };
 
 // A limit of the run with its evidence and what to try next (llmc/profiler/findings.h), ranked by time at stake.
+// --energy: one target's measurements (llmc/profiler/energy.h) as the profile gives them. Per step: a part's or the
+// step's replay is one step's worth; idle's J per step is the idle power over the step's replayed time.
+struct EnergyRow {
+    std::string subblock, phase, layers;
+    EnergyKind kind = EnergyKind::part;
+    double j_per_step = NAN, ci95_low = NAN, ci95_high = NAN; // the mean over the repetitions and its 95% interval
+    double watts = NAN;        // average power while it replayed
+    double j_above_idle = NAN; // j_per_step less the idle power over its time per step
+    double flop_per_j = NAN;   // analytic FLOPs per step over j_per_step (NaN without a model)
+    double s_per_step = NAN;   // its replayed time per step
+    int repeats = 0;
+    double seconds = 0;        // spent measuring it
+    int sm_clock_mhz = 0, temperature_c = 0; // the last repetition's (0: unknown)
+};
+struct EnergySummary {
+    bool requested = false, measured = false, synthetic = false;
+    std::string source, status;
+    double counter_period_ms = NAN, window_s = NAN, budget_s = NAN, idle_w = NAN;
+    int repeats = 0;
+    std::vector<EnergyRow> rows; // the parts in step order, then the step, then idle
+    // The closure: the parts' sum against the whole step replayed, (sum - step) / step in percent.
+    double sum_j = NAN, step_j = NAN, diff_pct = NAN;
+};
+
+// The 97.5% quantile of Student's t with `dof` degrees of freedom (the 95% interval's half-width in standard errors).
+double student_t975(int dof);
+
 struct Finding {
     std::string rule;       // "roofline", "launch_bound", "sync_stall", "memcpy", "occupancy", "throttle", "records"
     std::string what, evidence, next_step;
@@ -271,6 +298,7 @@ struct Report {
     std::vector<Finding> findings; // most time at stake first
     CounterReport counters;        // hardware counters of one extra step (profile_gpt2cu --counters)
     MemoryReport memory;           // the analysis of context.memory (llmc/profiler/memory.h)
+    EnergySummary energy;          // --energy
 };
 
 
@@ -302,6 +330,8 @@ void fill_power(Report& r, const ProfileRecords& rec, const StepWindow& w);     
 // and the decode steps in at most `buckets` groups of consecutive steps by context length.
 void fill_phase_table(Report& r);
 void fill_decode_buckets(Report& r, int buckets = 8);
+// --energy's rows from its measurements (after the costs: FLOP/J).
+void fill_energy(Report& r, const EnergyRecords& e);
 
 Report build_report(const ProfileRecords& rec, const ProfileContext& ctx);
 

@@ -30,6 +30,7 @@ void check_profile_dir(const std::string& dir, const std::string& flag) {
 ProfileSession::ProfileSession(SessionOptions opt, ProfileContext ctx, std::unique_ptr<EventSource> source)
     : opt_(std::move(opt)), schedule_(opt_.first_step, opt_.steps), ctx_(std::move(ctx)), source_(std::move(source)) {
     check_profile_dir(opt_.dir, opt_.flag);
+    if (opt_.energy) energy_counter_ = energy_counter_for(*source_);
     make_dirs(opt_.dir);
     if (!source_->slow_start() || schedule_.arm_at_start()) arm();
 }
@@ -120,6 +121,7 @@ void ProfileSession::write() {
     source_->complete_context(ctx_);
     CounterReport counters;
     if (before_report_) counters = before_report_(records, ctx_);
+    if (opt_.energy) records.energy_replays = measure_energy_now();
     Report report = build_report(records, ctx_);
     report.counters = std::move(counters);
     if (opt_.print_summary) printf("%s", format_summary(report, opt_.summary_top).c_str());
@@ -145,6 +147,45 @@ void ProfileSession::write() {
     if (flush_ns_ > 0)
         printf("profile: %.3f ms per traced step flushing CUPTI buffers between steps (not in the step times)\n",
                flush_ns_ / 1e6 / schedule_.num_recorded());
+}
+
+std::unique_ptr<EnergyCounter> energy_counter_for(const EventSource& source) {
+    std::unique_ptr<EnergyCounter> counter = source.energy_counter();
+    if (!counter) throw Error("--energy: this program's profile has no energy counter");
+    if (!counter->status().empty()) throw Error("--energy: " + counter->status());
+    return counter;
+}
+
+EnergyRecords ProfileSession::measure_energy_now() {
+    EnergyRecords rec;
+    rec.requested = true;
+    rec.source = energy_counter_->name();
+    if (!energy_work_) {
+        rec.status = "this program has no replays for --energy";
+        printf("energy: not measured: %s\n", rec.status.c_str());
+        return rec;
+    }
+    EnergyWork work;
+    EnergyOptions eo;
+    eo.budget_s = opt_.energy_seconds;
+    eo.progress = [](const std::string& line) {
+        printf("%s\n", line.c_str());
+        fflush(stdout);
+    };
+    try {
+        work = energy_work_();
+        // The idle baseline first in each round, the whole step last (the backend lists it last).
+        work.targets.insert(work.targets.begin(), ReplayTarget{"idle", "-", "-", EnergyKind::idle, nullptr});
+        printf("energy: %zu targets replayed for the %s, about %.0f s (--energy-seconds)\n", work.targets.size(),
+               rec.source.c_str(), opt_.energy_seconds);
+        fflush(stdout);
+        rec = measure_energy(work.targets, *energy_counter_, work.clock, eo);
+    } catch (const Error& e) {
+        rec.status = e.what();
+        printf("energy: not measured: %s; the rest of the profile is written\n", e.what());
+    }
+    if (work.restore) work.restore();
+    return rec;
 }
 
 ProfileContext profile_context(const char* program, const GPT2Config& c, int B, int T, int grad_accum) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "llmc/profiler/counter_records.h"
+#include "llmc/profiler/energy.h"
 #include "llmc/profiler/records.h"
 #include "llmc/profiler/schedule.h"
 
@@ -47,6 +48,16 @@ public:
     // The records' timebase for the power sampler and the device's PCI bus id; no clock: no power samples.
     virtual std::function<uint64_t()> power_clock() const { return nullptr; }
     virtual std::string pci_bus_id() const { return ""; }
+    // The device's energy counter, for --energy (llmc/profiler/energy.h); null where the source has none.
+    virtual std::unique_ptr<EnergyCounter> energy_counter() const { return nullptr; }
+};
+
+// --energy: what the backend replays after the window (its sub-blocks and its whole step, on the step's buffers),
+// how the device's time is kept, and how the state the replays changed (weights, moments) is put back.
+struct EnergyWork {
+    std::vector<ReplayTarget> targets;
+    EnergyClock clock;
+    std::function<void()> restore;
 };
 
 struct SessionOptions {
@@ -60,6 +71,9 @@ struct SessionOptions {
     // The GPU's ceilings measured (or read from their cache) when the session is made; false: the datasheet's
     // (profile_gpt2cu --no-calibrate, or under ncu and nsys). The CPU's are always measured.
     bool measure_ceilings = true;
+    // --energy: joules per sub-block measured after the window within about energy_seconds (llmc/profiler/energy.h).
+    bool energy = false;
+    double energy_seconds = 60;
 };
 
 class ProfileSession {
@@ -90,6 +104,9 @@ public:
     // and returns hardware counters (profile_gpt2cu's --counters step).
     using BeforeReport = std::function<CounterReport(const ProfileRecords&, ProfileContext&)>;
     void before_report(BeforeReport fn) { before_report_ = std::move(fn); }
+    // --energy's replays, made at write time (after before_report's); a session with --energy and none measures
+    // nothing and says so.
+    void energy_work(std::function<EnergyWork()> fn) { energy_work_ = std::move(fn); }
     const ProfileContext& context() const { return ctx_; } // the run's description and the measured ceilings
     // The written profile's average power (W) and energy per token (J) over its window, as summary.txt gives
     // them; NaN before it is written or where the device has no power reading.
@@ -105,6 +122,7 @@ private:
     void arm();
     void stop();
     void write();
+    EnergyRecords measure_energy_now();
 
     SessionOptions opt_;
     ProfileSchedule schedule_;
@@ -112,6 +130,8 @@ private:
     std::unique_ptr<EventSource> source_;
     std::unique_ptr<PowerSampler> power_; // while the source runs, when it has a clock
     BeforeReport before_report_;
+    std::function<EnergyWork()> energy_work_;
+    std::unique_ptr<EnergyCounter> energy_counter_; // --energy: checked when the session is made
     bool source_running_ = false, in_window_ = false;
     int step_ = -1;
     int64_t flush_ns_ = 0; // summed time of the between-step flushes
@@ -121,6 +141,10 @@ private:
     std::string write_error_;
     std::vector<std::string> written_files_;
 };
+
+// --energy's counter of the source: Error (one line) when it has none or cannot read it. The session calls it when
+// it is made; the programs' session makers call it first, before the ceilings are measured.
+std::unique_ptr<EnergyCounter> energy_counter_for(const EventSource& source);
 
 // The program, model and batch of a profile; the event source adds the device and the build when it is written.
 ProfileContext profile_context(const char* program, const GPT2Config& c, int B, int T, int grad_accum = 1);

@@ -383,6 +383,34 @@ Columns<MeasuredRow> measured_columns() {
     };
 }
 
+// energy.csv, profile.json "energy" "rows" and summary.txt's "Energy per sub-block" (--energy): J per step in mJ in
+// the summary, with the 95% interval.
+Columns<EnergyRow> energy_columns() {
+    using E = EnergyRow;
+    auto num_col = [](double E::*f, const char* name, const char* heading, const char* fmt, double mul) -> Column<E> {
+        return {[f](const E& e) -> Value { return e.*f; }, {name, "%.6g"}, {name}, {heading, fmt, mul}};
+    };
+    auto int_col = [](int E::*f, const char* name, const char* heading) -> Column<E> {
+        return {[f](const E& e) -> Value { return e.*f ? (double)(e.*f) : NAN; }, {name, "%.0f"}, {name},
+                {heading, "%.0f"}};
+    };
+    return {
+        {[](const E& e) -> Value { return e.subblock; }, {"sub_block"}, {"sub_block"}, {"sub-block"}},
+        {[](const E& e) -> Value { return e.phase; }, {"phase"}, {"phase"}, {"phase", "", 1, 1, 'l'}},
+        {[](const E& e) -> Value { return e.layers; }, {"layers"}, {"layers"}, {"layers", "", 1, 1, 'l'}},
+        num_col(&E::j_per_step, "j_per_step", "mJ/step", "%.3f", 1e3),
+        num_col(&E::ci95_low, "ci95_low", "ci95_lo", "%.3f", 1e3),
+        num_col(&E::ci95_high, "ci95_high", "ci95_hi", "%.3f", 1e3),
+        num_col(&E::watts, "watts", "W", "%.1f", 1),
+        num_col(&E::j_above_idle, "j_above_idle", "mJ>idle", "%.3f", 1e3),
+        num_col(&E::flop_per_j, "flop_per_j", "GFLOP/J", "%.1f", 1e-9),
+        {[](const E& e) -> Value { return (long long)e.repeats; }, {"repeats"}, {"repeats"}, {"reps"}},
+        num_col(&E::seconds, "seconds", "s", "%.1f", 1),
+        int_col(&E::sm_clock_mhz, "sm_clock_mhz", "MHz"),
+        int_col(&E::temperature_c, "temp_c", "C"),
+    };
+}
+
 // Their time by kind: profile.json "outside_steps" "by_kind" and summary.txt.
 Columns<NamedTime> outside_kind_columns() {
     using N = NamedTime;
@@ -631,6 +659,20 @@ std::string summary_power(const Report& r) {
     return s;
 }
 
+std::string summary_energy(const Report& r) {
+    const EnergySummary& e = r.energy;
+    if (!e.requested) return "";
+    std::string s = "\n== Energy per sub-block (--energy: each replayed for the energy counter) ==\n";
+    if (!e.measured) return s + "  not measured: " + e.status + "\n";
+    s += strprintf("  %s%s, updated every %.1f ms; %d repetitions of %.2f s per target, interleaved; idle %.1f W\n",
+                   e.source.c_str(), e.synthetic ? ", not a device" : "", e.counter_period_ms, e.repeats,
+                   e.window_s, e.idle_w);
+    s += text_table(energy_columns(), e.rows);
+    s += strprintf("  closure: the sub-blocks sum to %.3f mJ per step, the step replayed whole %.3f mJ (%+.1f%%)\n",
+                   e.sum_j * 1e3, e.step_j * 1e3, e.diff_pct);
+    return s;
+}
+
 std::string summary_findings(const Report& r) {
     std::string s;
     s += "\n== Findings ==\n";
@@ -658,6 +700,8 @@ std::string measured_vs_analytic(const CounterReport& r, const CostTable& costs,
     return s;
 }
 
+std::string energy_csv(const Report& r) { return csv_table(energy_columns(), r.energy.rows); }
+
 std::string counters_csv(const Report& r) {
     return csv_table(measured_columns(), measured_rows(r.counters, r.costs, r.has_model));
 }
@@ -668,7 +712,7 @@ std::string format_summary(const Report& r, int top_n) {
                     summary_subblocks(r, st) + (r.phases.empty() ? "" : summary_inference(r, st)) +
                     summary_steps(r, st);
     if (st.on_gpu) s += summary_gpu_idle_and_api(r);
-    s += summary_power(r) + summary_findings(r);
+    s += summary_power(r) + summary_energy(r) + summary_findings(r);
     if (r.memory.present) s += "\n" + format_memory_report(r.context.memory, r.memory);
     return s;
 }
@@ -1108,6 +1152,19 @@ json power_json(const PowerSummary& p) {
             {"max_sm_clock_limit_mhz", p.max_sm_clock_limit_mhz}, {"reading", p.reading}, {"status", p.status}};
 }
 
+json energy_json(const EnergySummary& e) {
+    return {{"source", e.source},
+            {"synthetic", e.synthetic},
+            {"status", e.status},
+            {"counter_period_ms", e.counter_period_ms},
+            {"window_s", e.window_s},
+            {"budget_s", e.budget_s},
+            {"repeats", e.repeats},
+            {"idle_w", e.idle_w},
+            {"rows", json_array(energy_columns(), e.rows)},
+            {"closure", {{"sum_j", e.sum_j}, {"step_j", e.step_j}, {"diff_pct", e.diff_pct}}}};
+}
+
 json inference_json(const Report& r) {
     const InferenceShape& in = r.context.inference;
     return {{"sequences", in.sequences}, {"prompt_tokens", in.prompt_tokens}, {"decode_steps", in.decode_steps},
@@ -1158,6 +1215,7 @@ std::string profile_json(const Report& r) {
     const CounterReport& hw = r.counters;
     if (hw.collected || !hw.note.empty()) j["counters"] = counters_json(r);
     j["power"] = power_json(r.power);
+    if (r.energy.requested) j["energy"] = energy_json(r.energy);
     if (!r.phases.empty()) j["inference"] = inference_json(r);
     j["gemm_algorithms"] = gemm_algorithms_json(r.context.gemm_algorithms);
     j["findings"] = findings_json(r.findings);
@@ -1168,7 +1226,7 @@ std::string profile_json(const Report& r) {
 const std::vector<std::string> kProfileFiles = {
     "summary.txt", "kernels.csv",        "subblocks.csv",     "steps.csv",    "api.csv",    "roofline.csv",
     "phases.csv",  "decode_buckets.csv", "outside_steps.csv", "counters.csv", "trace.json", "profile.json",
-    "memory.csv",  "memory_snapshot.pickle", "report.html"};
+    "memory.csv",  "memory_snapshot.pickle", "energy.csv", "report.html"};
 
 std::vector<std::string> write_profile_dir(const std::string& dir, const Report& r, const ProfileRecords& rec,
                                            int top_n) {
@@ -1191,7 +1249,8 @@ std::vector<std::string> write_profile_dir(const std::string& dir, const Report&
     for (const auto& [name, table, mine] : {std::make_tuple("phases.csv", &phases_csv, infer),
                                             std::make_tuple("decode_buckets.csv", &decode_buckets_csv, infer),
                                             std::make_tuple("outside_steps.csv", &outside_steps_csv, !infer),
-                                            std::make_tuple("counters.csv", &counters_csv, r.counters.collected)}) {
+                                            std::make_tuple("counters.csv", &counters_csv, r.counters.collected),
+                                            std::make_tuple("energy.csv", &energy_csv, r.energy.measured)}) {
         if (mine) write(name, table(r));
         else remove_stale(dir + "/" + name);
     }

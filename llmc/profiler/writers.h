@@ -45,6 +45,7 @@ std::string roofline_csv(const Report& r);
 std::string phases_csv(const Report& r);         // inference profiles only
 std::string decode_buckets_csv(const Report& r); // inference profiles only
 std::string counters_csv(const Report& r);       // profiles with counters (--counters) only
+std::string energy_csv(const Report& r);         // profiles with --energy measured only
 std::string trace_json(const Report& r, const ProfileRecords& rec);
 std::string profile_json(const Report& r);
 

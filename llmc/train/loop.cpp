@@ -100,7 +100,9 @@ std::unique_ptr<prof::ProfileSession> make_profile_session(const char* program, 
     if (opt.profile_dir.empty()) return nullptr;
     prof::ProfileContext ctx = prof::profile_context(program, plan.cfg, opt.B, opt.T, plan.grad_accum);
     ctx.rank = plan.rank, ctx.world_size = plan.world;
-    return be.profile_session({opt.profile_dir, opt.profile_start - 1, opt.profile_steps}, std::move(ctx));
+    prof::SessionOptions so{opt.profile_dir, opt.profile_start - 1, opt.profile_steps};
+    so.energy = opt.energy, so.energy_seconds = opt.energy_seconds;
+    return be.profile_session(so, std::move(ctx));
 }
 
 void print_banner(const TrainBackend& be, const RunPlan& p) {

@@ -70,6 +70,11 @@ void add_profile_and_memory(FlagTable& t, TrainOptions& o) {
     t.add({"", "--profile-start", "N", "first profiled step, as the step lines number them (from 1)",
            flag::integer(o.profile_start, 1, IMAX)});
     t.add({"", "--profile-steps", "N", "profiled steps", flag::integer(o.profile_steps, 1, IMAX)});
+    t.add({"", "--energy", "",
+           "with --profile: joules per sub-block, each replayed after the window\n"
+           "long enough for the energy counter (NVML on the GPU, RAPL on the CPU)",
+           flag::on(o.energy)});
+    t.add({"", "--energy-seconds", "S", "--energy's measuring time, about", flag::real(o.energy_seconds, 1.0f, 86400.0f)});
     t.add({"", "--memory-plan", "",
            "GPU trainer: print the memory plan for these flags and the largest\n"
            "micro-batch that fits, then exit (no GPU needed)",
@@ -118,8 +123,9 @@ TrainOptions parse_train_options(int argc, char** argv, TrainOptions opt) {
     FlagTable t = train_flags("", opt);
     t.parse(argc, argv);
     opt.model_given = t.given("--model");
-    for (const char* f : {"--profile-start", "--profile-steps"})
+    for (const char* f : {"--profile-start", "--profile-steps", "--energy"})
         if (t.given(f) && opt.profile_dir.empty()) throw UsageError(strprintf("%s: only with --profile DIR", f));
+    if (t.given("--energy-seconds") && !opt.energy) throw UsageError("--energy-seconds: only with --energy");
     finish(opt);
     return opt;
 }

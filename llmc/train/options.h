@@ -45,6 +45,8 @@ struct TrainOptions {
     int profile_start = 6;                            // --profile-start: first profiled step, numbered as the
                                                       // step lines number them (from 1)
     int profile_steps = 5;                            // --profile-steps
+    bool energy = false;                              // --energy: joules per sub-block after the window
+    float energy_seconds = 60;                        // --energy-seconds
     bool memory_plan = false;                         // --memory-plan: print the GPU memory plan and exit
     size_t device_memory = 0;                         // --device-memory (0 = the present GPU's free memory)
     bool cuda_graph = false;                          // --cuda-graph: micro-steps and updates as CUDA graphs (GPU)

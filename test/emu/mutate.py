@@ -170,6 +170,14 @@ MUTATIONS = [
      "training micro-step's token copy inside the graph (the capture's replayed)", "EmuGPT2GPU.GraphSteps*"),
     ("llmc/profiler/attribution.cpp", "        a.where = unpack_range_id(node->second);\n", "",
      "a replayed kernel's node Range dropped (the launch's kept)", "EmuGraphAttribution.*"),
+    ("llmc/profiler/report.cpp", "above.push_back(j.back() - out.idle_w * s.back());",
+     "above.push_back(j.back() - 2 * out.idle_w * s.back());",
+     "--energy: the idle baseline subtracted twice", "EnergyMethod.*"),
+    ("llmc/profiler/energy.cpp", "        clock.sync(); // the counter is read after the work it should count\n", "",
+     "--energy: the counter read before the replays it counts have run", "EnergyMethod.*"),
+    ("llmc/gpu/step_graphs.cuh", "for (cudaGraphExec_t g : parts_.at(part).graphs) CUDA_CHECK(cudaGraphLaunch(g, stream_));",
+     "CUDA_CHECK(cudaGraphLaunch(parts_.at(part).graphs.front(), stream_));",
+     "--energy: a part replays its first layer's graph only", "EmuSubBlockGraphs.*"),
 ]
 
 

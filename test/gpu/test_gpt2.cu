@@ -473,3 +473,123 @@ GPU_TEST(GPT2GPU, ShardedTrainStepMatchesOneProcessOnItsShard) {
         }
     }
 }
+
+namespace {
+__global__ void accumulate_kernel(float* y, const float* x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+__global__ void double_kernel(float* z, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) z[i] *= 2.0f;
+}
+} // namespace
+
+/*
+ * --energy's replays (llmc/gpu/step_graphs.cuh SubBlockGraphs): the body runs once while each sub-block range is
+ * captured (its work done, the work outside every range too); a part replayed N times leaves the buffers as N eager
+ * runs of its launches do, and a part that recurs across layers keeps one graph per layer, in order.
+ */
+GPU_TEST(SubBlockGraphs, ReplayedNTimesIsNEagerRuns) {
+    REQUIRE_GPU();
+    const int n = 300, N = 3;
+    const std::vector<float> x0 = gputest::random_normal(n, 1.0f), y0 = gputest::random_normal(n, 1.0f),
+                             z0 = gputest::random_normal(n, 1.0f);
+    DeviceBuffer<float> x(x0), y(y0), y2(y0), z(z0), w(n);
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+    auto accumulate = [&](float* into) {
+        accumulate_kernel<<<(n + 127) / 128, 128, 0, stream>>>(into, x, n);
+        CUDA_LAUNCH_CHECK();
+    };
+    SubBlockGraphs graphs(stream, [&] {
+        for (int l = 0; l < 2; l++) {
+            Range r(SubBlock::fc, Phase::fwd, l);
+            accumulate(l == 0 ? y.ptr : y2.ptr);
+        }
+        CUDA_CHECK(cudaMemsetAsync(w, 0, n * sizeof(float), stream)); // outside every sub-block
+        Range r(SubBlock::optimizer, Phase::opt);
+        double_kernel<<<(n + 127) / 128, 128, 0, stream>>>(z, n);
+        CUDA_LAUNCH_CHECK();
+    });
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    ASSERT_EQ(graphs.parts().size(), 2u);
+    EXPECT_EQ(graphs.parts()[0].subblock, (int)SubBlock::fc);
+    EXPECT_EQ(graphs.parts()[0].phase, (int)Phase::fwd);
+    EXPECT_EQ(graphs.parts()[0].first_layer, 0);
+    EXPECT_EQ(graphs.parts()[0].last_layer, 1);
+    EXPECT_EQ(graphs.parts()[0].graphs.size(), 2u);
+    EXPECT_EQ(graphs.parts()[1].subblock, (int)SubBlock::optimizer);
+    EXPECT_EQ(graphs.parts()[1].first_layer, -1);
+    // The body ran once: each buffer as one eager run leaves it.
+    std::vector<float> want_y = y0, want_z = z0;
+    for (int i = 0; i < n; i++) want_y[i] += x0[i], want_z[i] *= 2.0f;
+    EXPECT_EQ(y.download(), want_y);
+    EXPECT_EQ(y2.download(), want_y);
+    EXPECT_EQ(z.download(), want_z);
+    EXPECT_EQ(w.download(), std::vector<float>(n, 0.0f));
+    // N replays of the fc part against N eager launches on a copy; the optimizer part untouched meanwhile.
+    DeviceBuffer<float> eager(want_y);
+    for (int k = 0; k < N; k++) accumulate(eager.ptr);
+    graphs.replay(0, N);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(gputest::same_bits(y.download(), eager.download()));
+    EXPECT_TRUE(gputest::same_bits(y2.download(), eager.download()));
+    EXPECT_EQ(z.download(), want_z);
+    graphs.replay(1, N);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (float& v : want_z) v *= 8.0f;
+    EXPECT_EQ(z.download(), want_z);
+    CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+/*
+ * gpu_energy_work on a trained model: its parts are every (sub-block, phase) of the step, with the layers they
+ * span; the whole step's graph replayed once is the step queued eagerly again, bit for bit; restore() puts back the
+ * weights and moments the replays changed.
+ */
+GPU_TEST(GPT2GPU, EnergyReplaysAreTheStepAndRestoreTheModel) {
+    REQUIRE_GPU();
+    const int B = 2, T = 16, accum = 2;
+    const uint64_t seed = gputest::fresh_seed();
+    Pair a(B, T, seed), b(B, T, seed);
+    EXPECT_THROW(gpu_energy_work(a.gpu), Error); // no step yet
+    std::vector<std::vector<int>> tokens;
+    for (int i = 0; i < 2 * accum; i++) tokens.push_back(gputest::random_tokens(B * T, a.cfg.vocab_size));
+    auto batches = [&tokens] {
+        return [&tokens, i = 0]() mutable {
+            i += 2;
+            return std::make_pair(tokens[i - 2].data(), tokens[i - 1].data());
+        };
+    };
+    AdamWConfig adam;
+    adam.weight_decay = 0.1f;
+    a.gpu.train_step(batches(), B, T, accum, 1e-3f, adam, 1);
+    b.gpu.train_step(batches(), B, T, accum, 1e-3f, adam, 1);
+    const std::vector<float> master = a.gpu.get_master_weights(), m = a.gpu.get_moments_m(), v = a.gpu.get_moments_v();
+    // The reference: the step queued again, eagerly.
+    b.gpu.queue_last_step();
+    CUDA_CHECK(cudaStreamSynchronize(b.gpu.stream));
+
+    prof::EnergyWork work = gpu_energy_work(a.gpu);
+    std::vector<std::string> names;
+    for (const prof::ReplayTarget& t : work.targets) names.push_back(t.subblock + " " + t.phase + " " + t.layers);
+    const std::vector<std::string> want = {
+        "encoder fwd -",    "ln1 fwd 0-1",       "qkv fwd 0-1",       "attention fwd 0-1", "attn_proj fwd 0-1",
+        "ln2 fwd 0-1",      "fc fwd 0-1",        "fc_proj fwd 0-1",   "lnf fwd -",         "classifier fwd -",
+        "classifier bwd -", "lnf bwd -",         "fc_proj bwd 0-1",   "fc bwd 0-1",        "ln2 bwd 0-1",
+        "attn_proj bwd 0-1", "attention bwd 0-1", "qkv bwd 0-1",      "ln1 bwd 0-1",       "encoder bwd -",
+        "grad_norm opt -",  "optimizer opt -",   "step all -"};
+    EXPECT_EQ(names, want);
+    work.restore();
+    EXPECT_TRUE(a.gpu.get_master_weights() == master) << "restore: master weights";
+    EXPECT_TRUE(a.gpu.get_moments_m() == m && a.gpu.get_moments_v() == v) << "restore: moments";
+    work.targets.back().replay(1); // the whole step
+    work.clock.sync();
+    EXPECT_TRUE(a.gpu.get_master_weights() == b.gpu.get_master_weights()) << "the step's graph: master weights";
+    EXPECT_TRUE(a.gpu.get_moments_v() == b.gpu.get_moments_v()) << "the step's graph: v";
+    EXPECT_TRUE(gputest::same_bits(gputest::download(a.gpu.params_memory, a.gpu.num_params),
+                                   gputest::download(b.gpu.params_memory, b.gpu.num_params)));
+    work.restore();
+    EXPECT_TRUE(a.gpu.get_master_weights() == master);
+}

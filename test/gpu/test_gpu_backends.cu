@@ -303,8 +303,11 @@ GPU_TEST(GraphAttribution, ReplayedWorkTakesTheRangeOfItsCapture) {
     EXPECT_EQ(r.steps[0].graph_replayed, 0);
     EXPECT_EQ(r.steps[1].graph_replayed, 3);
     EXPECT_EQ(r.steps[1].activities, 3);
-    for (const SubBlockRow& row : r.subblocks)
-        if (row.subblock >= 0) EXPECT_EQ(row.calls, row.subblock == (int)SubBlock::ln1 ? 4 : 2) << row.subblock;
+    for (const SubBlockRow& row : r.subblocks) {
+        if (row.subblock >= 0) {
+            EXPECT_EQ(row.calls, row.subblock == (int)SubBlock::ln1 ? 4 : 2) << row.subblock;
+        }
+    }
     for (const KernelRow& k : r.kernels) {
         EXPECT_EQ(k.calls, 2) << k.name;
         EXPECT_EQ(k.subblock, k.name == "fc_gemm" ? (int)SubBlock::fc : (int)SubBlock::ln1) << k.name;
