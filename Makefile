@@ -292,14 +292,18 @@ EMU_CPPFLAGS = -I$(EMU_SRC) -Itest/emu/include -DLLMC_EMU
 # Device code's rules, not ISO C++'s: type punning through pointer casts, and unsigned built-ins compared with ints.
 EMU_CXXFLAGS = $(CXXFLAGS) -fno-strict-aliasing -Wno-unknown-pragmas -Wno-sign-compare
 EMU_SAN := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
-define emu_variant # $(1): build directory, $(2): extra flags
+# Racecheck (test/emu/racecheck.h) in the plain build: the kernels and tests are compiled with ThreadSanitizer's
+# instrumentation, whose callbacks test/emu/racecheck.cpp defines (no ThreadSanitizer runtime is linked), and with
+# line tables, which name the source lines of a hazard.
+EMU_RACECHECK := -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -g1
+define emu_variant # $(1): build directory, $(2): extra flags, $(3): extra flags of the kernels' and tests' objects
 $(1)/lib/%.o: test/emu/%.cpp $(wildcard test/emu/*.h test/emu/include/*.h test/emu/include/cub/*.cuh)
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(EMU_CPPFLAGS) $$(EMU_CXXFLAGS) $(2) -c $$< -o $$@
 # Every rewritten header exists before a test compiles (order-only); -MMD tracks which ones it really reads.
 $(1)/obj/%.o: $(EMU_SRC)/%.cu | $(EMU_REWRITTEN)
 	@mkdir -p $$(dir $$@)
-	$$(CXX) $$(EMU_CPPFLAGS) $$(EMU_CXXFLAGS) $(2) -x c++ -c $$< -o $$@
+	$$(CXX) $$(EMU_CPPFLAGS) $$(EMU_CXXFLAGS) $(2) $(3) -x c++ -c $$< -o $$@
 $(1)/main.o: test/main.cpp
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(CXXFLAGS) $(2) -c $$< -o $$@
@@ -311,8 +315,8 @@ $(1)/emu_tests: $(patsubst test/emu/%.cpp,$(1)/lib/%.o,$(EMU_LIB_SRCS)) \
                 $(addprefix $(1)/host/,$(EMU_HOST_OBJS)) $(EMU_PROGRAM_LIBS)
 	$$(CXX) $$(CXXFLAGS) $(2) $$^ -o $$@ -lgtest -lboost_context $(LDLIBS_PCRE) $(MPI_LIBS) -fopenmp -lpthread
 endef
-$(eval $(call emu_variant,$(BUILD)/emu,))
-$(eval $(call emu_variant,$(BUILD)/emu-asan,$(EMU_SAN)))
+$(eval $(call emu_variant,$(BUILD)/emu,,$(EMU_RACECHECK)))
+$(eval $(call emu_variant,$(BUILD)/emu-asan,$(EMU_SAN),))
 .PHONY: emu emu_asan emu_mutation
 emu: $(BUILD)/emu/emu_tests
 emu_asan: $(BUILD)/emu-asan/emu_tests
@@ -344,20 +348,28 @@ test: $(BUILD)/run_tests $(TEST_PROGRAMS) $(SAN_LINKS)
 	    ASAN_OPTIONS=log_path=$(abspath $(BUILD))/reports/asan UBSAN_OPTIONS=log_path=$(abspath $(BUILD))/reports/ubsan:print_stacktrace=1 \
 	    ./run_tests; status=$$?; if cat reports/* 2>/dev/null; then echo "sanitizer reports: $(BUILD)/reports"; exit 1; fi; exit $$status
 else
-# The emulated GPU tier runs twice: the plain build under all three schedules (races), then the AddressSanitizer +
-# UBSan build under one (any out-of-bounds access in a kernel fails it).
+# The emulated GPU tier runs twice: the plain build under all four schedules with racecheck (races), then the
+# AddressSanitizer + UBSan build under one (any out-of-bounds access in a kernel fails it). The device branch of
+# llmc/ptx.cuh, which the emulator never compiles, is compared with its emulated twin (scripts/check_ptx_wrappers.py).
 # It needs no CUDA toolkit (the emulator brings its own CUDA, NVTX and library headers); with nvcc, tier 2 also
 # checks the attention kernels' machine code (make sass_check).
 test: test_banner $(BUILD)/run_tests $(TEST_PROGRAMS) $(BUILD)/emu/emu_tests $(BUILD)/emu-asan/emu_tests $(if $(HAVE_NVCC),$(SASS_OBJ))
 	@echo "== make test: tier 1 of 3: the CPU reference, the programs and the GPU tests (skipped without a GPU) =="
 	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/run_tests
-	@echo "== make test: tier 2 of 3: the GPU kernels on the emulated runtime, three schedules =="
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/emu/emu_tests
+	@echo "== make test: tier 2 of 3: the device branch of llmc/ptx.cuh against its emulation$(if $(HAVE_NVCC),; the attention kernels' machine code) =="
+	python3 scripts/check_ptx_wrappers.py --self-test llmc/ptx.cuh
 ifneq ($(HAVE_NVCC),)
 	python3 scripts/check_sass.py $(SASS_OBJ) $(SASS_OBJ:.o=.ptxas)
 endif
-	@echo "== make test: tier 3 of 3: the same under AddressSanitizer and UBSan =="
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} EMU_SCHEDULES=1 ./$(BUILD)/emu-asan/emu_tests
+	@echo "== make test: tiers 2 and 3 of 3, side by side (an emulated run is one thread): the GPU kernels on the emulated" \
+	      "runtime under four schedules with racecheck ($(BUILD)/emu/tests.log), and under AddressSanitizer and UBSan" \
+	      "($(BUILD)/emu-asan/tests.log); each log is printed when its run ends =="
+	@export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive}; \
+	./$(BUILD)/emu/emu_tests >$(BUILD)/emu/tests.log 2>&1 & plain=$$!; \
+	EMU_SCHEDULES=1 ./$(BUILD)/emu-asan/emu_tests >$(BUILD)/emu-asan/tests.log 2>&1 & asan=$$!; \
+	wait $$plain; plain_rc=$$?; cat $(BUILD)/emu/tests.log; echo "== tier 2: exit $$plain_rc =="; \
+	wait $$asan; asan_rc=$$?; cat $(BUILD)/emu-asan/tests.log; echo "== tier 3: exit $$asan_rc =="; \
+	[ $$plain_rc -eq 0 ] && [ $$asan_rc -eq 0 ]
 endif
 # Printed before anything is built: what `make test` does and how long it takes (measured: doc/testing.md).
 .PHONY: test_banner

@@ -33,6 +33,7 @@
 namespace llmc {
 
 constexpr int kSampleThreads = 256;
+static_assert(kSampleThreads % 32 == 0, "whole warps: the not-finite flag is reduced per warp");
 
 namespace detail {
 
@@ -54,11 +55,9 @@ static __global__ void __launch_bounds__(kSampleThreads)
     __shared__ unsigned s_hi;
     __shared__ int s_owner;
     __shared__ float s_target;
-    __shared__ int s_not_finite;
+    __shared__ int s_not_finite[kSampleThreads / 32]; // per warp: one writer each
     const int tid = threadIdx.x, r = blockIdx.x, b = seq[r];
     const floatX* row = logits + (size_t)r * Vp;
-    if (tid == 0) s_not_finite = 0;
-    __syncthreads();
 
     // ---- argmax, lowest id on ties: strided pass, then a tree; any logit not finite flags the row ----
     float best = -INFINITY;
@@ -69,10 +68,12 @@ static __global__ void __launch_bounds__(kSampleThreads)
         not_finite |= !(fabsf(x) <= FLT_MAX); // NaN compares false
         if (x > best) best = x, best_i = i; // ids rise along the pass: the first maximum stays
     }
-    if (not_finite) s_not_finite = 1; // every writer writes the same value
+    not_finite = __any_sync(0xffffffffu, not_finite);
+    if (tid % 32 == 0) s_not_finite[tid / 32] = not_finite;
     s_val[tid] = best, s_idx[tid] = best_i;
     __syncthreads();
-    if (s_not_finite) { // uniform across the block: read after the barrier
+    for (int w = 0; w < kSampleThreads / 32; w++) not_finite |= s_not_finite[w] != 0;
+    if (not_finite) { // uniform across the block: read after the barrier
         if (tid == 0) ids[b] = kNotFinite;
         return;
     }

@@ -9,6 +9,8 @@ the `-Xptxas -v` output of its compilation. Fails (exit 1, one line per problem)
 dK/dV and dQ kernels:
   - ptxas reports no spill stores or loads and no stack frame (no local memory);
   - its SASS (cuobjdump -sass) has ldmatrix (LDSM), cp.async (LDGSTS) and m16n8k16 tensor-core MMAs (HMMA.16816);
+  - where its source (llmc/attention.cuh, with the functions it calls) uses ldmatrix_x4_trans, its SASS has the
+    transposed form LDSM.16.MT88 (the emulator runs the wrapper's emulated branch, never the PTX);
   - its SASS has no generic loads (LD.E: a pointer the compiler could not prove shared or global) and no
     local-memory traffic (LDL/STL).
 cuobjdump is looked for on PATH, in $CUDA_HOME/bin, then in the pip package nvidia-cuda-cuobjdump; it runs nvdisasm,
@@ -29,6 +31,8 @@ KERNELS = {
     "dQ": "attention_backward_dq_kernel",
 }
 REQUIRED = {"LDSM": r"\bLDSM\.", "LDGSTS": r"\bLDGSTS\.", "HMMA.16816": r"\bHMMA\.16816\."}
+TRANS = ("LDSM.16.MT88", r"\bLDSM\.16\.MT88\b")
+SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "llmc", "attention.cuh")
 FORBIDDEN = {"generic load LD.E": r"\bLD\.E\b", "local load LDL": r"\bLDL\b", "local store STL": r"\bSTL\b"}
 
 
@@ -66,7 +70,48 @@ def ptxas_entries(report):
     return entries
 
 
-def check(sass_funcs, report_entries):
+def strip_comments(src):
+    src = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), src, flags=re.S)
+    return re.sub(r"//[^\n]*", "", src)
+
+
+def definitions(src):
+    """{function name: its body} of the function definitions in src (comments removed)."""
+    src = strip_comments(src)
+    defs = {}
+    for m in re.finditer(r"\b(\w+)\s*\(", src):
+        # the parameter list, then qualifiers, then the body's brace
+        depth, i = 1, m.end()
+        while i < len(src) and depth:
+            depth += {"(": 1, ")": -1}.get(src[i], 0)
+            i += 1
+        tail = re.match(r"\s*(const\s*)?(noexcept\s*)?\{", src[i:])
+        if not tail or m.group(1) in ("if", "for", "while", "switch", "return", "sizeof", "static_assert"):
+            continue
+        start = i + tail.end()
+        depth, j = 1, start
+        while j < len(src) and depth:
+            depth += {"{": 1, "}": -1}.get(src[j], 0)
+            j += 1
+        defs.setdefault(m.group(1), src[start:j])
+    return defs
+
+
+def uses_transposed_ldmatrix(src):
+    """The functions of src that call ldmatrix_x4_trans, directly or through functions defined in src."""
+    defs = definitions(src)
+    reach = {name for name, body in defs.items() if re.search(r"\bldmatrix_x4_trans\s*[(<]", body)}
+    changed = True
+    while changed:
+        changed = False
+        for name, body in defs.items():
+            if name not in reach and any(re.search(r"\b" + r + r"\s*[(<]", body) for r in reach):
+                reach.add(name)
+                changed = True
+    return reach
+
+
+def check(sass_funcs, report_entries, trans_kernels=()):
     problems, rows = [], []
     for what, name in KERNELS.items():
         sass = [(n, s) for n, s in sass_funcs.items() if name in n]
@@ -79,6 +124,8 @@ def check(sass_funcs, report_entries):
             for k in REQUIRED:
                 if counts[k] == 0:
                     problems.append(f"{what} ({mangled}): no {k} in its SASS")
+            if name in trans_kernels and not re.search(TRANS[1], text):
+                problems.append(f"{what} ({mangled}): its source uses ldmatrix_x4_trans, its SASS has no {TRANS[0]}")
             for k in FORBIDDEN:
                 if counts[k]:
                     problems.append(f"{what} ({mangled}): {counts[k]} x {k} in its SASS")
@@ -121,7 +168,9 @@ def main():
         sass = run.stdout
     with open(report_path, encoding="utf-8") as f:
         report = f.read()
-    problems, rows = check(functions(sass), ptxas_entries(report))
+    with open(SOURCE, encoding="utf-8") as f:
+        trans_kernels = uses_transposed_ldmatrix(f.read())
+    problems, rows = check(functions(sass), ptxas_entries(report), trans_kernels)
     for what, regs, spill, counts in rows:
         print(f"sass_check: {what:8s} {regs} registers, {spill}; {counts}")
     for p in problems:

@@ -856,6 +856,7 @@ std::string ptxas_entry(const std::string& name, int spill_stores) {
 }
 const char* kGoodBody = "        /*0100*/                   LDGSTS.E.BYPASS.128 [R5], desc[UR8][R2.64] ;\n"
                         "        /*0110*/                   LDSM.16.M88.4 R12, [R7] ;\n"
+                        "        /*0118*/                   LDSM.16.MT88.4 R20, [R9] ;\n"
                         "        /*0120*/                   HMMA.16816.F32.BF16 R16, R12, R8, R16 ;\n"
                         "        /*0130*/                   LDG.E.CONSTANT R3, desc[UR8][R2.64] ;\n";
 RunResult check_sass(const SassCase& c) {
@@ -899,6 +900,14 @@ TEST(SassCheck, PassesMmaKernelsAndNamesEachProblem) {
     EXPECT_EQ(bad.exit_code, 1) << bad.output;
     EXPECT_TRUE(has(bad.output, "local store STL")) << bad.output;
     EXPECT_TRUE(has(bad.output, "8 bytes spill stores")) << bad.output;
+
+    // Every attention kernel's source uses ldmatrix_x4_trans (llmc/attention.cuh): its SASS must have the
+    // transposed form.
+    std::string no_trans = kGoodBody;
+    no_trans.erase(no_trans.find("        /*0118*/"), no_trans.find("        /*0120*/") - no_trans.find("        /*0118*/"));
+    bad = check_sass(kernels(no_trans, 0));
+    EXPECT_EQ(bad.exit_code, 1) << bad.output;
+    EXPECT_TRUE(has(bad.output, "its source uses ldmatrix_x4_trans, its SASS has no LDSM.16.MT88")) << bad.output;
 
     SassCase missing = kernels(kGoodBody, 0);
     missing.sass = sass_function("24attention_forward_kernel", kGoodBody);

@@ -205,7 +205,8 @@ namespace {
 std::unique_ptr<ProfileSession> cpu_session(const SessionOptions& opt, ProfileContext ctx, SubBlockTimes* timings) {
     const char* powercap = getenv("LLMC_POWERCAP_ROOT");
     auto source = std::make_unique<CpuEventSource>(timings, powercap && *powercap ? powercap : "/sys/class/powercap");
-    if (opt.energy) energy_counter_for(*source); // refused before the ceilings are measured
+    // Refused before the ceilings are measured.
+    std::unique_ptr<EnergyCounter> energy = opt.energy ? energy_counter_for(*source) : nullptr;
     ctx.device_kind = DeviceKind::CPU;
     ctx.device = strprintf("%s (%d threads)", cpu_model_name().c_str(), omp_get_max_threads());
     ctx.build = strprintf("C++ %s, fp32, OpenMP %d threads", __VERSION__, omp_get_max_threads());
@@ -213,7 +214,7 @@ std::unique_ptr<ProfileSession> cpu_session(const SessionOptions& opt, ProfileCo
     printf("profile: %s into %s/; ceilings fp32 %.3f TFLOP/s, memory %.0f GB/s (%s)\n",
            ProfileSchedule(opt.first_step, opt.steps).window().c_str(), opt.dir.c_str(), ctx.ceilings.fp32_tflops,
            ctx.ceilings.dram_gbps, ctx.ceilings.source.c_str());
-    return std::make_unique<ProfileSession>(opt, std::move(ctx), std::move(source));
+    return std::make_unique<ProfileSession>(opt, std::move(ctx), std::move(source), std::move(energy));
 }
 } // namespace
 

@@ -35,8 +35,7 @@ FlagTable profile_flags(ProfileOptions& o) {
            "joules per sub-block: each replayed after the profile long enough for\n"
            "NVML's energy counter, with 95% intervals (energy.csv)",
            flag::on(o.energy)});
-    t.add({"", "--energy-seconds", "S", "about how long --energy measures, in seconds",
-           flag::real(o.energy_seconds, 1.0f, 86400.0f)});
+    t.add(energy_seconds_flag(o.energy_seconds));
     t.add({"", "--top", "N", "kernels listed in the summary", flag::integer(o.top, 1, IMAX)});
     t.add({"", "--cuda-graph", "0|1",
            "each step's forward and backward, and its update, as one CUDA graph\n"

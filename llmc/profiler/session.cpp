@@ -27,10 +27,12 @@ void check_profile_dir(const std::string& dir, const std::string& flag) {
     }
 }
 
-ProfileSession::ProfileSession(SessionOptions opt, ProfileContext ctx, std::unique_ptr<EventSource> source)
-    : opt_(std::move(opt)), schedule_(opt_.first_step, opt_.steps), ctx_(std::move(ctx)), source_(std::move(source)) {
+ProfileSession::ProfileSession(SessionOptions opt, ProfileContext ctx, std::unique_ptr<EventSource> source,
+                               std::unique_ptr<EnergyCounter> energy)
+    : opt_(std::move(opt)), schedule_(opt_.first_step, opt_.steps), ctx_(std::move(ctx)), source_(std::move(source)),
+      energy_counter_(std::move(energy)) {
     check_profile_dir(opt_.dir, opt_.flag);
-    if (opt_.energy) energy_counter_ = energy_counter_for(*source_);
+    if (opt_.energy && !energy_counter_) throw Error("--energy: no energy counter was opened for the profile");
     make_dirs(opt_.dir);
     if (!source_->slow_start() || schedule_.arm_at_start()) arm();
 }

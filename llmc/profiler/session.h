@@ -79,8 +79,10 @@ struct SessionOptions {
 class ProfileSession {
 public:
     // Makes the profile directory (and its parents) at once: a path that is a file, lies under a file or cannot be
-    // written to is refused here (Error naming opt.flag) rather than after the run.
-    ProfileSession(SessionOptions opt, ProfileContext ctx, std::unique_ptr<EventSource> source);
+    // written to is refused here (Error naming opt.flag) rather than after the run. energy: with opt.energy, the
+    // counter energy_counter_for(*source) opened (the makers open it first, to refuse before measuring ceilings).
+    ProfileSession(SessionOptions opt, ProfileContext ctx, std::unique_ptr<EventSource> source,
+                   std::unique_ptr<EnergyCounter> energy = nullptr);
     ~ProfileSession();
     ProfileSession(const ProfileSession&) = delete;
     ProfileSession& operator=(const ProfileSession&) = delete;

@@ -74,8 +74,7 @@ void add_profile_and_memory(FlagTable& t, TrainOptions& o) {
            "with --profile: joules per sub-block, each replayed after the window\n"
            "long enough for the energy counter (NVML on the GPU, RAPL on the CPU)",
            flag::on(o.energy)});
-    t.add({"", "--energy-seconds", "S", "about how long --energy measures, in seconds",
-           flag::real(o.energy_seconds, 1.0f, 86400.0f)});
+    t.add(energy_seconds_flag(o.energy_seconds));
     t.add({"", "--memory-plan", "",
            "GPU trainer: print the memory plan for these flags and the largest\n"
            "micro-batch that fits, then exit (no GPU needed)",

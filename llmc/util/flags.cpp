@@ -173,6 +173,11 @@ Flag device_memory_flag(size_t& bytes) {
             flag::bytes(bytes), "the GPU's free memory"};
 }
 
+Flag energy_seconds_flag(float& seconds) {
+    return {"", "--energy-seconds", "S", "about how long --energy measures, in seconds",
+            flag::real(seconds, 1.0f, 86400.0f)};
+}
+
 namespace flag {
 
 FlagValue integer(int& x, long lo, long hi) {

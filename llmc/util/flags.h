@@ -81,9 +81,11 @@ template <typename T, typename Parse, typename Show> FlagValue custom(T& x, Pars
 }
 } // namespace flag
 
-// Rows every program with such a flag shares: -h/--help, and --device-memory (with --memory-plan).
+// Rows every program with such a flag shares: -h/--help, --device-memory (with --memory-plan) and
+// --energy-seconds (with --energy).
 Flag help_flag(bool& help);
 Flag device_memory_flag(size_t& bytes);
+Flag energy_seconds_flag(float& seconds);
 
 /*
  * The value parsers the setters use, for flags whose values have more structure (a list of ids). One number

@@ -8,7 +8,8 @@
  *    waits at a barrier or a warp collective, then the scheduler releases whatever group is complete. A group
  *    that can never complete (a lane that exited, divergent barriers) is a fault, never a hang;
  *  - blocks of a grid run one after the other, in an order chosen by the schedule; threads within a round too.
- *    Running the same work under several schedules and comparing the results bit for bit finds races;
+ *    Running the same work under several schedules and comparing the results bit for bit finds races that change
+ *    results; racecheck (racecheck.h) finds shared-memory hazards from the barriers alone, on any schedule;
  *  - streams are in-order queues executed lazily, at the points where the CUDA runtime would make the host
  *    wait (stream/event/device synchronisation, synchronous copies). Copies from pinned host memory read the
  *    host buffer when they execute, as a DMA would; copies from pageable memory read it at the call;
@@ -108,7 +109,10 @@ std::vector<std::string> take_faults();
 // synchronisation, and the context becomes unusable until take_faults()).
 void inject_fault(const char* name, int nth);
 // A schedule: the order blocks of a grid run in and threads within a block are resumed, and the WMMA
-// fragment layout. 0 = forward, 1 = reverse, 2.. = shuffled with that seed.
+// fragment layout. 0 = forward, 1 = reverse, 2 = shuffled; 3 = warp-eager: one warp at a time runs to its next
+// barrier, each of its collectives released as soon as its lanes have all arrived (the others have every thread
+// reach its next barrier or collective before releasing any, which hides a barrier missing between one warp's
+// writes and another's reads). Blocks run shuffled under 2 and 3.
 void set_schedule(int schedule);
 int schedule();
 const char* schedule_name(int schedule);
@@ -308,8 +312,9 @@ template <typename T> void __stcg(T* p, T v) { *p = v; }
 
 // Only one fiber runs at a time (blocks too run one after the other), so a read-modify-write is atomic as
 // written; each returns the old value, as the device's do.
+// Not instrumented for racecheck (racecheck.h): atomics are not hazards.
 namespace emu {
-template <typename T, typename F> T atomic_update(T* p, F f) {
+template <typename T, typename F> __attribute__((no_sanitize("thread"))) T atomic_update(T* p, F f) {
     const T old = *p;
     *p = f(old);
     return old;

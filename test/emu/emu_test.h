@@ -1,9 +1,10 @@
 /*
  * GPU tests under the emulator: GPU_TEST (test/gpu/gpu_test_util.cuh) becomes EMU_TEST when the GPU test
  * sources are built by the host compiler against test/emu/. Each test body then runs once per schedule
- * (forward, reverse, shuffled: block order, thread order and WMMA fragment layout), from the same random seed,
- * and the test fails if
+ * (forward, reverse, shuffled, warp-eager: block order, thread order, when collectives are released and WMMA
+ * fragment layout), from the same random seed, and the test fails if
  *   - any schedule records an emulator fault (illegal launch, deadlock, divergent collective, bad WMMA use), or
+ *     racecheck (test/emu/racecheck.h), on under the first schedule, finds a shared-memory hazard, or
  *   - the bytes the test copied back from the device differ between schedules (a race: some result depends
  *     on the order in which threads or blocks ran).
  */
@@ -14,13 +15,14 @@
 #include <random>
 
 #include "test/emu/emu.h"
+#include "test/emu/racecheck.h"
 
 namespace emutest {
 
-constexpr int kSchedules = 3;
+constexpr int kSchedules = 4;
 
 // EMU_SCHEDULES=1 runs the forward schedule only (the sanitizer build in `make test`: memory errors do not
-// need three orders, and the plain build has already compared them).
+// need four orders, and the plain build has already compared them).
 inline int schedules_to_run() {
     const char* e = std::getenv("EMU_SCHEDULES");
     const int n = e ? std::atoi(e) : kSchedules;
@@ -33,9 +35,11 @@ inline void run_under_schedules(void (*body)(), void (*reseed)(uint64_t)) {
     SCOPED_TRACE(testing::Message() << "input seed " << seed);
     uint64_t digests[kSchedules];
     const int n = schedules_to_run();
+    const bool racecheck = emu::race::enabled();
     for (int s = 0; s < n; s++) {
         SCOPED_TRACE(testing::Message() << "schedule " << emu::schedule_name(s));
         emu::set_schedule(s);
+        emu::race::set_enabled(racecheck && s == 0); // its findings do not depend on the schedule
         reseed(seed);
         emu::reset_output_digest();
         body();
@@ -48,6 +52,7 @@ inline void run_under_schedules(void (*body)(), void (*reseed)(uint64_t)) {
         }
     }
     emu::set_schedule(0);
+    emu::race::set_enabled(racecheck);
 }
 
 } // namespace emutest

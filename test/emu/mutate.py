@@ -16,7 +16,11 @@ import sys
 import tempfile
 import time
 
-# (file, the exact text of one line fragment, its replacement, what the mutation breaks, tests that must fail)
+# (file, the exact text of one line fragment, its replacement, what the mutation breaks, tests that must fail[,
+# options]): options may set "env" (the tests' extra environment) and "expect" (text the failing run must print, so
+# that it is caught by the check meant to catch it).
+# EMU_SCHEDULES=1 with racecheck: caught on the first schedule, from the barriers alone, not by luck of an order.
+RACECHECK_ONE_SCHEDULE = {"env": {"EMU_SCHEDULES": "1"}, "expect": "racecheck: "}
 MUTATIONS = [
     ("llmc/layernorm.cuh", "for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);",
      "for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);",
@@ -149,6 +153,16 @@ MUTATIONS = [
     ("llmc/train/loop.cpp", "io.temperature = opt.temperature, io.top_k = opt.top_k;",
      "io.temperature = opt.temperature, io.top_k = 0;", "train_gpt2cu's samples ignore --top-k",
      "EmuGpuBackends.TrainerSamples*"),
+    # Racecheck (test/emu/racecheck.h): a barrier missing after a stage's cp.async wait, before other warps' ldmatrix of
+    # it, which the round-based schedules hide (every thread reaches the ldmatrix, landing its copies, before any runs).
+    ("llmc/attention.cuh", "        ptx::cp_async_wait<1>(); // this tile (and Q) landed for this thread\n        __syncthreads();         // ... and for every thread\n",
+     "        ptx::cp_async_wait<1>(); // this tile (and Q) landed for this thread\n",
+     "removed barrier between a stage's cp.async wait and its ldmatrix (forward)", "EmuGpuAttention.*",
+     RACECHECK_ONE_SCHEDULE),
+    ("llmc/bias_backward.cuh", "    if (t == 0) sm.is_last = atomicAdd(&bias_backward_tile_counters[tile], 1u) == (unsigned)slabs - 1;\n    __syncthreads();\n",
+     "    if (t == 0) sm.is_last = atomicAdd(&bias_backward_tile_counters[tile], 1u) == (unsigned)slabs - 1;\n",
+     "removed barrier between the ticket's write and the block's read of it", "EmuKernelsMatmul.BiasBackward*",
+     RACECHECK_ONE_SCHEDULE),
     # CUDA graphs (llmc/gpu/step_graphs.cuh): what a graph bakes in, what it reads at each launch, and attribution.
     ("llmc/gpu/gpt2_decoder.cu", "graphs_.run(stream, {R, temperature, top_k}, [&] {",
      "graphs_.run(stream, {B_, temperature, top_k}, [&] {",
@@ -178,12 +192,17 @@ MUTATIONS = [
     ("llmc/gpu/step_graphs.cuh", "for (cudaGraphExec_t g : parts_.at(part).graphs) CUDA_CHECK(cudaGraphLaunch(g, stream_));",
      "CUDA_CHECK(cudaGraphLaunch(parts_.at(part).graphs.front(), stream_));",
      "--energy: a part replays its first layer's graph only", "EmuSubBlockGraphs.*"),
+    # fp32 -> bf16 packing of the attention kernels' P and dS (llmc/ptx.cuh): truncated instead of rounded to nearest even.
+    ("llmc/ptx.cuh", "const uint32_t l = __bfloat16_as_ushort(__float2bfloat16(lo)), h = __bfloat16_as_ushort(__float2bfloat16(hi));",
+     "uint32_t l, h;\n    memcpy(&l, &lo, 4), memcpy(&h, &hi, 4), l >>= 16, h >>= 16;",
+     "bf16 packing truncates instead of rounding to nearest even", "EmuGpuPtx.PackBf16x2RoundsToNearestEven"),
 ]
 
 
-def run(cmd, cwd, timeout):
+def run(cmd, cwd, timeout, env=None):
     try:
-        p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                           env=env)
         return p.returncode, p.stdout
     except subprocess.TimeoutExpired as e:
         return 124, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -225,7 +244,8 @@ def main():
         print(f"{'#':>2}  {'file:line':<24} {'mutation':<58} {'result'}")
         missed = 0
         for i in chosen:
-            path, old, new, what, flt = MUTATIONS[i - 1]
+            path, old, new, what, flt = MUTATIONS[i - 1][:5]
+            opts = MUTATIONS[i - 1][5] if len(MUTATIONS[i - 1]) > 5 else {}
             full = os.path.join(tmp, path)
             with open(full) as f:
                 src = f.read()
@@ -242,12 +262,17 @@ def main():
                 if rc != 0:
                     result = "caught: does not compile"
                 else:
-                    rc, out = run([tests, "--gtest_filter=" + flt], tmp, 1800)
-                    result = f"caught: {first_failure(out) or 'exit ' + str(rc)}" if rc != 0 else "MISSED"
+                    rc, out = run([tests, "--gtest_filter=" + flt], tmp, 1800, dict(os.environ, **opts.get("env", {})))
+                    if rc == 0:
+                        result = "MISSED"
+                    elif opts.get("expect", "") not in out:
+                        result = f"MISSED: failed, but not with '{opts['expect']}' ({first_failure(out)})"
+                    else:
+                        result = f"caught: {first_failure(out) or 'exit ' + str(rc)}"
             finally:
                 with open(full, "w") as f:
                     f.write(src)
-            missed += result == "MISSED"
+            missed += result.startswith("MISSED")
             print(f"{i:>2}  {path + ':' + str(line):<24} {what:<58} {result} ({time.time() - start:.0f} s)", flush=True)
         print(f"mutations: {len(chosen) - missed} caught, {missed} missed")
         sys.exit(1 if missed else 0)

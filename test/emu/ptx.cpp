@@ -3,7 +3,9 @@
 #include <string>
 
 #include "cuda_bf16.h"
+#include "counters.h"
 #include "emu.h"
+#include "racecheck.h"
 
 namespace emu {
 namespace {
@@ -20,6 +22,7 @@ struct MmaArg {
 // D = A B + C over the warp: gather A (16x16), B (16x8) and C (16x8) from the lanes' fragments, multiply with
 // fp32 fused multiply-adds in k order, scatter D.
 void mma_collective(void* const* args, unsigned) {
+    count::mma();
     float A[16][16], B[16][8], D[16][8];
     for (int lane = 0; lane < 32; lane++) {
         const MmaArg& m = *static_cast<const MmaArg*>(args[lane]);
@@ -49,6 +52,8 @@ struct LdmatrixArg {
     uint32_t* r;
     const void* row;
     bool trans;
+    const race::Lane* lane; // racecheck: each lane reads the row it gave
+    const void* pc;
 };
 
 void ldmatrix_collective(void* const* args, unsigned) {
@@ -64,7 +69,9 @@ void ldmatrix_collective(void* const* args, unsigned) {
             collective_fault(std::string(what) + ": lane " + std::to_string(lane) +
                              "'s row is not inside the block's shared memory");
         rows[lane] = static_cast<const uint16_t*>(a.row);
+        if (a.lane) race::access(a.row, 16, false, a.pc, what, *a.lane, true);
     }
+    count::ldmatrix(reinterpret_cast<const void* const*>(rows));
     for (int lane = 0; lane < 32; lane++) {
         const LdmatrixArg& a = *static_cast<const LdmatrixArg*>(args[lane]);
         const int g = lane / 4, t = lane % 4;
@@ -86,7 +93,7 @@ void ptx_mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {
 }
 
 void ptx_ldmatrix_x4(uint32_t* r, const void* row, bool trans) {
-    LdmatrixArg a{r, row, trans};
+    LdmatrixArg a{r, row, trans, race::current(), __builtin_return_address(0)};
     warp_collective(0xffffffffu, ldmatrix_collective, &a, trans ? "ldmatrix.x4.trans" : "ldmatrix.x4");
 }
 

@@ -17,6 +17,8 @@
 #include <sys/mman.h>
 
 #include "cuda_runtime.h"
+#include "counters.h"
+#include "racecheck.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -147,14 +149,17 @@ struct Thread {
     const char* what = "";
     const char* file = "";
     int line = 0;
-    // cp.async (llmc/ptx.cuh): copies issued and not yet landed; group -1 = not committed yet.
+    // cp.async (llmc/ptx.cuh): copies issued and not yet landed; group -1 = not committed yet. The source is read
+    // when the copy lands (src null: a zero fill).
     struct PendingCopy {
         void* dst;
-        unsigned char data[16];
+        const void* src;
         long group;
+        const void* pc; // where it was issued
     };
     std::vector<PendingCopy> copies;
     long groups_committed = 0;
+    race::Lane rc; // what racecheck knows of it
     char* stack = nullptr;
     ctx::fiber fib;  // the thread, while suspended
     ctx::fiber back; // the scheduler, while the thread runs
@@ -212,6 +217,7 @@ void suspend(Thread& t) {
 void resume(Block& blk, Thread& t) {
     g_thread = &t;
     g_block = &blk;
+    race::set_current(&t.rc);
 #if defined(EMU_ASAN)
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, t.stack, kStackBytes);
@@ -221,6 +227,7 @@ void resume(Block& blk, Thread& t) {
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
     g_thread = nullptr;
+    race::set_current(nullptr);
 }
 
 Thread& current() {
@@ -235,57 +242,60 @@ std::string unit_fault(const std::string& msg) {
     return std::string("kernel ") + (g_block ? g_block->kernel : "?") + ": " + msg;
 }
 
-// Releases every warp group that is complete; faults on a group that can never complete.
+// Releases the warp group thread i waits in when it is complete (true); faults on a group that can never complete.
+bool release_group(Block& blk, int i) {
+    const int n = (int)blk.threads.size();
+    Thread& t = blk.threads[i];
+    if (t.state != State::AtCollective) return false;
+    const int base = t.warp * 32;
+    if (!(t.mask & (1u << t.lane)))
+        throw FaultError(unit_fault(where(t) + ": " + t.what + " with a mask that does not name the calling lane"));
+    void* args[32] = {};
+    bool complete = true;
+    for (int l = 0; l < 32; l++) {
+        if (!(t.mask & (1u << l))) continue;
+        if (base + l >= n)
+            throw FaultError(unit_fault(where(t) + ": " + t.what + " names lane " + std::to_string(l) +
+                                        ", which this block does not have"));
+        Thread& o = blk.threads[base + l];
+        char buf[512];
+        switch (o.state) {
+        case State::AtCollective:
+            if (o.fn != t.fn || o.mask != t.mask) {
+                snprintf(buf, sizeof buf,
+                         "%s: divergent warp collectives: lane %d at %s (%s:%d, mask %08x), lane %d at %s (%s:%d, "
+                         "mask %08x)",
+                         where(t).c_str(), t.lane, t.what, t.file, t.line, t.mask, l, o.what, o.file, o.line,
+                         o.mask);
+                throw FaultError(unit_fault(buf));
+            }
+            args[l] = o.arg;
+            break;
+        case State::Done:
+            snprintf(buf, sizeof buf, "%s: lane %d exited before joining %s (%s:%d, mask %08x)", where(t).c_str(),
+                     l, t.what, t.file, t.line, t.mask);
+            throw FaultError(unit_fault(buf));
+        case State::AtBarrier:
+            snprintf(buf, sizeof buf,
+                     "%s: lane %d waits at __syncthreads (%s:%d) while lane %d waits at %s (%s:%d)",
+                     where(t).c_str(), l, o.file, o.line, t.lane, t.what, t.file, t.line);
+            throw FaultError(unit_fault(buf));
+        default:
+            complete = false;
+        }
+    }
+    if (!complete) return false;
+    if (t.fn) t.fn(args, t.mask);
+    race::warp_sync(t.warp);
+    g_stats.collectives++;
+    for (int l = 0; l < 32; l++)
+        if (t.mask & (1u << l)) blk.threads[base + l].state = State::Ready;
+    return true;
+}
+// Releases every warp group that is complete.
 bool release_warps(Block& blk) {
     bool released = false;
-    const int n = (int)blk.threads.size();
-    for (int i = 0; i < n; i++) {
-        Thread& t = blk.threads[i];
-        if (t.state != State::AtCollective) continue;
-        const int base = t.warp * 32;
-        if (!(t.mask & (1u << t.lane)))
-            throw FaultError(unit_fault(where(t) + ": " + t.what + " with a mask that does not name the calling lane"));
-        void* args[32] = {};
-        bool complete = true;
-        for (int l = 0; l < 32; l++) {
-            if (!(t.mask & (1u << l))) continue;
-            if (base + l >= n)
-                throw FaultError(unit_fault(where(t) + ": " + t.what + " names lane " + std::to_string(l) +
-                                            ", which this block does not have"));
-            Thread& o = blk.threads[base + l];
-            char buf[512];
-            switch (o.state) {
-            case State::AtCollective:
-                if (o.fn != t.fn || o.mask != t.mask) {
-                    snprintf(buf, sizeof buf,
-                             "%s: divergent warp collectives: lane %d at %s (%s:%d, mask %08x), lane %d at %s (%s:%d, "
-                             "mask %08x)",
-                             where(t).c_str(), t.lane, t.what, t.file, t.line, t.mask, l, o.what, o.file, o.line,
-                             o.mask);
-                    throw FaultError(unit_fault(buf));
-                }
-                args[l] = o.arg;
-                break;
-            case State::Done:
-                snprintf(buf, sizeof buf, "%s: lane %d exited before joining %s (%s:%d, mask %08x)", where(t).c_str(),
-                         l, t.what, t.file, t.line, t.mask);
-                throw FaultError(unit_fault(buf));
-            case State::AtBarrier:
-                snprintf(buf, sizeof buf,
-                         "%s: lane %d waits at __syncthreads (%s:%d) while lane %d waits at %s (%s:%d)",
-                         where(t).c_str(), l, o.file, o.line, t.lane, t.what, t.file, t.line);
-                throw FaultError(unit_fault(buf));
-            default:
-                complete = false;
-            }
-        }
-        if (!complete) continue;
-        if (t.fn) t.fn(args, t.mask);
-        g_stats.collectives++;
-        for (int l = 0; l < 32; l++)
-            if (t.mask & (1u << l)) blk.threads[base + l].state = State::Ready;
-        released = true;
-    }
+    for (int i = 0; i < (int)blk.threads.size(); i++) released |= release_group(blk, i);
     return released;
 }
 
@@ -304,6 +314,7 @@ bool release_barrier(Block& blk) {
     if (!first) return false;
     for (Thread& t : blk.threads)
         if (t.state == State::AtBarrier) t.state = State::Ready;
+    race::barrier();
     return true;
 }
 
@@ -317,6 +328,29 @@ std::string deadlock_report(Block& blk) {
         shown++;
     }
     return unit_fault(s);
+}
+
+// Schedules (emu.h): 0 forward, 1 reverse, 2 shuffled; kWarpEager runs one warp at a time up to the next barrier,
+// releasing each of its collectives as soon as its group is complete.
+constexpr int kWarpEager = 3;
+
+// Runs warp w's lanes (in order) until each waits at a barrier or has ended, releasing its warp collectives the
+// moment they are complete (kWarpEager).
+void run_warp_eagerly(Block& blk, int w) {
+    const int n = (int)blk.threads.size(), lo = w * 32, hi = std::min(n, lo + 32);
+    for (;;) {
+        bool ran = false;
+        for (int i = lo; i < hi; i++) {
+            Thread& t = blk.threads[i];
+            if (t.state != State::Ready) continue;
+            resume(blk, t);
+            if (t.state == State::Faulted) throw FaultError(unit_fault(where(t) + ": " + blk.fault));
+            ran = true;
+        }
+        bool released = false;
+        for (int i = lo; i < hi; i++) released |= release_group(blk, i);
+        if (!ran && !released) return;
+    }
 }
 
 // Thread orders: forward, reverse, or a fresh permutation each round.
@@ -342,9 +376,14 @@ void run_block(const char* name, const LaunchConfig& cfg, size_t smem_limit, uin
     std::memset(blk.dynamic, 0xFF, cfg.smem);
     const int n = (int)(cfg.block.x * cfg.block.y * cfg.block.z);
     blk.threads.resize(n);
+    race::begin_block(name, (n + 31) / 32);
+    count::begin_block(n);
+    race::add_shared(blk.dynamic, cfg.smem, "dynamic shared memory");
     for (int i = 0; i < n; i++) {
         Thread& t = blk.threads[i];
         t.linear = i, t.warp = i / 32, t.lane = i % 32;
+        t.rc.linear = i, t.rc.warp = t.warp, t.rc.self = &t;
+        t.rc.name = [](const void* self) { return where(*static_cast<const Thread*>(self)); };
         t.b.block = bid;
         t.b.thread = {i % cfg.block.x, (i / cfg.block.x) % cfg.block.y, i / (cfg.block.x * cfg.block.y)};
         t.b.block_dim = cfg.block;
@@ -357,6 +396,11 @@ void run_block(const char* name, const LaunchConfig& cfg, size_t smem_limit, uin
 #endif
             tp->back = std::move(sched);
             body();
+            if (!tp->copies.empty())
+                device_fault(std::to_string(tp->copies.size()) + " cp.async cop" + (tp->copies.size() == 1 ? "y" : "ies") +
+                             " still pending when the thread exited (issued at " +
+                             race::source_line(tp->copies.front().pc) + "): no cp.async.wait_group covered " +
+                             (tp->copies.size() == 1 ? "it" : "them"));
             tp->state = State::Done;
 #if defined(EMU_ASAN)
             __sanitizer_start_switch_fiber(nullptr, g_sched_bottom, g_sched_size);
@@ -369,7 +413,15 @@ void run_block(const char* name, const LaunchConfig& cfg, size_t smem_limit, uin
     Order order(n, bid.x * 131 + bid.y * 17 + bid.z);
     std::string fault;
     try {
-        for (;;) {
+        while (g_schedule == kWarpEager) {
+            for (int w = 0; w < (n + 31) / 32; w++) run_warp_eagerly(blk, w);
+            if (std::all_of(blk.threads.begin(), blk.threads.end(), [](const Thread& t) { return t.state == State::Done; }))
+                break;
+            if (release_warps(blk)) continue; // faults on a group that can never complete
+            if (release_barrier(blk)) continue;
+            throw FaultError(deadlock_report(blk));
+        }
+        while (g_schedule != kWarpEager) {
             for (int i : order.idx) {
                 Thread& t = blk.threads[i];
                 if (t.state != State::Ready) continue;
@@ -397,7 +449,9 @@ void run_block(const char* name, const LaunchConfig& cfg, size_t smem_limit, uin
         }
         g_free_stacks.push_back(t.stack);
     }
+    if (fault.empty()) count::end_block();
     g_block = nullptr;
+    race::end_block();
     if (!fault.empty()) throw FaultError(fault);
 }
 
@@ -513,7 +567,9 @@ void inject_fault(const char* name, int nth) {
 void advance_clock(double ms) { g_clock_added_ms += ms; }
 void set_schedule(int s) { g_schedule = s; }
 int schedule() { return g_schedule; }
-const char* schedule_name(int s) { return s == 0 ? "forward" : s == 1 ? "reverse" : "shuffled"; }
+const char* schedule_name(int s) {
+    return s == 0 ? "forward" : s == 1 ? "reverse" : s == kWarpEager ? "warp-eager" : "shuffled";
+}
 const Stats& stats() { return g_stats; }
 uint64_t output_digest() { return g_digest ^ g_digest_bytes; }
 void reset_output_digest() {
@@ -567,8 +623,10 @@ bool is_shared_range(const void* p, size_t bytes) {
     return false;
 }
 
-// cp.async: the source is read at issue (a DMA may read it any time before the wait) and the destination holds
-// poison (0xFF bytes: NaN as bf16 or fp32) until a wait_group that covers the copy's group, in this thread.
+// cp.async: the destination holds poison (0xFF bytes: NaN as bf16 or fp32) from the issue until a wait_group that
+// covers the copy's group, in this thread, lands it; the source is read then (a DMA may read it any time in between:
+// a kernel that changes it before the wait sees the change). Racecheck counts both the issue and the landing as
+// writes of the destination by the issuing thread.
 void ptx_cp_async_16(void* dst, const void* src, int src_bytes) {
     Thread& t = current();
     if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
@@ -576,10 +634,15 @@ void ptx_cp_async_16(void* dst, const void* src, int src_bytes) {
     if (!is_shared_range(dst, 16)) device_fault("cp.async: destination not in the block's shared memory");
     if (src_bytes != 0 && src_bytes != 16) device_fault("cp.async: src-size must be 0 or 16 here");
     if (src_bytes && !is_device_range(src, 16)) device_fault("cp.async: source not in device memory");
-    Thread::PendingCopy c{dst, {}, -1};
-    if (src_bytes) std::memcpy(c.data, src, 16);
+    const void* pc = __builtin_return_address(0);
+    race::access(dst, 16, true, pc, "cp.async issued", t.rc, false);
+    if (count::detail::on) {
+        const uint64_t stamp = race::sync_stamp(t.warp);
+        if (src_bytes) count::access(src, 16, false, pc, t.linear, t.warp, stamp, count::Kind::ldgsts);
+        count::access(dst, 16, true, pc, t.linear, t.warp, stamp, count::Kind::ldgsts);
+    }
     std::memset(dst, 0xFF, 16);
-    t.copies.push_back(c);
+    t.copies.push_back({dst, src_bytes ? src : nullptr, -1, pc});
 }
 void ptx_cp_async_commit() {
     Thread& t = current();
@@ -589,12 +652,18 @@ void ptx_cp_async_commit() {
 }
 void ptx_cp_async_wait(int n) {
     Thread& t = current();
+    const void* pc = __builtin_return_address(0);
     const long done_below = t.groups_committed - n; // groups [0, done_below) are complete
     size_t keep = 0;
     for (size_t i = 0; i < t.copies.size(); i++) {
         Thread::PendingCopy& c = t.copies[i];
-        if (c.group >= 0 && c.group < done_below) std::memcpy(c.dst, c.data, 16);
-        else t.copies[keep++] = c;
+        if (c.group >= 0 && c.group < done_below) {
+            race::access(c.dst, 16, true, pc, "cp.async landed by its wait_group", t.rc, false);
+            if (c.src) std::memcpy(c.dst, c.src, 16);
+            else std::memset(c.dst, 0, 16);
+        } else {
+            t.copies[keep++] = c;
+        }
     }
     t.copies.resize(keep);
 }
@@ -627,6 +696,7 @@ void* shared_storage(int id, size_t bytes, size_t align, const char* type) {
     void* p = ::operator new(bytes, std::align_val_t(16));
     if (align > 16 && reinterpret_cast<uintptr_t>(p) % align) device_fault("shared variable alignment above 16");
     std::memset(p, 0xFF, bytes);
+    race::add_shared(p, bytes, "__shared__ variable #" + std::to_string(id));
     blk.static_bytes += bytes;
     blk.shared.push_back({id, type, p, bytes});
     return p;
@@ -687,6 +757,10 @@ void enqueue_launch(const char* name, const void* kernel, const LaunchConfig& cf
         for (size_t i = 0; i < nb; i++) order[i] = i;
         if (g_schedule == 1) std::reverse(order.begin(), order.end());
         if (g_schedule >= 2) std::shuffle(order.begin(), order.end(), std::mt19937_64(g_schedule * 104729 + nb));
+        count::begin_launch(name);
+        struct EndLaunch {
+            ~EndLaunch() { count::end_launch(); }
+        } end_launch;
         for (size_t i : order) {
             uint3 bid{(unsigned)(i % cfg.grid.x), (unsigned)((i / cfg.grid.x) % cfg.grid.y),
                       (unsigned)(i / ((size_t)cfg.grid.x * cfg.grid.y))};

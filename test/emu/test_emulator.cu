@@ -5,6 +5,7 @@
  */
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <cub/cub.cuh>
 #include <cublasLt.h>
@@ -16,6 +17,8 @@
 
 #include "llmc/matmul.cuh"
 #include "llmc/ptx.cuh"
+#include "test/emu/counters.h"
+#include "test/emu/racecheck.h"
 
 namespace {
 
@@ -96,6 +99,103 @@ __global__ void neighbour_kernel(float* out, bool barrier) {
     slot[threadIdx.x] = (float)threadIdx.x;
     if (barrier) __syncthreads();
     out[threadIdx.x] = slot[(threadIdx.x + 1) % 64];
+}
+
+// Racecheck's cases (one warp, or two): lane 0 writes a slot that lane 1 reads, with `sync` (0 none, 1 __syncwarp,
+// 2 __syncthreads) between; with `war`, every thread reads slot 0 before the last thread rewrites it.
+__global__ void handoff_kernel(float* out, int sync, bool war) {
+    __shared__ float slot[64];
+    const int t = threadIdx.x;
+    if (war) {
+        if (t == 0) slot[0] = 1.0f;
+        __syncthreads();
+        out[t] = slot[0];
+        if (sync == 2) __syncthreads();
+        if (t == blockDim.x - 1) slot[0] = 2.0f;
+        return;
+    }
+    if (t == 0) slot[0] = 7.0f;
+    if (sync == 1) __syncwarp();
+    if (sync == 2) __syncthreads();
+    if (t == blockDim.x - 1) out[0] = slot[0];
+}
+// Warp 1 writes the rows warp 0 reads with ldmatrix.
+__global__ void ldmatrix_handoff_kernel(float* out, bool barrier) {
+    __shared__ __align__(16) __nv_bfloat16 tile[32 * 8];
+    const int t = threadIdx.x;
+    if (t >= 32) {
+        for (int i = 0; i < 8; i++) tile[(t - 32) * 8 + i] = __float2bfloat16((float)i);
+    }
+    if (barrier) __syncthreads();
+    if (t < 32) {
+        uint32_t r[4];
+        llmc::ptx::ldmatrix_x4(r, tile + t * 8);
+        out[t] = (float)(r[0] & 0xffffu);
+    }
+}
+// Each thread copies one 16-byte row of a tile with cp.async and waits for it; then each warp reads the other
+// warp's rows with ldmatrix (out: the low 16 bits of each lane's first register). Correct only with the barrier.
+__global__ void cp_async_ldmatrix_kernel(float* out, const __nv_bfloat16* in, bool barrier) {
+    __shared__ __align__(16) __nv_bfloat16 tile[64 * 8];
+    const int t = threadIdx.x;
+    llmc::ptx::cp_async_16(tile + 8 * t, in + 8 * t, true);
+    llmc::ptx::cp_async_commit();
+    llmc::ptx::cp_async_wait<0>();
+    if (barrier) __syncthreads();
+    uint32_t r[4];
+    llmc::ptx::ldmatrix_x4(r, tile + 8 * ((t + 32) % 64));
+    out[t] = (float)(r[0] & 0xffffu);
+}
+// Three cp.async groups of 16 bytes each into s; wait_group<1> lands the first two only; out gets s after it.
+// With `change`, the source of the last group is rewritten between its issue and its wait.
+__global__ void cp_async_groups_kernel(float* out, float* in, bool change) {
+    __shared__ __align__(16) float s[12];
+    for (int g = 0; g < 3; g++) {
+        llmc::ptx::cp_async_16(s + 4 * g, in + 4 * g, true);
+        llmc::ptx::cp_async_commit();
+    }
+    llmc::ptx::cp_async_wait<1>();
+    for (int i = 0; i < 12; i++) out[i] = s[i];
+    if (change) in[8] = -1.0f;
+    llmc::ptx::cp_async_wait<0>();
+    for (int i = 0; i < 12; i++) out[12 + i] = s[i];
+}
+__global__ void cp_async_unwaited_kernel(const float* in) {
+    __shared__ __align__(16) float s[4];
+    llmc::ptx::cp_async_16(s, in, true);
+    llmc::ptx::cp_async_commit();
+}
+
+// The counters' cases (test/emu/counters.h).
+__global__ void load_stride_kernel(float* out, const float* in, int stride) { out[threadIdx.x] = in[stride * threadIdx.x]; }
+__global__ void load128_kernel(float4* out, const float4* in) { out[threadIdx.x] = in[threadIdx.x]; }
+__global__ void shared_stride_kernel(float* out, int stride) {
+    __shared__ float s[32 * 32];
+    s[(threadIdx.x * stride) % 1024] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = s[0]; // every lane the same word: a broadcast
+}
+__global__ void ldmatrix_stride_kernel(float* out, int ld) {
+    __shared__ __align__(16) __nv_bfloat16 tile[32 * 72];
+    uint32_t r[4];
+    llmc::ptx::ldmatrix_x4(r, tile + threadIdx.x * ld);
+    float d[4] = {0, 0, 0, 0};
+    const uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    llmc::ptx::mma_bf16_16816(d, a, b);
+    out[threadIdx.x] = d[0] + (float)(r[0] & 1u);
+}
+// Lanes 0..15 read a word of bank 1 in the first trip, all lanes one of bank 0 in the second: on a device two
+// instructions of 16 and 32 wavefronts; here the upper lanes' second trip is their first occurrence of the site.
+__global__ void divergent_trips_kernel(float* out, int trips) {
+    __shared__ float s[32 * 32];
+    const int t = threadIdx.x;
+    s[t] = 0.0f;
+    __syncthreads();
+    float acc = 0.0f;
+#pragma GCC unroll 1
+    for (int i = 0; i < trips; i++)
+        if (i == 1 || t < 16) acc += s[(32 * t + (i == 0 ? 1 : 0)) % 1024];
+    out[t] = acc;
 }
 
 __global__ void partial_syncwarp_kernel(float* out) {
@@ -197,7 +297,14 @@ TEST(EmuRuntime, AFaultMakesTheContextUnusableUntilTaken) {
     cudaFree(p);
 }
 
+// Racecheck off for a test's scope: the schedules alone must show a race that changes results.
+struct RacecheckOff {
+    RacecheckOff() { emu::race::set_enabled(false); }
+    ~RacecheckOff() { emu::race::set_enabled(true); }
+};
+
 TEST(EmuRuntime, AMissingBarrierShowsAsADifferenceBetweenSchedules) {
+    RacecheckOff off;
     Buffer out(64);
     std::vector<float> with[2], without[2];
     for (int s = 0; s < 2; s++) {
@@ -236,6 +343,7 @@ TEST(EmuRuntime, PtxOperandsAreChecked) {
 }
 
 TEST(EmuRuntime, ACpAsyncStageReadBeforeItsBarrierShowsAsADifferenceBetweenSchedules) {
+    RacecheckOff off;
     Buffer out(64), in(4 * 64);
     std::vector<float> h(in.n);
     for (size_t i = 0; i < h.size(); i++) h[i] = (float)i;
@@ -254,6 +362,180 @@ TEST(EmuRuntime, ACpAsyncStageReadBeforeItsBarrierShowsAsADifferenceBetweenSched
     EXPECT_EQ(with[0][0], 4.0f);
     EXPECT_NE(std::memcmp(without[0].data(), without[1].data(), 64 * sizeof(float)), 0)
         << "the racy kernel gave the same bits under both schedules";
+}
+
+// A barrier missing between a cp.async wait and another warp's ldmatrix of the stage: the round-based schedules
+// run every thread to the ldmatrix (a collective), landing every copy, before releasing any, and hide it; the
+// warp-eager one runs warp 0's ldmatrix before warp 1 has issued its copies, and shows it.
+TEST(EmuRuntime, TheWarpEagerScheduleExposesAStageReadBeforeItsBarrier) {
+    RacecheckOff off;
+    Buffer out(64);
+    __nv_bfloat16* in = nullptr;
+    ASSERT_EQ(cudaMalloc(&in, 64 * 8 * sizeof(__nv_bfloat16)), cudaSuccess);
+    std::vector<__nv_bfloat16> h(64 * 8);
+    for (size_t i = 0; i < h.size(); i++) h[i] = __float2bfloat16((float)(i % 97));
+    cudaMemcpy(in, h.data(), h.size() * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice);
+    std::vector<float> got[4], with_barrier[4];
+    for (int s = 0; s < 4; s++) {
+        emu::set_schedule(s);
+        cp_async_ldmatrix_kernel<<<1, 64>>>(out.p, in, false);
+        got[s] = out.get();
+        cp_async_ldmatrix_kernel<<<1, 64>>>(out.p, in, true);
+        with_barrier[s] = out.get();
+    }
+    emu::set_schedule(0);
+    cudaFree(in);
+    EXPECT_TRUE(emu::take_faults().empty());
+    EXPECT_STREQ(emu::schedule_name(3), "warp-eager");
+    for (int s = 0; s < 4; s++) EXPECT_EQ(with_barrier[s], with_barrier[0]) << emu::schedule_name(s);
+    for (int s = 0; s < 3; s++) EXPECT_EQ(got[s], with_barrier[0]) << emu::schedule_name(s) << " hides the race";
+    EXPECT_EQ(got[3][0], 65535.0f) << "warp 0 read warp 1's rows still poisoned (0xFFFF)";
+}
+
+// "test/emu/test_emulator.cu:N", N the line of this file that holds `text` (once, besides the lines that ask).
+std::string line_of(const std::string& text) {
+    const std::string file = "test/emu/test_emulator.cu";
+    std::ifstream in(file);
+    std::string line;
+    int n = 0, found = 0;
+    for (int i = 1; std::getline(in, line); i++)
+        if (line.find(text) != std::string::npos && line.find("line_of(") == std::string::npos) n++, found = i;
+    EXPECT_EQ(n, 1) << "'" << text << "' in " << file;
+    return file + ":" + std::to_string(found);
+}
+
+// Racecheck and the counters see plain loads and stores through the plain emulated build's instrumentation
+// (-fsanitize=thread's callbacks); the AddressSanitizer build has none.
+#ifdef __SANITIZE_THREAD__
+#define REQUIRE_INSTRUMENTATION()
+#else
+#define REQUIRE_INSTRUMENTATION() GTEST_SKIP() << "needs the plain emulated build's instrumentation"
+#endif
+
+// Racecheck (test/emu/racecheck.h) finds each hazard on the first schedule, from the barriers alone, and names
+// both threads, both source lines and the address; the same kernels with their barrier pass.
+TEST(EmuRuntime, RacecheckFindsSharedMemoryHazardsOnTheFirstSchedule) {
+    REQUIRE_INSTRUMENTATION();
+    ASSERT_TRUE(emu::race::enabled());
+    emu::set_schedule(0);
+    Buffer out(64), in(4 * 64);
+    auto f = faults_of([&] { neighbour_kernel<<<1, 64>>>(out.p, false); });
+    ASSERT_EQ(f.size(), 1u) << joined(f);
+    // Forward order: thread 0 reads slot 1 before thread 1 writes it.
+    EXPECT_TRUE(mentions(f, "write-after-read hazard on __shared__ variable")) << joined(f);
+    EXPECT_TRUE(mentions(f, "thread 0 (warp 0) read it at " + line_of("out[threadIdx.x] = slot[(threadIdx.x + 1) % 64];")))
+        << joined(f);
+    EXPECT_TRUE(mentions(f, "block (0,0,0) thread (1,0,0) wrote it at " + line_of("slot[threadIdx.x] = (float)threadIdx.x;")))
+        << joined(f);
+    EXPECT_TRUE(mentions(f, "(address 0x")) << joined(f);
+    EXPECT_TRUE(faults_of([&] { neighbour_kernel<<<1, 64>>>(out.p, true); }).empty());
+
+    // Within a warp __syncwarp orders; across warps only __syncthreads does.
+    f = faults_of([&] { handoff_kernel<<<1, 32>>>(out.p, 0, false); });
+    EXPECT_TRUE(mentions(f, "read-after-write hazard")) << joined(f);
+    EXPECT_TRUE(mentions(f, "with no barrier or warp synchronisation between")) << joined(f);
+    EXPECT_TRUE(faults_of([&] { handoff_kernel<<<1, 32>>>(out.p, 1, false); }).empty());
+    f = faults_of([&] { handoff_kernel<<<1, 64>>>(out.p, 1, false); });
+    EXPECT_TRUE(mentions(f, "read-after-write hazard")) << joined(f);
+    EXPECT_TRUE(faults_of([&] { handoff_kernel<<<1, 64>>>(out.p, 2, false); }).empty());
+    f = faults_of([&] { handoff_kernel<<<1, 64>>>(out.p, 0, true); });
+    EXPECT_TRUE(mentions(f, "write-after-read hazard")) << joined(f);
+    EXPECT_TRUE(faults_of([&] { handoff_kernel<<<1, 64>>>(out.p, 2, true); }).empty());
+
+    // A cp.async copy is written by its thread when its wait_group lands it; ldmatrix reads each lane's row.
+    f = faults_of([&] { cp_async_neighbour_kernel<<<1, 64>>>(out.p, in.p, false); });
+    EXPECT_TRUE(mentions(f, "thread (1,0,0) wrote it (cp.async issued) at llmc/ptx.cuh:")) << joined(f);
+    EXPECT_TRUE(mentions(f, "(inlined into " + line_of("cp_async_16(s + 4 * threadIdx.x, in + 4 * threadIdx.x, true);") + ")"))
+        << joined(f);
+    EXPECT_TRUE(faults_of([&] { cp_async_neighbour_kernel<<<1, 64>>>(out.p, in.p, true); }).empty());
+    f = faults_of([&] { ldmatrix_handoff_kernel<<<1, 64>>>(out.p, false); });
+    EXPECT_TRUE(mentions(f, "thread (0,0,0) read it (ldmatrix.x4) at llmc/ptx.cuh:")) << joined(f);
+    EXPECT_TRUE(mentions(f, "(inlined into " + line_of("llmc::ptx::ldmatrix_x4(r, tile + t * 8);") + ")")) << joined(f);
+    EXPECT_TRUE(faults_of([&] { ldmatrix_handoff_kernel<<<1, 64>>>(out.p, true); }).empty());
+}
+
+// cp.async lands only what a wait_group covers, reads its source when it lands, and a copy no wait covered is a
+// fault when its thread exits.
+TEST(EmuRuntime, CpAsyncLandsOnlyTheGroupsAWaitCovers) {
+    Buffer out(24), in(12);
+    std::vector<float> h(12);
+    for (int i = 0; i < 12; i++) h[i] = (float)i;
+    cudaMemcpy(in.p, h.data(), 48, cudaMemcpyHostToDevice);
+    cp_async_groups_kernel<<<1, 1>>>(out.p, in.p, true);
+    const std::vector<float> r = out.get();
+    EXPECT_TRUE(emu::take_faults().empty());
+    for (int i = 0; i < 8; i++) EXPECT_EQ(r[i], (float)i) << "the two oldest groups landed at wait_group 1";
+    for (int i = 8; i < 12; i++) EXPECT_TRUE(std::isnan(r[i])) << "the newest group is still in flight: " << r[i];
+    EXPECT_EQ(r[12 + 8], -1.0f) << "the source is read when the copy lands";
+    for (int i = 9; i < 12; i++) EXPECT_EQ(r[12 + i], (float)i);
+    const auto f = faults_of([&] { cp_async_unwaited_kernel<<<1, 1>>>(in.p); });
+    EXPECT_TRUE(mentions(f, "1 cp.async copy still pending when the thread exited")) << joined(f);
+}
+
+// The counters (test/emu/counters.h) against ncu's definitions on kernels whose counts are known by hand.
+TEST(EmuRuntime, CountersFollowNcuDefinitions) {
+    REQUIRE_INSTRUMENTATION();
+    Buffer out(32 * 32), in(32 * 32);
+    cudaMemset(in.p, 0, in.n * sizeof(float));
+    emu::count::start();
+    load_stride_kernel<<<1, 32>>>(out.p, in.p, 1);  // 32 consecutive floats: 4 sectors
+    load_stride_kernel<<<1, 32>>>(out.p, in.p, 32); // a sector per lane
+    load128_kernel<<<1, 32>>>(reinterpret_cast<float4*>(out.p), reinterpret_cast<const float4*>(in.p));
+    load_stride_kernel<<<2, 32>>>(out.p, in.p, 1); // two blocks read the same 128 bytes
+    shared_stride_kernel<<<1, 32>>>(out.p, 1);
+    shared_stride_kernel<<<1, 32>>>(out.p, 2);
+    shared_stride_kernel<<<1, 32>>>(out.p, 32);
+    ldmatrix_stride_kernel<<<1, 32>>>(out.p, 64); // 128-byte rows: eight rows of a matrix share four banks
+    ldmatrix_stride_kernel<<<1, 32>>>(out.p, 72); // 144-byte rows: 16 mod 128, conflict-free
+    cudaDeviceSynchronize();
+    const std::vector<emu::count::Launch> c = emu::count::stop();
+    ASSERT_TRUE(emu::take_faults().empty());
+    ASSERT_EQ(c.size(), 9u);
+    EXPECT_EQ(c[0].kernel, "load_stride_kernel");
+    EXPECT_EQ(c[0].ld_requests, 1u);
+    EXPECT_EQ(c[0].ld_sectors, 4u);
+    EXPECT_EQ(c[0].st_requests, 1u);
+    EXPECT_EQ(c[0].st_sectors, 4u);
+    EXPECT_EQ(c[0].bytes_read, 128u);
+    EXPECT_EQ(c[1].ld_sectors, 32u);
+    EXPECT_EQ(c[2].ld_requests, 1u);
+    EXPECT_EQ(c[2].ld_sectors, 16u) << "16 bytes a lane: 512 bytes, 16 sectors in one request";
+    EXPECT_EQ(c[3].ld_requests, 2u);
+    EXPECT_EQ(c[3].ld_sectors, 8u) << "the upper DRAM bound: every request's sectors";
+    EXPECT_EQ(c[3].unique_read_sectors, 4u) << "the lower bound: each sector once";
+    EXPECT_EQ(c[4].shared_st_wavefronts, 1u);
+    EXPECT_EQ(c[4].shared_st_conflicts, 0u);
+    EXPECT_EQ(c[4].shared_ld_requests, 1u);
+    EXPECT_EQ(c[4].shared_ld_wavefronts, 1u) << "a broadcast";
+    EXPECT_EQ(c[5].shared_st_wavefronts, 2u) << "stride 2: two words in each even bank";
+    EXPECT_EQ(c[5].shared_st_conflicts, 1u);
+    EXPECT_EQ(c[6].shared_st_wavefronts, 32u) << "stride 32: every lane in bank 0";
+    EXPECT_EQ(c[6].shared_st_conflicts, 31u);
+    EXPECT_EQ(c[7].ldsm, 1u);
+    EXPECT_EQ(c[7].ldsm_wavefronts, 32u);
+    EXPECT_EQ(c[7].ldsm_conflicts, 28u);
+    EXPECT_EQ(c[8].ldsm_wavefronts, 4u);
+    EXPECT_EQ(c[8].ldsm_conflicts, 0u);
+    EXPECT_EQ(c[8].mma, 1u);
+    EXPECT_EQ(c[8].tensor_ops, 4096u);
+    EXPECT_EQ(c[8].blocks, 1u);
+    EXPECT_EQ(c[8].threads, 32u);
+}
+
+// A warp-level instruction is (site, occurrence since the last synchronisation point) per lane: a lane that skips
+// a trip of a loop joins the others' earlier trip (counters.h). On a device divergent_trips_kernel's loads are two
+// instructions of 16 and 32 wavefronts (48); here the upper lanes' one load joins the lower lanes' first trip.
+TEST(EmuRuntime, CountersGroupDivergentLanesByOccurrence) {
+    REQUIRE_INSTRUMENTATION();
+    Buffer out(32);
+    emu::count::start();
+    divergent_trips_kernel<<<1, 32>>>(out.p, 2);
+    cudaDeviceSynchronize();
+    const std::vector<emu::count::Launch> c = emu::count::stop();
+    ASSERT_TRUE(emu::take_faults().empty());
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].shared_ld_requests, 2u);
+    EXPECT_EQ(c[0].shared_ld_wavefronts, 32u) << "16 + 16 as grouped here, where a device has 16 + 32";
 }
 
 TEST(EmuRuntime, CollectivesThatCannotCompleteAreFaultsNotHangs) {

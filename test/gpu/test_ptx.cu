@@ -4,6 +4,8 @@
 // hardware's.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "llmc/ptx.cuh"
@@ -61,6 +63,12 @@ __global__ void cp_async_kernel(uint4* out, const uint4* src, int fill2, int pee
     llmc::ptx::cp_async_wait<0>();
     out[64 + i] = s[i];
     out[2 * 64 + i] = s[64 + i];
+}
+
+// pack_bf16x2 as the attention kernels use it: out[i] = pack(in[2i], in[2i + 1]).
+__global__ void pack_kernel(uint32_t* out, const float* in, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = llmc::ptx::pack_bf16x2(in[2 * i], in[2 * i + 1]);
 }
 
 uint16_t bits(float bf16_value) {
@@ -145,4 +153,43 @@ GPU_TEST(GpuPtx, CpAsyncLandsAtTheWaitThatCoversItsGroup) {
             }
         }
     }
+}
+
+// fp32 -> bf16 in pack_bf16x2 rounds to nearest, ties to even, as the CPU reference assumes: every element equals
+// the rounding computed here from the bits, and the signed error, in bf16 ulps of each value's magnitude, averages
+// to zero both over random values (a truncating conversion averages -1/2) and over exact ties (rounding ties away
+// from zero averages +1/2), which a per-element tolerance alone would not show.
+GPU_TEST(GpuPtx, PackBf16x2RoundsToNearestEven) {
+    REQUIRE_GPU();
+    const int pairs = 1 << 15;
+    std::vector<float> x(2 * pairs); // elements [0, pairs): random values; [pairs, 2 pairs): exact ties
+    std::mt19937 rng((uint32_t)gputest::fresh_seed());
+    for (int i = 0; i < 2 * pairs; i++) {
+        float v = std::ldexp(1.0f + (float)(rng() % (1u << 23)) / (float)(1u << 23), (int)(rng() % 17) - 8);
+        uint32_t u;
+        std::memcpy(&u, &v, 4);
+        if (rng() % 2) u |= 0x80000000u;
+        if (i >= pairs) u = (u & 0xffff0000u) | 0x8000u; // halfway between two bf16 values
+        std::memcpy(&x[i], &u, 4);
+    }
+    DeviceBuffer<float> in(x);
+    DeviceBuffer<uint32_t> out(pairs);
+    pack_kernel<<<pairs / 256, 256>>>(out.ptr, in.ptr, pairs);
+    CUDA_CHECK(cudaGetLastError());
+    const std::vector<uint32_t> o = out.download();
+    double mean_err[2] = {0, 0};
+    for (int i = 0; i < 2 * pairs; i++) {
+        uint32_t u;
+        std::memcpy(&u, &x[i], 4);
+        const uint16_t want = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        const uint16_t got = (uint16_t)(i % 2 ? o[i / 2] >> 16 : o[i / 2] & 0xffffu);
+        ASSERT_EQ(got, want) << "element " << i << " = " << x[i];
+        const uint32_t back = (uint32_t)got << 16;
+        float b;
+        std::memcpy(&b, &back, 4);
+        const double ulp = std::ldexp(1.0, std::ilogb(x[i]) - 7);
+        mean_err[i >= pairs] += (std::fabs((double)b) - std::fabs((double)x[i])) / ulp / pairs;
+    }
+    EXPECT_LT(std::fabs(mean_err[0]), 0.01) << "random values: a biased conversion";
+    EXPECT_LT(std::fabs(mean_err[1]), 0.02) << "exact ties: not to even";
 }
