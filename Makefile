@@ -268,7 +268,7 @@ EMU_CUDA_SRCS := $(wildcard llmc/*.cuh llmc/*/*.cuh) dev/cuda/device_utils.cuh t
 EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_ptx.cu test/gpu/test_attention.cu test/gpu/test_attention_decode.cu test/gpu/test_gpt2.cu \
                  test/gpu/test_gpt2_decoder.cu test/gpu/test_matmul_autotune.cu test/gpu/test_elementwise.cu \
                  test/gpu/test_memory_plan.cu test/gpu/test_gpu_backends.cu \
-                 test/emu/test_emulator.cu
+                 test/emu/test_emulator.cu test/emu/test_kernel_counters.cu
 # The GPU model's host code and its backends (every GPU test of the model links them; test_gpu_backends.cu runs the
 # backends in-process under their drivers), over the host libraries
 # as the normal build compiles them (the profile session is test/emu/gpu_session.cpp: the emulator has no CUPTI).

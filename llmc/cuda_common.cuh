@@ -108,7 +108,15 @@ template <typename T> struct alignas(16) Packed128 {
 using x128 = Packed128<floatX>;
 using f128 = Packed128<float>;
 
-template <typename T> __device__ Packed128<T> load128(const T* p) { return *reinterpret_cast<const Packed128<T>*>(p); }
+// Under the emulator (LLMC_EMU) each of these is one 16-byte access, as LDG.E.128 / STG.E.128 are on the device,
+// whatever instructions the host compiler picks for the copy (test/emu/emu.h, emu::load_bytes).
+template <typename T> __device__ Packed128<T> load128(const T* p) {
+#ifdef LLMC_EMU
+    return ::emu::load_as_one(reinterpret_cast<const Packed128<T>*>(p));
+#else
+    return *reinterpret_cast<const Packed128<T>*>(p);
+#endif
+}
 // Streaming load: data read once, keep it out of L1/L2 as far as possible.
 template <typename T> __device__ Packed128<T> load128cs(const T* p) {
     Packed128<T> r;
@@ -121,7 +129,13 @@ template <typename T> __device__ Packed128<T> load128cg(const T* p) {
     *reinterpret_cast<int4*>(&r) = __ldcg(reinterpret_cast<const int4*>(p));
     return r;
 }
-template <typename T> __device__ void store128(T* p, const Packed128<T>& v) { *reinterpret_cast<Packed128<T>*>(p) = v; }
+template <typename T> __device__ void store128(T* p, const Packed128<T>& v) {
+#ifdef LLMC_EMU
+    ::emu::store_bytes(p, &v, sizeof(v));
+#else
+    *reinterpret_cast<Packed128<T>*>(p) = v;
+#endif
+}
 // Streaming store: data not read again soon, so it should not push other lines out of L2.
 template <typename T> __device__ void store128cs(T* p, const Packed128<T>& v) {
     __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));

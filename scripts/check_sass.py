@@ -32,7 +32,7 @@ KERNELS = {
 }
 REQUIRED = {"LDSM": r"\bLDSM\.", "LDGSTS": r"\bLDGSTS\.", "HMMA.16816": r"\bHMMA\.16816\."}
 TRANS = ("LDSM.16.MT88", r"\bLDSM\.16\.MT88\b")
-SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "llmc", "attention.cuh")
+SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "llmc", "attention.cuh")
 FORBIDDEN = {"generic load LD.E": r"\bLD\.E\b", "local load LDL": r"\bLDL\b", "local store STL": r"\bSTL\b"}
 
 

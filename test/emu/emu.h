@@ -303,12 +303,24 @@ bool is_shared_range(const void* p, size_t bytes);
 } // namespace emu
 
 // ------------------------------------------------------------------------------------------- loads, atomics
-template <typename T> T __ldg(const T* p) { return *p; }
-template <typename T> T __ldcs(const T* p) { return *p; }
-template <typename T> T __ldcg(const T* p) { return *p; }
-template <typename T> T __ldlu(const T* p) { return *p; }
-template <typename T> void __stcs(T* p, T v) { *p = v; }
-template <typename T> void __stcg(T* p, T v) { *p = v; }
+// One access of n bytes, as the device's vector load or store of that width (LDG.E.128 for 16): copied outside the
+// instrumented code and reported to racecheck and the counters as one access at the caller's line, whatever
+// instructions the host compiler would have used for the copy (test/emu/racecheck.cpp).
+namespace emu {
+void load_bytes(void* dst, const void* src, size_t n);
+void store_bytes(void* dst, const void* src, size_t n);
+template <typename T> T load_as_one(const T* p) {
+    T r;
+    load_bytes(&r, p, sizeof(T));
+    return r;
+}
+} // namespace emu
+template <typename T> T __ldg(const T* p) { return emu::load_as_one(p); }
+template <typename T> T __ldcs(const T* p) { return emu::load_as_one(p); }
+template <typename T> T __ldcg(const T* p) { return emu::load_as_one(p); }
+template <typename T> T __ldlu(const T* p) { return emu::load_as_one(p); }
+template <typename T> void __stcs(T* p, T v) { emu::store_bytes(p, &v, sizeof(T)); }
+template <typename T> void __stcg(T* p, T v) { emu::store_bytes(p, &v, sizeof(T)); }
 
 // Only one fiber runs at a time (blocks too run one after the other), so a read-modify-write is atomic as
 // written; each returns the old value, as the device's do.

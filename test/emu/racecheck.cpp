@@ -218,6 +218,18 @@ inline void observe(const void* p, size_t n, bool write, const void* pc) {
 }
 } // namespace
 
+namespace emu {
+// emu.h: not inlined, so that the return address is the kernel's line; the copy itself is not instrumented.
+__attribute__((noinline)) void load_bytes(void* dst, const void* src, size_t n) {
+    observe(src, n, false, __builtin_return_address(0));
+    std::memcpy(dst, src, n);
+}
+__attribute__((noinline)) void store_bytes(void* dst, const void* src, size_t n) {
+    observe(dst, n, true, __builtin_return_address(0));
+    std::memcpy(dst, src, n);
+}
+} // namespace emu
+
 #define LLMC_EMU_TSAN_SIZED(n)                                                                                         \
     void __tsan_read##n(void* p) { observe(p, n, false, __builtin_return_address(0)); }                                \
     void __tsan_write##n(void* p) { observe(p, n, true, __builtin_return_address(0)); }                                \
