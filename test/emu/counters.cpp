@@ -46,13 +46,20 @@ std::unordered_set<uint64_t> g_read_sectors, g_write_sectors; // the launch's di
 std::unordered_map<GroupKey, Group, GroupHash> g_groups;      // the block's instructions
 std::unordered_map<uint64_t, Occurrence> g_occurrences;       // (lane, pc) -> occurrences
 
+// The distinct units of 2^shift bytes that the accesses [a, a + n) touch, sorted (sectors: 5, bank words: 2).
+template <typename Accesses> std::vector<uint64_t> distinct_units(const Accesses& accesses, int shift) {
+    std::vector<uint64_t> u;
+    for (const auto& [a, n] : accesses)
+        for (uint64_t x = a >> shift; x <= (a + n - 1) >> shift; x++) u.push_back(x);
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+    return u;
+}
+
 uint64_t sectors_of(const Group& g, std::unordered_set<uint64_t>* distinct) {
-    std::vector<uint64_t> s;
-    for (const auto& lane : g.lane_access)
-        for (const auto& [a, n] : lane)
-            for (uint64_t x = a >> 5; x <= (a + n - 1) >> 5; x++) s.push_back(x);
-    std::sort(s.begin(), s.end());
-    s.erase(std::unique(s.begin(), s.end()), s.end());
+    std::vector<std::pair<uintptr_t, size_t>> all;
+    for (const auto& lane : g.lane_access) all.insert(all.end(), lane.begin(), lane.end());
+    const std::vector<uint64_t> s = distinct_units(all, 5);
     if (distinct) distinct->insert(s.begin(), s.end());
     return s.size();
 }
@@ -96,14 +103,9 @@ void finish(const Group& g) {
 } // namespace
 
 int wavefronts(const std::vector<std::pair<uintptr_t, size_t>>& phase) {
-    std::vector<uint64_t> words;
-    for (const auto& [a, n] : phase)
-        for (uint64_t w = a >> 2; w <= (a + n - 1) >> 2; w++) words.push_back(w);
-    std::sort(words.begin(), words.end());
-    words.erase(std::unique(words.begin(), words.end()), words.end());
     int per_bank[32] = {};
     int most = 0;
-    for (uint64_t w : words) most = std::max(most, ++per_bank[w % 32]);
+    for (uint64_t w : distinct_units(phase, 2)) most = std::max(most, ++per_bank[w % 32]);
     return most;
 }
 
@@ -162,13 +164,10 @@ void access(const void* p, size_t n, bool write, const void* pc, int lane, int w
 void ldmatrix(const void* const rows[32]) {
     if (!g_launch) return;
     g_launch->ldsm++;
-    for (int j = 0; j < 4; j++) {
-        std::vector<std::pair<uintptr_t, size_t>> phase;
-        for (int l = 8 * j; l < 8 * j + 8; l++) phase.push_back({reinterpret_cast<uintptr_t>(rows[l]), 16});
-        const int w = wavefronts(phase);
-        g_launch->ldsm_wavefronts += w;
-        g_launch->ldsm_conflicts += w - 1;
-    }
+    // A shared request of a 16-byte row a lane: four phases of eight lanes, one per 8x8 matrix.
+    Group g{Space::shared, false, Kind::plain, {}};
+    for (int l = 0; l < 32; l++) g.lane_access[l].push_back({reinterpret_cast<uintptr_t>(rows[l]), 16});
+    shared_request(g, g_launch->ldsm_wavefronts, g_launch->ldsm_conflicts);
 }
 void mma() {
     if (!g_launch) return;

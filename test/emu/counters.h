@@ -72,3 +72,11 @@ void mma();
 int wavefronts(const std::vector<std::pair<uintptr_t, size_t>>& phase);
 
 } // namespace emu::count
+
+// Racecheck and the counters see plain loads and stores through the plain emulated build's instrumentation
+// (-fsanitize=thread's callbacks); the AddressSanitizer build has none. A test that needs them starts with this.
+#ifdef __SANITIZE_THREAD__
+#define REQUIRE_INSTRUMENTATION()
+#else
+#define REQUIRE_INSTRUMENTATION() GTEST_SKIP() << "needs the plain emulated build's instrumentation"
+#endif

@@ -404,14 +404,6 @@ std::string line_of(const std::string& text) {
     return file + ":" + std::to_string(found);
 }
 
-// Racecheck and the counters see plain loads and stores through the plain emulated build's instrumentation
-// (-fsanitize=thread's callbacks); the AddressSanitizer build has none.
-#ifdef __SANITIZE_THREAD__
-#define REQUIRE_INSTRUMENTATION()
-#else
-#define REQUIRE_INSTRUMENTATION() GTEST_SKIP() << "needs the plain emulated build's instrumentation"
-#endif
-
 // Racecheck (test/emu/racecheck.h) finds each hazard on the first schedule, from the barriers alone, and names
 // both threads, both source lines and the address; the same kernels with their barrier pass.
 TEST(EmuRuntime, RacecheckFindsSharedMemoryHazardsOnTheFirstSchedule) {

@@ -17,12 +17,6 @@ using llmc::floatX;
 
 namespace {
 
-#ifdef __SANITIZE_THREAD__
-#define REQUIRE_INSTRUMENTATION()
-#else
-#define REQUIRE_INSTRUMENTATION() GTEST_SKIP() << "needs the plain emulated build's instrumentation"
-#endif
-
 void print(const emu::count::Launch& c) {
     printf("emulated counters, %s: %llu blocks; global ld %llu requests %llu sectors, st %llu requests %llu sectors; "
            "shared ld %llu requests %llu wavefronts %llu conflicts, st %llu requests %llu wavefronts %llu conflicts; "
