@@ -41,13 +41,14 @@ BUILD := build
 # ---- BUNDLE=1 (set by `make gpu_bundle`, below): the programs gpu_bundle/ carries to a GPU machine, in build/bundle
 # so that they never mix with the normal build's objects. Single-process (no MPI, no NCCL), pcre2 linked
 # statically, CPU code for any x86-64 with AVX2 (x86-64-v3), GPU code for sm_90 with its PTX (compute_90), which
-# the driver compiles for newer GPUs ----
+# the driver compiles for newer GPUs. The GPU objects are the normal build's (CU_BUILD) when that build is for
+# sm_90 too (SHARE_GPU_OBJECTS, set by gpu_bundle): nvcc's flags are then the same, the host code in them is
+# compiled without -march, and only the one object whose flags differ (gpt2.cu, NCCL) is compiled again ----
 ifdef BUNDLE
 BUILD := build/bundle
 BIN := $(BUILD)/
 CPU_ARCH := x86-64-v3
 GPU_ARCH := 90
-GPU_CODE := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 LDLIBS_PCRE := -l:libpcre2-8.a
 endif
 
@@ -59,15 +60,19 @@ ifeq ($(GPU_ARCH),)
 GPU_ARCH := 90
 endif
 NVCCFLAGS ?= -O3
-GPU_CODE ?= -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH)
-override NVCCFLAGS += -std=c++17 $(GPU_CODE) -lineinfo -I. \
-             -Xcompiler -fopenmp,-Wall --expt-relaxed-constexpr -MMD -MP
-ifdef BUNDLE
+# Machine code for the GPU's architecture and its PTX, which the driver compiles for newer GPUs.
+GPU_CODE ?= -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -gencode arch=compute_$(GPU_ARCH),code=compute_$(GPU_ARCH)
 # Each function in its own section and the unused ones dropped at the link: a program takes from the host library
-# only the functions it calls, not whole objects (the tokenizer's JSON reader in a trainer that only decodes).
+# only the functions it calls, not whole objects (the tokenizer's JSON reader in a trainer that only decodes). The
+# bundle's host objects (below) are compiled so too.
+override NVCCFLAGS += -std=c++17 $(GPU_CODE) -lineinfo -I. \
+             -Xcompiler -fopenmp,-Wall,-ffunction-sections,-fdata-sections -Xlinker --gc-sections \
+             --expt-relaxed-constexpr -MMD -MP
+ifdef BUNDLE
 override CXXFLAGS += -ffunction-sections -fdata-sections -Wl,--gc-sections
-override NVCCFLAGS += -Xcompiler -ffunction-sections,-fdata-sections -Xlinker --gc-sections
 endif
+# Where the GPU objects (%.cu.o) go: the build directory, or the normal build's for a bundle that shares them.
+CU_BUILD := $(if $(and $(BUNDLE),$(SHARE_GPU_OBJECTS)),build,$(BUILD))
 CUDA_LIBS := -lcublasLt -lcublas
 # The in-process profiler (llmc/profiler/cupti_collector.cuh): train_gpt2cu --profile, profile_gpt2cu, the GPU tests.
 CUPTI_LIBS := -lcupti
@@ -79,7 +84,7 @@ BUILD := build/san
 BIN := $(BUILD)/
 HAVE_NVCC :=
 # GCC's -Wmaybe-uninitialized misfires inside std::regex and std::function under the sanitizers.
-override CXXFLAGS += -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
+override CXXFLAGS += -g1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
                      -Wno-maybe-uninitialized
 endif
 
@@ -120,6 +125,11 @@ $(BUILD)/%.o: %.cpp
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+ifneq ($(CU_BUILD),$(BUILD))
+$(CU_BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+endif
 
 # ---- libraries: host code every program shares (utilities, the tokenizer, model and state files, the data
 # loader, the memory plan); the flag tables; the training loop; the inference driver; the profiler's session,
@@ -145,8 +155,9 @@ LIBS := $(TRAIN_LIB) $(INFER_LIB) $(PROFILER_LIB) $(HOST_LIB)
 # The models' host code and backends, each compiled once (llmc/cpu/, llmc/gpu/): the GPU ones by nvcc, with the
 # GPU profile session (CUPTI) and, where the build has NCCL, the NCCL communicator beside them.
 CPU_BACKENDS := $(BUILD)/llmc/cpu/train_backend.o $(BUILD)/llmc/cpu/infer_backend.o
-GPU_SESSION := $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard llmc/profiler/*.cu))
-GPU_BACKENDS := $(BUILD)/llmc/gpu/gpt2.cu.o $(BUILD)/llmc/gpu/gpt2_decoder.cu.o $(GPU_SESSION) \
+# gpt2.cu is compiled per build: with NCCL in the normal build where it has NCCL, never in the bundle.
+GPU_SESSION := $(patsubst %.cu,$(CU_BUILD)/%.cu.o,$(wildcard llmc/profiler/*.cu))
+GPU_BACKENDS := $(BUILD)/llmc/gpu/gpt2.cu.o $(CU_BUILD)/llmc/gpu/gpt2_decoder.cu.o $(GPU_SESSION) \
                 $(if $(HAVE_NCCL),$(BUILD)/llmc/train/dist_nccl.cu.o)
 
 # ---- programs ----
@@ -159,13 +170,13 @@ $(BIN)infer_gpt2: $(BUILD)/infer_gpt2.o $(BUILD)/llmc/cpu/infer_backend.o $(INFE
 $(BIN)prepare_data: $(BUILD)/dev/data/prepare_data.o $(HOST_LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS_PCRE)
 
-$(BIN)train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(GPU_BACKENDS) $(LIBS)
+$(BIN)train_gpt2cu: $(CU_BUILD)/train_gpt2.cu.o $(GPU_BACKENDS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
-$(BIN)profile_gpt2cu: $(BUILD)/profile_gpt2.cu.o $(GPU_BACKENDS) $(LIBS)
+$(BIN)profile_gpt2cu: $(CU_BUILD)/profile_gpt2.cu.o $(GPU_BACKENDS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
-$(BIN)infer_gpt2cu: $(BUILD)/infer_gpt2.cu.o $(GPU_BACKENDS) $(LIBS)
+$(BIN)infer_gpt2cu: $(CU_BUILD)/infer_gpt2.cu.o $(GPU_BACKENDS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(CUPTI_LIBS) $(LDLIBS_PCRE) $(MPI_LIBS) $(NCCL_LIBS) -lgomp
 
 # The committed sample profile: synthetic records through the project's own writers (dev/sample_profile.cpp).
@@ -186,7 +197,7 @@ report_screenshot:
 DEV_CUDA_SRCS := $(wildcard dev/cuda/*.cu)
 DEV_CUDA_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/cuda/%,$(DEV_CUDA_SRCS))
 dev_cuda: $(DEV_CUDA_BINS)
-$(BUILD)/dev/cuda/%: $(BUILD)/dev/cuda/%.cu.o $(HOST_LIB)
+$(BUILD)/dev/cuda/%: $(CU_BUILD)/dev/cuda/%.cu.o $(HOST_LIB)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lgomp
 
 # ---- tests: one binary; CPU tests from test/test_*.cpp, GPU tests from test/gpu/test_*.cu when nvcc exists ----
@@ -196,7 +207,7 @@ ifneq ($(HAVE_NVCC),)
 # test_counters.cpp runs CUPTI's host API (no GPU needed): CUDA headers here, -lcupti at the link below.
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
 $(BUILD)/test/test_counters.o: override CXXFLAGS += -I$(CUDA_HOME)/include -DLLMC_HAVE_CUPTI
-GPU_TEST_OBJS := $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard test/gpu/test_*.cu))
+GPU_TEST_OBJS := $(patsubst %.cu,$(CU_BUILD)/%.cu.o,$(wildcard test/gpu/test_*.cu))
 $(BUILD)/run_tests: $(TEST_OBJS) $(GPU_TEST_OBJS) $(CPU_BACKENDS) $(GPU_BACKENDS) $(LIBS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgtest $(LDLIBS_PCRE) $(CUDA_LIBS) $(CUPTI_LIBS) $(MPI_LIBS) $(NCCL_LIBS) -lgomp -lpthread
 else
@@ -215,7 +226,7 @@ endif
 .PHONY: gpu_bundle
 gpu_bundle:
 	@[ -n "$(HAVE_NVCC)" ] || { echo "error: gpu_bundle: $(NVCC) not found (the CUDA toolkit builds the bundle)" >&2; exit 1; }
-	@$(MAKE) --no-print-directory BUNDLE=1 bundle
+	@$(MAKE) --no-print-directory BUNDLE=1 SHARE_GPU_OBJECTS=$(filter 90,$(GPU_ARCH)) bundle
 	@echo "gpu_bundle: $$(du -sb gpu_bundle | cut -f1) bytes ($$(du -sh gpu_bundle | cut -f1)); the limit is 48 MiB"
 ifdef BUNDLE
 BUNDLE_DIR := gpu_bundle
@@ -268,7 +279,7 @@ EMU_CUDA_SRCS := $(wildcard llmc/*.cuh llmc/*/*.cuh) dev/cuda/device_utils.cuh t
 EMU_TEST_SRCS := test/gpu/test_kernels.cu test/gpu/test_ptx.cu test/gpu/test_attention.cu test/gpu/test_attention_decode.cu test/gpu/test_gpt2.cu \
                  test/gpu/test_gpt2_decoder.cu test/gpu/test_matmul_autotune.cu test/gpu/test_elementwise.cu \
                  test/gpu/test_memory_plan.cu test/gpu/test_gpu_backends.cu \
-                 test/emu/test_emulator.cu test/emu/test_kernel_counters.cu
+                 test/emu/test_emulator.cu test/emu/test_kernel_counters.cu test/emu/test_slice_counters.cu
 # The GPU model's host code and its backends (every GPU test of the model links them; test_gpu_backends.cu runs the
 # backends in-process under their drivers), over the host libraries
 # as the normal build compiles them (the profile session is test/emu/gpu_session.cpp: the emulator has no CUPTI).
@@ -291,7 +302,7 @@ $(EMU_SRC)/%: % test/emu/rewrite.py
 EMU_CPPFLAGS = -I$(EMU_SRC) -Itest/emu/include -DLLMC_EMU
 # Device code's rules, not ISO C++'s: type punning through pointer casts, and unsigned built-ins compared with ints.
 EMU_CXXFLAGS = $(CXXFLAGS) -fno-strict-aliasing -Wno-unknown-pragmas -Wno-sign-compare
-EMU_SAN := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+EMU_SAN := -O1 -g1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 # Racecheck (test/emu/racecheck.h) in the plain build: the kernels and tests are compiled with ThreadSanitizer's
 # instrumentation, whose callbacks test/emu/racecheck.cpp defines (no ThreadSanitizer runtime is linked), and with
 # line tables, which name the source lines of a hazard.
@@ -317,9 +328,15 @@ $(1)/emu_tests: $(patsubst test/emu/%.cpp,$(1)/lib/%.o,$(EMU_LIB_SRCS)) \
 endef
 $(eval $(call emu_variant,$(BUILD)/emu,,$(EMU_RACECHECK)))
 $(eval $(call emu_variant,$(BUILD)/emu-asan,$(EMU_SAN),))
-.PHONY: emu emu_asan emu_mutation
+.PHONY: emu emu_asan emu_mutation emu_counters emu_counters_expectations
 emu: $(BUILD)/emu/emu_tests
 emu_asan: $(BUILD)/emu-asan/emu_tests
+# The emulated memory counters of a GPT-2 slice's training and decode step (test/emu/test_slice_counters.cu): the
+# table, and $(BUILD)/emu/emu_counters.csv; emu_counters_expectations rewrites the gate's expectations from them.
+emu_counters: $(BUILD)/emu/emu_tests
+	EMU_COUNTERS_DIR=$(BUILD)/emu ./$(BUILD)/emu/emu_tests --gtest_filter='EmuSliceCounters.*'
+emu_counters_expectations: $(BUILD)/emu/emu_tests
+	EMU_COUNTERS_EXPECTATIONS=write EMU_COUNTERS_DIR=$(BUILD)/emu ./$(BUILD)/emu/emu_tests --gtest_filter='EmuSliceCounters.*'
 # Applies single-line mutations to the kernels one at a time and reports which ones the emulated tests catch.
 emu_mutation:
 	python3 test/emu/mutate.py
@@ -348,28 +365,30 @@ test: $(BUILD)/run_tests $(TEST_PROGRAMS) $(SAN_LINKS)
 	    ASAN_OPTIONS=log_path=$(abspath $(BUILD))/reports/asan UBSAN_OPTIONS=log_path=$(abspath $(BUILD))/reports/ubsan:print_stacktrace=1 \
 	    ./run_tests; status=$$?; if cat reports/* 2>/dev/null; then echo "sanitizer reports: $(BUILD)/reports"; exit 1; fi; exit $$status
 else
-# The emulated GPU tier runs twice: the plain build under all four schedules with racecheck (races), then the
-# AddressSanitizer + UBSan build under one (any out-of-bounds access in a kernel fails it). The device branch of
-# llmc/ptx.cuh, which the emulator never compiles, is compared with its emulated twin (scripts/check_ptx_wrappers.py).
-# It needs no CUDA toolkit (the emulator brings its own CUDA, NVTX and library headers); with nvcc, tier 2 also
-# checks the attention kernels' machine code (make sass_check).
+# The emulated GPU tier runs twice: the plain build under all four schedules with racecheck (races; and the
+# counters' gate, test/emu/test_slice_counters.cu), and the AddressSanitizer + UBSan build under one (any
+# out-of-bounds access in a kernel fails it). The device branch of llmc/ptx.cuh, which the emulator never compiles,
+# is compared with its emulated twin (scripts/check_ptx_wrappers.py) first. It needs no CUDA toolkit (the emulator
+# brings its own CUDA, NVTX and library headers); with nvcc, tier 2 also checks the attention kernels' machine code
+# (make sass_check). The three test runs go side by side: each emulated run is one thread and tier 1 is often one
+# (its Python and browser tests), so together they keep two cores busy where one after the other they did not.
 test: test_banner $(BUILD)/run_tests $(TEST_PROGRAMS) $(BUILD)/emu/emu_tests $(BUILD)/emu-asan/emu_tests $(if $(HAVE_NVCC),$(SASS_OBJ))
-	@echo "== make test: tier 1 of 3: the CPU reference, the programs and the GPU tests (skipped without a GPU) =="
-	LLMC_DATA=$(LLMC_DATA) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/run_tests
-	@echo "== make test: tier 2 of 3: the device branch of llmc/ptx.cuh against its emulation$(if $(HAVE_NVCC),; the attention kernels' machine code) =="
+	@echo "== make test: tier 2 of 3 (its quick part): the device branch of llmc/ptx.cuh against its emulation$(if $(HAVE_NVCC),; the attention kernels' machine code) =="
 	python3 scripts/check_ptx_wrappers.py --self-test llmc/ptx.cuh
 ifneq ($(HAVE_NVCC),)
 	python3 scripts/check_sass.py $(SASS_OBJ) $(SASS_OBJ:.o=.ptxas)
 endif
-	@echo "== make test: tiers 2 and 3 of 3, side by side (an emulated run is one thread): the GPU kernels on the emulated" \
-	      "runtime under four schedules with racecheck ($(BUILD)/emu/tests.log), and under AddressSanitizer and UBSan" \
-	      "($(BUILD)/emu-asan/tests.log); each log is printed when its run ends =="
+	@echo "== make test: tiers 1, 2 and 3 of 3, side by side: the CPU reference, the programs and the GPU tests (skipped" \
+	      "without a GPU), printed as they run; the GPU kernels on the emulated runtime under four schedules with racecheck" \
+	      "($(BUILD)/emu/tests.log), and under AddressSanitizer and UBSan ($(BUILD)/emu-asan/tests.log), each log printed" \
+	      "when tier 1 and its own run have ended =="
 	@export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive}; \
 	./$(BUILD)/emu/emu_tests >$(BUILD)/emu/tests.log 2>&1 & plain=$$!; \
 	EMU_SCHEDULES=1 ./$(BUILD)/emu-asan/emu_tests >$(BUILD)/emu-asan/tests.log 2>&1 & asan=$$!; \
+	LLMC_DATA=$(LLMC_DATA) ./$(BUILD)/run_tests; cpu_rc=$$?; echo "== tier 1: exit $$cpu_rc =="; \
 	wait $$plain; plain_rc=$$?; cat $(BUILD)/emu/tests.log; echo "== tier 2: exit $$plain_rc =="; \
 	wait $$asan; asan_rc=$$?; cat $(BUILD)/emu-asan/tests.log; echo "== tier 3: exit $$asan_rc =="; \
-	[ $$plain_rc -eq 0 ] && [ $$asan_rc -eq 0 ]
+	[ $$cpu_rc -eq 0 ] && [ $$plain_rc -eq 0 ] && [ $$asan_rc -eq 0 ]
 endif
 # Printed before anything is built: what `make test` does and how long it takes (measured: doc/testing.md).
 .PHONY: test_banner
@@ -416,5 +435,8 @@ clean:
 
 # Objects made through a chain of pattern rules (the kernel benchmarks') are kept, not deleted as intermediates.
 # (A bare .SECONDARY would also stop make from building a new test's object for an up-to-date binary.)
-.PRECIOUS: $(BUILD)/%.o $(BUILD)/%.cu.o
+.PRECIOUS: $(BUILD)/%.o $(BUILD)/%.cu.o $(CU_BUILD)/%.cu.o
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+ifneq ($(CU_BUILD),$(BUILD))
+-include $(shell find $(CU_BUILD) -path $(BUILD) -prune -o -name '*.cu.d' -print 2>/dev/null)
+endif

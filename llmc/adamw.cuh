@@ -13,13 +13,15 @@
  * captured update (llmc/gpu/step_graphs.cuh) replays with each step's values; the host computes them as the CPU
  * reference does (adamw_step), so the update is the same bit for bit either way.
  *
- * Vectorised 8 values per thread (x128 for bf16, two f128 for fp32); pointers must be 16-byte aligned, which
- * holds for every parameter tensor when C is a multiple of 8 (all tensor sizes are multiples of C). A last
- * partial group of 8 is handled value by value, so any n works.
+ * Vectorised 8 values per thread, two groups of 4 a warp-width apart (8-byte bf16 and 16-byte fp32 accesses,
+ * every warp request contiguous; adamw_kernel); pointers must be 16-byte aligned, which holds for every parameter
+ * tensor when C is a multiple of 8 (all tensor sizes are multiples of C). A last partial warp's 256 values are
+ * handled value by value, so any n works.
  */
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <cub/cub.cuh>
 
 #include "llmc/cuda_common.cuh"
@@ -106,12 +108,19 @@ __device__ inline float adamw_value(float p, float g, float& m, float& v, float 
 /*
  * master, m, v (n) fp32 updated in place; params (n) = bf16(master) (round to nearest); grads (n) bf16.
  * The gradient is scaled by clip / norm when norm = sqrt(*grad_norm_squared) > clip > 0. step: device memory.
+ *
+ * A warp updates 256 consecutive values, each lane the 4 at 4 * lane and the 4 at 128 + 4 * lane: every fp32
+ * access of the warp is 512 contiguous bytes (16 sectors, the ideal) and every bf16 one 256 (8 sectors). With 8
+ * consecutive values a lane, the fp32 halves of neighbouring lanes are 32 bytes apart and each request touches 32
+ * sectors, half of each (doc/gpu_trainer.md, "Emulated memory counters").
  */
 static __global__ void __launch_bounds__(ADAMW_THREADS)
     adamw_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
                  const AdamWStep* __restrict__ step, float beta1, float beta2, float eps, float wd,
                  const float* grad_norm_squared, float grad_clip) {
-    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
+    constexpr int kWarpValues = 32 * x128::size, kHalf = kWarpValues / 2;
+    const size_t warp0 = ((size_t)blockIdx.x * blockDim.x + (threadIdx.x & ~31u)) * x128::size;
+    const size_t i = warp0 + 4 * (threadIdx.x & 31u); // the lane's first 4 values; the other 4 at i + kHalf
     if (i >= n) return;
     const float lr = step->lr, bc1 = step->bc1, bc2 = step->bc2; // the same address in every thread: broadcasts
     float scale = 1.0f;
@@ -119,36 +128,38 @@ static __global__ void __launch_bounds__(ADAMW_THREADS)
         const float norm = sqrtf(*grad_norm_squared); // same address in every thread: one broadcast load
         if (norm > grad_clip) scale = grad_clip / norm;
     }
-    if (i + x128::size <= n) {
+    if (warp0 + kWarpValues <= n) {
         // Everything here is read once and written once: streaming loads.
-        const x128 g = load128cs(grads + i);
-        f128 p[2] = {load128cs(master + i), load128cs(master + i + 4)};
-        f128 mm[2] = {load128cs(m + i), load128cs(m + i + 4)};
-        f128 vv[2] = {load128cs(v + i), load128cs(v + i + 4)};
-        x128 out;
-#pragma unroll
-        for (int k = 0; k < x128::size; k++) {
-            const int h = k / 4, j = k % 4;
-            p[h][j] = adamw_value(p[h][j], __bfloat162float(g[k]) * scale, mm[h][j], vv[h][j], lr, beta1, beta2, bc1,
-                                  bc2, eps, wd);
-            out[k] = __float2bfloat16(p[h][j]);
-        }
         for (int h = 0; h < 2; h++) {
-            store128(master + i + 4 * h, p[h]);
-            store128(m + i + 4 * h, mm[h]);
-            store128(v + i + 4 * h, vv[h]);
+            const size_t j = i + h * kHalf;
+            const uint2 graw = __ldcs(reinterpret_cast<const uint2*>(grads + j)); // 4 bf16, 8 bytes
+            floatX g[4];
+            memcpy(g, &graw, sizeof graw);
+            f128 p = load128cs(master + j), mm = load128cs(m + j), vv = load128cs(v + j);
+            floatX out[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                p[k] = adamw_value(p[k], __bfloat162float(g[k]) * scale, mm[k], vv[k], lr, beta1, beta2, bc1, bc2, eps, wd);
+                out[k] = __float2bfloat16(p[k]);
+            }
+            store128(master + j, p);
+            store128(m + j, mm);
+            store128(v + j, vv);
+            uint2 oraw;
+            memcpy(&oraw, out, sizeof oraw);
+            __stcs(reinterpret_cast<uint2*>(params + j), oraw);
         }
-        store128(params + i, out);
     } else {
-        for (size_t j = i; j < n; j++) {
-            float mj = m[j], vj = v[j];
-            const float p = adamw_value(master[j], __bfloat162float(grads[j]) * scale, mj, vj, lr, beta1, beta2, bc1,
-                                        bc2, eps, wd);
-            m[j] = mj;
-            v[j] = vj;
-            master[j] = p;
-            params[j] = __float2bfloat16(p);
-        }
+        for (int h = 0; h < 2; h++)
+            for (size_t j = i + h * kHalf; j < i + h * kHalf + 4 && j < n; j++) {
+                float mj = m[j], vj = v[j];
+                const float p = adamw_value(master[j], __bfloat162float(grads[j]) * scale, mj, vj, lr, beta1, beta2,
+                                            bc1, bc2, eps, wd);
+                m[j] = mj;
+                v[j] = vj;
+                master[j] = p;
+                params[j] = __float2bfloat16(p);
+            }
     }
 }
 

@@ -557,9 +557,8 @@ template <int HS> void forward(floatX* out, float* lse, const floatX* qkv, int B
     const void* ptrs[] = {out, qkv};
     if (!check_shape("attention_forward", ptrs, 2, B, T, NH)) return;
     constexpr size_t smem = FwdLayout<HS>::bytes;
-    auto kernel = attention_forward_kernel<HS>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    kernel<<<dim3(B * NH, ceil_div(T, kFwdRows)), kFwdThreads, smem, stream>>>(out, lse, qkv, T, NH);
+    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_forward_kernel<HS><<<dim3(B * NH, ceil_div(T, kFwdRows)), kFwdThreads, smem, stream>>>(out, lse, qkv, T, NH);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -578,16 +577,16 @@ void backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* ou
     const dim3 grid(B * NH, ceil_div(T, kBwdRows));
     {
         constexpr size_t smem = DkvLayout<HS>::bytes;
-        auto kernel = attention_backward_dkdv_kernel<HS>;
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        kernel<<<grid, kBwdThreads, smem, stream>>>(dqkv, dout, lse, D, qkv, T, NH);
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+        attention_backward_dkdv_kernel<HS><<<grid, kBwdThreads, smem, stream>>>(dqkv, dout, lse, D, qkv, T, NH);
         CUDA_LAUNCH_CHECK();
     }
     {
         constexpr size_t smem = DqLayout<HS>::bytes;
-        auto kernel = attention_backward_dq_kernel<HS>;
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        kernel<<<grid, kBwdThreads, smem, stream>>>(dqkv, dout, lse, D, qkv, T, NH);
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+        attention_backward_dq_kernel<HS><<<grid, kBwdThreads, smem, stream>>>(dqkv, dout, lse, D, qkv, T, NH);
         CUDA_LAUNCH_CHECK();
     }
 }

@@ -30,6 +30,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ namespace emu::count {
 
 struct Launch {
     std::string kernel;
+    std::string context;   // what set_context's function said when the launch was queued ("" without one)
+    bool counted = true;   // false: a library call the emulator runs as host code (cuBLASLt, CUB): nothing counted
     uint64_t blocks = 0, threads = 0;
     uint64_t ld_requests = 0, ld_sectors = 0, st_requests = 0, st_sectors = 0;
     uint64_t ldgsts_requests = 0, ldgsts_sectors = 0;
@@ -44,13 +47,19 @@ struct Launch {
     uint64_t shared_st_requests = 0, shared_st_wavefronts = 0, shared_st_conflicts = 0;
     uint64_t ldsm = 0, ldsm_wavefronts = 0, ldsm_conflicts = 0;
     uint64_t mma = 0, tensor_ops = 0;
-    uint64_t bytes_read = 0, bytes_written = 0;             // global bytes the lanes asked for
+    // Global bytes the lanes asked for, and the sectors a perfectly coalesced request of those bytes would take
+    // (each request's distinct bytes / 32, rounded up): the ideal that sectors per request is measured against.
+    uint64_t ld_bytes = 0, st_bytes = 0, ldgsts_bytes = 0;
+    uint64_t ld_ideal_sectors = 0, st_ideal_sectors = 0, ldgsts_ideal_sectors = 0;
     uint64_t unique_read_sectors = 0, unique_write_sectors = 0; // DRAM lower bounds, in sectors
 };
 
 // Counting is off until start(); stop() returns the launches run since, in order, and turns it off.
 void start();
 std::vector<Launch> stop();
+// What each launch is attributed to (a model's sub-block, say), asked when the launch is queued (a graph's
+// nodes keep the context of their capture); an empty function: none.
+void set_context(std::function<std::string()> f);
 
 namespace detail {
 inline bool on = false;
@@ -58,7 +67,10 @@ inline bool on = false;
 
 // From the runtime and the instruction emulations.
 enum class Kind { plain, ldgsts };
-void begin_launch(const char* kernel);
+std::string context(); // set_context's answer while counting, else ""
+void begin_launch(const char* kernel, const std::string& context);
+// A library call run as host code (enqueue_host_op), listed as not counted.
+void host_call(const char* what, const std::string& context);
 void end_launch();
 void begin_block(int threads);
 void end_block();

@@ -66,6 +66,18 @@ template <typename T> cublasStatus_t destroyed(T* obj) {
 }
 
 constexpr float kGeluScale = 0.7978845608028654f, kGeluCube = 0.044715f;
+// a·b over k contiguous floats: 16 running sums (vector lanes) combined in a fixed order, then the tail.
+float dot(const float* a, const float* b, uint64_t k) {
+    float acc[16] = {};
+    uint64_t p = 0;
+    for (; p + 16 <= k; p += 16)
+        for (int q = 0; q < 16; q++) acc[q] = std::fma(a[p + q], b[p + q], acc[q]);
+    for (int w = 8; w > 0; w /= 2)
+        for (int q = 0; q < w; q++) acc[q] += acc[q + w];
+    float s = acc[0];
+    for (; p < k; p++) s = std::fma(a[p], b[p], s);
+    return s;
+}
 float gelu(float x) { return 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + kGeluCube * x * x * x))); }
 float dgelu(float x) {
     const float th = std::tanh(kGeluScale * (x + kGeluCube * x * x * x));
@@ -315,18 +327,25 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         // op(A)(i, p) and op(B)(p, j), column-major storage.
         auto opa = [&](uint64_t i, uint64_t p) { return desc.ta == CUBLAS_OP_N ? pa[p * a.ld + i] : pa[i * a.ld + p]; };
         auto opb = [&](uint64_t p, uint64_t j) { return desc.tb == CUBLAS_OP_N ? pb[j * b.ld + p] : pb[p * b.ld + j]; };
-        std::vector<float> arow(k), out(m * n);
-        for (uint64_t i = 0; i < m; i++) {
-            for (uint64_t p = 0; p < k; p++) arow[p] = __bfloat162float(opa(i, p));
-            for (uint64_t j = 0; j < n; j++) {
-                float acc = 0.0f;
-                for (uint64_t p = 0; p < k; p++) acc = std::fma(arow[p], __bfloat162float(opb(p, j)), acc);
-                float x = alpha * acc;
-                if (beta != 0.0f) x += beta * __bfloat162float(pc[j * c.ld + i]);
-                if (has_bias(desc.epilogue)) x += __bfloat162float(bias[i]);
-                out[j * m + i] = x;
-            }
-        }
+        // op(A)'s rows and op(B)'s columns as contiguous fp32, then each output a dot product in a fixed order
+        // (deterministic whatever the thread count), over blocks of op(A)'s rows that stay in cache.
+        std::vector<float> af(m * k), bt(n * k), out(m * n);
+#pragma omp parallel for schedule(static)
+        for (uint64_t i = 0; i < m; i++)
+            for (uint64_t p = 0; p < k; p++) af[i * k + p] = __bfloat162float(opa(i, p));
+#pragma omp parallel for schedule(static)
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t p = 0; p < k; p++) bt[j * k + p] = __bfloat162float(opb(p, j));
+        constexpr uint64_t kRows = 32;
+#pragma omp parallel for schedule(static)
+        for (uint64_t i0 = 0; i0 < m; i0 += kRows)
+            for (uint64_t j = 0; j < n; j++)
+                for (uint64_t i = i0; i < std::min(m, i0 + kRows); i++) {
+                    float x = alpha * dot(&af[i * k], &bt[j * k], k);
+                    if (beta != 0.0f) x += beta * __bfloat162float(pc[j * c.ld + i]);
+                    if (has_bias(desc.epilogue)) x += __bfloat162float(bias[i]);
+                    out[j * m + i] = x;
+                }
         // The scratch an algorithm may use is not preserved.
         if (alg.data[5]) std::memset(workspace, 0xA5, alg.data[5]);
         emu::advance_clock(emulated_ms);

@@ -61,6 +61,9 @@ struct alignas(16) float4 {
 struct alignas(8) float2 {
     float x, y;
 };
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
@@ -196,6 +199,8 @@ void enqueue_host_op(cudaStream_t stream, const char* what, std::function<void()
 bool is_pinned(const void* p);
 // Device allocations: whether [p, p + bytes) lies inside one.
 bool is_device_range(const void* p, size_t bytes);
+// The start of the device allocation that holds [p, p + bytes), or nullptr.
+const void* device_allocation_of(const void* p, size_t bytes);
 // The live device allocations (cudaMalloc'd, not yet freed): address and bytes of each, by address.
 std::vector<std::pair<const void*, size_t>> device_allocations();
 // Bytes of device memory allocated now, and the most allocated at once since reset_device_peak (which sets it to

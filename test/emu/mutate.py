@@ -196,6 +196,20 @@ MUTATIONS = [
     ("llmc/ptx.cuh", "const uint32_t l = __bfloat16_as_ushort(__float2bfloat16(lo)), h = __bfloat16_as_ushort(__float2bfloat16(hi));",
      "uint32_t l, h;\n    memcpy(&l, &lo, 4), memcpy(&h, &hi, 4), l >>= 16, h >>= 16;",
      "bf16 packing truncates instead of rounding to nearest even", "EmuGpuPtx.PackBf16x2RoundsToNearestEven"),
+    # The counters' gate (test/emu/counter_expectations.csv): memory behaviour broken, results unchanged.
+    ("llmc/encoder.cuh", "const int bt = (int)(idx / chunks), c = (int)(idx % chunks) * x128::size;",
+     "const int bt = (int)(idx % BT), c = (int)(idx / BT) * x128::size;",
+     "uncoalesced encoder: a warp's lanes take 32 rows of one chunk", "EmuSliceCounters.*",
+     {"expect": "ld_sectors_per_request was"}),
+    ("llmc/attention.cuh",
+     "LD = HS + 8; // elements\n    static_assert(HS % 16 == 0, \"HS must be a multiple of 16 (mma k-steps)\");\n"
+     "    static_assert((LD * 2) % 16 == 0 && (LD * 2) % 128 == 16, \"row stride 16 B mod 128 B: conflict-free ldmatrix\");",
+     "LD = HS; // elements\n    static_assert(HS % 16 == 0, \"HS must be a multiple of 16 (mma k-steps)\");",
+     "attention's shared rows without their padding (ldmatrix 8-way conflicts)", "EmuSliceCounters.*",
+     {"expect": "ldsm_conflicts_per_instruction was"}),
+    ("llmc/encoder.cuh", "    store128(out + (size_t)bt * C + c, o);",
+     "    for (int k = 0; k < 4; k++) reinterpret_cast<float*>(out + (size_t)bt * C + c)[k] = reinterpret_cast<const float*>(&o)[k];",
+     "encoder's 16-byte store split into four 4-byte ones", "EmuSliceCounters.*", {"expect": "st_requests was"}),
 ]
 
 

@@ -750,14 +750,14 @@ void enqueue_launch(const char* name, const void* kernel, const LaunchConfig& cf
         return;
     }
     const size_t smem_limit = opt == g_smem_optin.end() ? kDefaultSmem : kMaxSmemOptin;
-    enqueue(s, [name, cfg, smem_limit, body = std::move(body)] {
+    enqueue(s, [name, cfg, smem_limit, body = std::move(body), context = count::context()] {
         // Blocks in the schedule's order.
         const size_t nb = (size_t)cfg.grid.x * cfg.grid.y * cfg.grid.z;
         std::vector<size_t> order(nb);
         for (size_t i = 0; i < nb; i++) order[i] = i;
         if (g_schedule == 1) std::reverse(order.begin(), order.end());
         if (g_schedule >= 2) std::shuffle(order.begin(), order.end(), std::mt19937_64(g_schedule * 104729 + nb));
-        count::begin_launch(name);
+        count::begin_launch(name, context);
         struct EndLaunch {
             ~EndLaunch() { count::end_launch(); }
         } end_launch;
@@ -772,10 +772,27 @@ void enqueue_launch(const char* name, const void* kernel, const LaunchConfig& cf
 void enqueue_host_op(cudaStream_t stream, const char* what, std::function<void()> op) {
     Stream* s = resolve(stream);
     if (!s) throw std::runtime_error(std::string(what) + ": invalid stream");
-    enqueue(s, std::move(op));
+    enqueue(s, [what, op = std::move(op), context = count::context()] {
+        count::host_call(what, context);
+        op();
+    });
 }
 bool is_pinned(const void* p) { return find_range(g_pinned, p, 1) != nullptr; }
-bool is_device_range(const void* p, size_t bytes) { return p && find_range(g_device, p, bytes) != nullptr; }
+// The allocations found last, tried first (the counters ask for every access, and a kernel streams a few
+// tensors; cudaFree forgets them).
+std::pair<uintptr_t, size_t> g_last_device[8];
+unsigned g_last_device_next = 0;
+const void* device_allocation_of(const void* p, size_t bytes) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if (!p) return nullptr;
+    for (const auto& [base, n] : g_last_device)
+        if (a >= base && a + bytes <= base + n) return reinterpret_cast<const void*>(base);
+    const auto* r = find_range(g_device, p, bytes);
+    if (!r) return nullptr;
+    g_last_device[g_last_device_next++ % 8] = *r;
+    return reinterpret_cast<const void*>(r->first);
+}
+bool is_device_range(const void* p, size_t bytes) { return device_allocation_of(p, bytes) != nullptr; }
 size_t device_bytes() { return g_device_bytes; }
 size_t device_peak() { return g_device_peak; }
 void reset_device_peak() { g_device_peak = g_device_bytes; }
@@ -947,6 +964,7 @@ cudaError_t cudaFree(void* p) {
     if (it == g_device.end()) return fail(cudaErrorInvalidDevicePointer);
     g_device_bytes -= it->second;
     g_device.erase(it);
+    for (auto& r : g_last_device) r = {0, 0};
     ::operator delete(p, std::align_val_t(256));
     return g_sticky != cudaSuccess ? g_sticky : cudaSuccess;
 }

@@ -488,8 +488,10 @@ TEST(EmuRuntime, CountersFollowNcuDefinitions) {
     EXPECT_EQ(c[0].ld_sectors, 4u);
     EXPECT_EQ(c[0].st_requests, 1u);
     EXPECT_EQ(c[0].st_sectors, 4u);
-    EXPECT_EQ(c[0].bytes_read, 128u);
+    EXPECT_EQ(c[0].ld_bytes, 128u);
+    EXPECT_EQ(c[0].ld_ideal_sectors, 4u);
     EXPECT_EQ(c[1].ld_sectors, 32u);
+    EXPECT_EQ(c[1].ld_ideal_sectors, 4u) << "the same 128 bytes, coalesced, would take 4";
     EXPECT_EQ(c[2].ld_requests, 1u);
     EXPECT_EQ(c[2].ld_sectors, 16u) << "16 bytes a lane: 512 bytes, 16 sectors in one request";
     EXPECT_EQ(c[3].ld_requests, 2u);

@@ -33,13 +33,13 @@ void print(const emu::count::Launch& c) {
 } // namespace
 
 /*
- * AdamW (llmc/adamw.cuh), one warp's share of 8 values a lane: the bf16 gradient is one 16-byte load a lane over
- * 512 contiguous bytes (16 sectors, the ideal); each fp32 stream (master, m, v) is two 16-byte loads a lane, the
- * lanes 32 bytes apart, so each load touches 32 sectors using half of each (twice the 16-sector ideal), the
- * second load the other halves; the step's three scalars are one sector each. Stores alike, with the bf16
- * parameters. Every sector is used in full over the two loads, so the DRAM lower bound is the tensors' bytes.
+ * AdamW (llmc/adamw.cuh), a warp's 256 values, each lane 4 at 4 * lane and 4 at 128 + 4 * lane: per half, the
+ * bf16 gradient is one 8-byte load a lane over 256 contiguous bytes (8 sectors, the ideal) and each fp32 stream
+ * (master, m, v) one 16-byte load a lane over 512 contiguous bytes (16 sectors, the ideal); the step's three
+ * scalars are one sector each. Stores alike, with the bf16 parameters. Every sector is used once, so the DRAM
+ * lower bound is the tensors' bytes. (With 8 consecutive values a lane, each fp32 request took 32 sectors.)
  */
-TEST(EmuKernelCounters, AdamWFp32StreamsTakeTwiceTheIdealSectorsPerRequest) {
+TEST(EmuKernelCounters, AdamWStreamsAreCoalesced) {
     REQUIRE_INSTRUMENTATION();
     const size_t n = 8 * llmc::ADAMW_THREADS * 4; // four blocks of whole warps
     DeviceBuffer<floatX> params(n), grads(n);
@@ -54,10 +54,12 @@ TEST(EmuKernelCounters, AdamWFp32StreamsTakeTwiceTheIdealSectorsPerRequest) {
     ASSERT_EQ(c.size(), 1u);
     print(c[0]);
     const uint64_t warps = n / 8 / 32;
-    EXPECT_EQ(c[0].ld_requests, warps * (1 + 3 * 2 + 3));
-    EXPECT_EQ(c[0].ld_sectors, warps * (16 + 3 * 2 * 32 + 3));
-    EXPECT_EQ(c[0].st_requests, warps * (1 + 3 * 2));
-    EXPECT_EQ(c[0].st_sectors, warps * (16 + 3 * 2 * 32));
+    EXPECT_EQ(c[0].ld_requests, warps * (2 * (1 + 3) + 3));
+    EXPECT_EQ(c[0].ld_sectors, warps * (2 * (8 + 3 * 16) + 3));
+    EXPECT_EQ(c[0].ld_ideal_sectors, c[0].ld_sectors) << "every load request takes the ideal sectors";
+    EXPECT_EQ(c[0].st_requests, warps * 2 * (1 + 3));
+    EXPECT_EQ(c[0].st_sectors, warps * 2 * (8 + 3 * 16));
+    EXPECT_EQ(c[0].st_ideal_sectors, c[0].st_sectors);
     EXPECT_EQ(c[0].unique_read_sectors, n * 2 / 32 + 3 * n * 4 / 32 + 1);
     EXPECT_EQ(c[0].unique_write_sectors, n * 2 / 32 + 3 * n * 4 / 32);
 }
