@@ -198,6 +198,7 @@ DEV_CUDA_SRCS := $(wildcard dev/cuda/*.cu)
 DEV_CUDA_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/cuda/%,$(DEV_CUDA_SRCS))
 dev_cuda: $(DEV_CUDA_BINS)
 $(BUILD)/dev/cuda/%: $(CU_BUILD)/dev/cuda/%.cu.o $(HOST_LIB)
+	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lgomp
 
 # ---- tests: one binary; CPU tests from test/test_*.cpp, GPU tests from test/gpu/test_*.cu when nvcc exists ----
@@ -239,8 +240,13 @@ BUNDLE_PROGRAMS := $(addprefix $(BUNDLE_DIR)/,train_gpt2cu infer_gpt2cu profile_
                    $(patsubst $(BUILD)/%,$(BUNDLE_DIR)/%,$(DEV_CUDA_BINS))
 # The lease's training run (scripts/gpu_check.sh, stage train) with the same model, batch, seed and data.
 BUNDLE_REF := $(BUNDLE_DIR)/ref/train_gpt2.log
+# The emulated counters of the GPT-2 slice (build/emu/emu_counters.csv, which make test and make emu_counters
+# write), which the lease check's ncu stage compares with ncu's, when they exist.
+BUNDLE_EMU_COUNTERS := $(if $(wildcard build/emu/emu_counters.csv),$(BUNDLE_DIR)/emu_counters.csv)
 .PHONY: bundle
-bundle: $(BUNDLE_PROGRAMS) $(BUNDLE_REF)
+bundle: $(BUNDLE_PROGRAMS) $(BUNDLE_REF) $(BUNDLE_EMU_COUNTERS)
+$(BUNDLE_DIR)/emu_counters.csv: build/emu/emu_counters.csv
+	cp $< $@
 # The GPU suites without test_gpu_backends.cu: it would carry the model's device code three more times (9 MiB over
 # the limit), and the lease runs the backends under their drivers as the programs themselves.
 $(BUILD)/gpu_tests: $(BUILD)/test/main.o $(filter-out %/test_gpu_backends.cu.o,$(GPU_TEST_OBJS)) $(GPU_BACKENDS) $(LIBS)
@@ -383,7 +389,7 @@ endif
 	      "($(BUILD)/emu/tests.log), and under AddressSanitizer and UBSan ($(BUILD)/emu-asan/tests.log), each log printed" \
 	      "when tier 1 and its own run have ended =="
 	@export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive}; \
-	./$(BUILD)/emu/emu_tests >$(BUILD)/emu/tests.log 2>&1 & plain=$$!; \
+	EMU_COUNTERS_DIR=$(BUILD)/emu ./$(BUILD)/emu/emu_tests >$(BUILD)/emu/tests.log 2>&1 & plain=$$!; \
 	EMU_SCHEDULES=1 ./$(BUILD)/emu-asan/emu_tests >$(BUILD)/emu-asan/tests.log 2>&1 & asan=$$!; \
 	LLMC_DATA=$(LLMC_DATA) ./$(BUILD)/run_tests; cpu_rc=$$?; echo "== tier 1: exit $$cpu_rc =="; \
 	wait $$plain; plain_rc=$$?; cat $(BUILD)/emu/tests.log; echo "== tier 2: exit $$plain_rc =="; \

@@ -14,7 +14,7 @@
 #   --lease        one short run from gpu_bundle/ (make gpu_bundle, built elsewhere): no build stage, the
 #                  stages in order of value; DIR holds at most 8 files, each rewritten as soon as a stage ends:
 #                  report.md, summary.txt, stages.tsv, logs.tar.gz (every stage's log), profiles.tar.gz (the
-#                  profile directories), ncu_vs_profiler.csv
+#                  profile directories), ncu_vs_profiler.csv, ncu_vs_emulated.csv
 #   --rest TSV     with --lease: run only the stages that TSV (an earlier lease run's stages.tsv) shows as not
 #                  run, timed out or out of time; a stage that timed out gets twice its limit
 #
@@ -293,10 +293,19 @@ CMD[profile_counters]="./profile_gpt2cu --counters -o $O/profile_counters"
 # Joules per sub-block: d12's 24 targets, 5 repetitions of 0.3 s windows each, about 50 s (doc/profiling.md).
 CMD[energy]="./profile_gpt2cu --energy --energy-seconds 45 --steps 2 -o $O/profile_energy"
 one_layer="--layers 1 --warmup 1 --steps 1"
+# Then ncu's memory counters (scripts/ncu_metrics.txt) of our own kernels in one training step of the emulated
+# counters' GPT-2 slice (one layer, B=1, T=256), next to the emulated counts the bundle carries (make emu_counters
+# before make gpu_bundle); gpu_report.py compares them (ncu_vs_emulated.csv). Last: a timeout loses only them.
+NCU_COUNTER_METRICS=$(grep -v '^#' scripts/ncu_metrics.txt | paste -sd, -)
+OWN_KERNELS='encoder_|layernorm_|attention_|fused_classifier|accumulate_loss|bias_backward|global_norm|adamw_kernel'
+if [ "$lease" = 1 ]; then emu_csv=emu_counters.csv; else emu_csv=build/emu/emu_counters.csv; fi
 CMD[ncu]="./profile_gpt2cu $one_layer -o $O/profile_1layer; r1=\$?
 echo '# ncu'
 $(q "${NCU:-ncu}") --csv --print-units base --metrics gpu__time_duration.sum --clock-control none --cache-control none ./profile_gpt2cu $one_layer -o $O/ncu/profile; r2=\$?
-exit \$(( r1 != 0 || r2 != 0 ))"
+mkdir -p $O/ncu && { cp $emu_csv $O/ncu/emu_counters.csv || echo 'no $emu_csv: make test (or make emu_counters) before make gpu_bundle'; }
+echo '# ncu counters'
+$(q "${NCU:-ncu}") --csv --print-units base --cache-control all --clock-control none --metrics $NCU_COUNTER_METRICS -k regex:'$OWN_KERNELS' ./profile_gpt2cu -e d12 --layers 1 -b 1 -t 256 --warmup 0 --steps 1 --no-calibrate -o $O/ncu/counters; r3=\$?
+exit \$(( r1 != 0 || r2 != 0 || r3 != 0 ))"
 NS=$(q "${NSYS:-nsys}")
 CMD[nsys]="mkdir -p $O/nsys && $NS profile --trace=cuda,nvtx --force-overwrite=true -o $O/nsys/gpt2 ./profile_gpt2cu -o $O/nsys/profile; r=\$?
 f=$O/nsys/gpt2.nsys-rep
@@ -363,15 +372,15 @@ touch "$tsv"
 have_python=1
 command -v python3 >/dev/null 2>&1 || { have_python=0; echo "gpu_check: python3 not found: logs only, no report" >&2; }
 # --lease: DIR's files, rewritten from the work directory (each through a .part file, so that a run stopped
-# at any moment leaves whole files): stages.tsv, report.md, summary.txt, ncu_vs_profiler.csv, logs.tar.gz and
-# profiles.tar.gz (every directory the stages wrote; without the traces when it would pass 16 MiB).
+# at any moment leaves whole files): stages.tsv, report.md, summary.txt, ncu_vs_profiler.csv, ncu_vs_emulated.csv,
+# logs.tar.gz and profiles.tar.gz (every directory the stages wrote; without the traces when it would pass 16 MiB).
 put() { cp "$1" "$out/$2.part" && chmod 644 "$out/$2.part" && mv "$out/$2.part" "$out/$2"; }
 publish() {
     [ "$lease" = 1 ] || return 0
     put "$tsv" stages.tsv
     if [ "$have_python" = 1 ]; then
         python3 scripts/gpu_report.py report "$work" >/dev/null
-        for f in report.md summary.txt ncu_vs_profiler.csv; do [ -f "$work/$f" ] && put "$work/$f" "$f"; done
+        for f in report.md summary.txt ncu_vs_profiler.csv ncu_vs_emulated.csv; do [ -f "$work/$f" ] && put "$work/$f" "$f"; done
     fi
     tar -czf "$out/logs.tar.gz.part" -C "$work" logs && mv "$out/logs.tar.gz.part" "$out/logs.tar.gz"
     local dirs

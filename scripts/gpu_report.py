@@ -41,7 +41,8 @@ STAGES = [
     ("profile", "profile", "profile_gpt2cu at its defaults"),
     ("profile_counters", "profile", "profile_gpt2cu --counters"),
     ("energy", "profile", "profile_gpt2cu --energy: joules per sub-block, each replayed for NVML's energy counter"),
-    ("ncu", "ncu", "ncu gpu__time_duration vs the profiler's kernels.csv, one layer"),
+    ("ncu", "ncu", "ncu gpu__time_duration vs the profiler's kernels.csv, one layer; ncu's memory counters vs the "
+     "emulated ones (make emu_counters), the GPT-2 slice's training step"),
     ("nsys", "nsys", "nsys profile of profile_gpt2cu"),
 ]
 KIND = {name: kind for name, kind, _ in STAGES}
@@ -540,6 +541,131 @@ def parse_ncu(text, kernels_csv=None):
     return r
 
 
+# ---------------------------------------------------------------- ncu counters against the emulated ones
+
+# The line the ncu stage prints before its counters run; what follows it in the log is that run's CSV.
+NCU_COUNTERS_MARK = "# ncu counters"
+# The emulated counters' CSV (make emu_counters; the bundle carries it) as the ncu stage copies it.
+EMU_COUNTERS_CSV = os.path.join("ncu", "emu_counters.csv")
+# Each metric's emulated counterpart in emu_counters.csv: the column of the same name, except DRAM bytes, which
+# the emulator bounds (min: distinct sectors, max: every request's sectors) rather than counts.
+DRAM_BOUNDS = {"dram__bytes_read.sum": ("dram_read_bytes_min", "dram_read_bytes_max"),
+               "dram__bytes_write.sum": ("dram_write_bytes_min", "dram_write_bytes_max")}
+
+
+def ncu_metric_names(path=None):
+    """The metrics of scripts/ncu_metrics.txt, in order."""
+    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "ncu_metrics.txt")
+    with open(path, encoding="utf-8") as f:
+        return [l.strip() for l in f if l.strip() and not l.startswith("#")]
+
+
+def base_kernel(name):
+    """A kernel's function name alone, as the emulator names it (its launch's source text) and ncu does (the
+    demangled signature): no namespace, template arguments or argument list."""
+    key = kernel_key(name)
+    return re.sub(r"<.*", "", key).split("::")[-1]
+
+
+def split_ncu_log(text):
+    """The ncu stage's log: the timing run's part and the counters run's part (after NCU_COUNTERS_MARK)."""
+    i = text.find("\n" + NCU_COUNTERS_MARK + "\n")
+    return (text, "") if i < 0 else (text[:i + 1], text[i + len(NCU_COUNTERS_MARK) + 2:])
+
+
+def ncu_metric_rows(text):
+    """{kernel: {"launches": n, metric: sum}} from `ncu --csv` long output (one row per launch and metric)."""
+    lines = [l for l in text.splitlines() if l.startswith('"')]
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID",')), None)
+    if start is None:
+        return {}
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    head, out, seen = rows[0], {}, set()
+    if "Metric Name" not in head:
+        return {}
+    ix = {k: head.index(k) for k in ("ID", "Kernel Name", "Metric Name", "Metric Value")}
+    for row in rows[1:]:
+        if len(row) != len(head):
+            continue
+        v = fnum(row[ix["Metric Value"]])
+        if v is None:
+            continue
+        k = out.setdefault(base_kernel(row[ix["Kernel Name"]]), {"launches": 0})
+        if row[ix["ID"]] not in seen:
+            seen.add(row[ix["ID"]])
+            k["launches"] += 1
+        k[row[ix["Metric Name"]]] = k.get(row[ix["Metric Name"]], 0.0) + v
+    return out
+
+
+def emulated_rows(emu_csv):
+    """{kernel: {"launches": n, column: sum}} over the training step's rows of emu_counters.csv (the ncu stage
+    profiles training steps; the decode rows stay out)."""
+    out = {}
+    for row in csv.DictReader(io.StringIO(emu_csv)):
+        if row.get("counted") != "yes" or row.get("phase") not in ("fwd", "bwd", "opt"):
+            continue
+        k = out.setdefault(base_kernel(row["kernel"]), {"launches": 0})
+        k["launches"] += int(row["launches"])
+        for col, v in row.items():
+            x = fnum(v) if col not in ("kernel", "subblock", "phase", "layer", "counted") else None
+            if x is not None and col != "launches":
+                k[col] = k.get(col, 0.0) + x
+    return out
+
+
+def parse_ncu_counters(text, emu_csv, metrics):
+    """Per kernel and metric, ncu's count per launch against the emulator's (per launch of the same kernel in one
+    training step of the same shapes): equal within 1%, or for DRAM bytes within the emulated bounds."""
+    r = {"kernels": [], "compared": 0, "equal": 0, "differ": [], "ncu_only": [], "emulated_only": [],
+         "status": None}
+    ncu = ncu_metric_rows(text)
+    if not ncu:
+        r["status"] = "no ncu counters in the log"
+        return r
+    if emu_csv is None:
+        r["status"] = "emulated; not yet compared with ncu (no emulated counters)"
+        return r
+    emu = emulated_rows(emu_csv)
+    r["ncu_only"] = sorted(k for k in ncu if k not in emu)
+    r["emulated_only"] = sorted(k for k in emu if k not in ncu)
+    for kernel in sorted(k for k in ncu if k in emu):
+        n, e = ncu[kernel], emu[kernel]
+        for m in metrics:
+            if m not in n:
+                continue
+            measured = n[m] / n["launches"]
+            if m in DRAM_BOUNDS:
+                lo, hi = (e.get(c, 0.0) / e["launches"] for c in DRAM_BOUNDS[m])
+                ok = lo <= measured <= hi * 1.01
+                row = {"kernel": kernel, "metric": m, "ncu_per_launch": round(measured, 3),
+                       "emulated_per_launch": f"{lo:.0f}..{hi:.0f}", "ratio": None, "agrees": ok}
+            else:
+                emulated = e.get(m, 0.0) / e["launches"]
+                ratio = measured / emulated if emulated else (1.0 if measured == 0 else None)
+                ok = ratio is not None and abs(ratio - 1.0) <= 0.01
+                row = {"kernel": kernel, "metric": m, "ncu_per_launch": round(measured, 3),
+                       "emulated_per_launch": round(emulated, 3), "ratio": None if ratio is None else round(ratio, 4),
+                       "agrees": ok}
+            r["kernels"].append(row)
+            r["compared"] += 1
+            r["equal"] += ok
+            if not ok:
+                r["differ"].append(f"{kernel} {m}")
+    r["status"] = "compared"
+    return r
+
+
+def counters_table_csv(p):
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["kernel", "metric", "ncu_per_launch", "emulated_per_launch", "ratio", "agrees"])
+    for k in p["kernels"]:
+        w.writerow([k["kernel"], k["metric"], k["ncu_per_launch"], k["emulated_per_launch"], k["ratio"],
+                    "yes" if k["agrees"] else "no"])
+    return out.getvalue()
+
+
 def ncu_table_csv(p):
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
@@ -637,10 +763,27 @@ def judge_ncu(stage, rc, text, ctx):
         if os.path.exists(path):
             with open(path, encoding="utf-8") as f:
                 kcsv = f.read()
-    p = parse_ncu(text, kcsv)
+    timing, counters = split_ncu_log(text)
+    p = parse_ncu(timing, kcsv)
     if ctx.write_files and ctx.report_dir and p["kernels"]:
         with open(os.path.join(ctx.report_dir, "ncu_vs_profiler.csv"), "w", encoding="utf-8") as f:
             f.write(ncu_table_csv(p))
+    emu_csv = None
+    if ctx.report_dir and os.path.exists(os.path.join(ctx.report_dir, EMU_COUNTERS_CSV)):
+        with open(os.path.join(ctx.report_dir, EMU_COUNTERS_CSV), encoding="utf-8") as f:
+            emu_csv = f.read()
+    c = parse_ncu_counters(counters, emu_csv, ncu_metric_names())
+    if ctx.write_files and ctx.report_dir and c["kernels"]:
+        with open(os.path.join(ctx.report_dir, "ncu_vs_emulated.csv"), "w", encoding="utf-8") as f:
+            f.write(counters_table_csv(c))
+    if c["status"] == "compared":
+        differ = ""
+        if c["differ"]:
+            differ = " (differ: " + ", ".join(c["differ"][:4]) + ("..." if len(c["differ"]) > 4 else "") + ")"
+        counted = (f"; counters: {c['equal']} of {c['compared']} (kernel, metric) equal to the emulated ones{differ}"
+                   " (ncu_vs_emulated.csv)")
+    else:
+        counted = f"; counters: {c['status']}"
     if p["error"]:
         return "fail", p["error"]
     if kcsv is None:
@@ -652,7 +795,8 @@ def judge_ncu(stage, rc, text, ctx):
         key += f"; {len(p['profiler_only'])} profiled kernels not seen by ncu"
     if p["ncu_only"]:
         key += f"; {len(p['ncu_only'])} only under ncu (outside the profiled steps)"
-    return ("pass" if rc == 0 and p["joined"] > 0 else "fail"), key
+    key += counted
+    return ("pass" if rc == 0 and p["joined"] > 0 and not c["differ"] else "fail"), key
 
 
 def judge_inventory(stage, rc, text, ctx):
@@ -1055,6 +1199,8 @@ def main(argv):
     p.add_argument("kind", choices=sorted(set(KIND.values())))
     p.add_argument("log")
     p.add_argument("--kernels", help="ncu: the profiler's kernels.csv to join with")
+    p.add_argument("--emulated", help="ncu: the emulated counters (make emu_counters: build/emu/emu_counters.csv) to "
+                                      "compare the log's counters run with")
     j = sub.add_parser("judge", help="one stage's verdict line")
     j.add_argument("stage", choices=[s for s, _, _ in STAGES])
     j.add_argument("dir")
@@ -1068,15 +1214,20 @@ def main(argv):
     if a.cmd == "parse":
         try:
             text = read_log(a.log)
-            kcsv = None
+            kcsv = emu = None
             if a.kernels:
                 with open(a.kernels, encoding="utf-8") as f:
                     kcsv = f.read()
+            if a.emulated:
+                with open(a.emulated, encoding="utf-8") as f:
+                    emu = f.read()
         except OSError as e:
             print(f"gpu_report.py: {e}", file=sys.stderr)
             return 2
         if a.kind == "ncu":
-            out = parse_ncu(text, kcsv)
+            timing, counters = split_ncu_log(text)
+            out = parse_ncu(timing, kcsv)
+            out["counters"] = parse_ncu_counters(counters, emu, ncu_metric_names())
         elif a.kind == "profile":  # the report directory: the one that holds logs/LOG
             out = parse_profile(text, os.path.dirname(os.path.dirname(os.path.abspath(a.log))))
         else:

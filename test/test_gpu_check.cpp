@@ -290,6 +290,65 @@ TEST(GpuCheckParsers, ProfileNumbersComeFromProfileJson) {
     EXPECT_TRUE(has(p, "\"kernels\": 572")) << p;
 }
 
+// The ncu stage's counters run (after "# ncu counters") against the emulated counters of the same kernels
+// (make emu_counters): per kernel, each metric of scripts/ncu_metrics.txt per launch, equal within 1%, DRAM bytes
+// within the emulated bounds; a kernel on one side only is named, a differing metric fails the comparison.
+TEST(GpuCheckParsers, NcuCountersAgainstTheEmulatedOnes) {
+    REQUIRE_PYTHON3();
+    TempDir dir;
+    const std::string head = "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\"Context\",\"Stream\","
+                             "\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n";
+    auto row = [](int id, const std::string& kernel, const std::string& metric, const std::string& value) {
+        return "\"" + std::to_string(id) + "\",\"7\",\"p\",\"h\",\"" + kernel + "\",\"1\",\"7\",\"" + metric + "\",\"\",\"" +
+               value + "\"\n";
+    };
+    const std::string adamw = "void llmc::adamw_kernel(__nv_bfloat16 *, float *)";
+    const std::string ln = "void llmc::layernorm_forward_kernel<true>(__nv_bfloat16 *, float *)";
+    std::string log = "# ncu\n==PROF== Connected to process 7 (./profile_gpt2cu)\n# ncu counters\n" + head;
+    for (int id : {0, 1}) { // two launches of AdamW, each 352 load requests and 3680 sectors, 50000 DRAM bytes read
+        log += row(id, adamw, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "352");
+        log += row(id, adamw, "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "3,680");
+        log += row(id, adamw, "dram__bytes_read.sum", "50000");
+    }
+    log += row(2, ln, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "100");
+    log += row(2, ln, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "30");
+    log += row(3, "void llmc::encoder_forward_kernel(int)", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "5");
+    write(dir / "ncu.log", log);
+    // Emulated: AdamW in 2 rows of the optimizer (2 launches in all), LayerNorm's in a forward row, a decode row
+    // (not compared: the ncu stage runs training steps), a kernel ncu did not see, and a library row.
+    write(dir / "emu.csv",
+          "kernel,subblock,phase,layer,launches,counted,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,"
+          "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,"
+          "dram_read_bytes_min,dram_read_bytes_max\n"
+          "adamw_kernel,optimizer,opt,,1,yes,352,3680,0,49000,60000\n"
+          "adamw_kernel,optimizer,opt,0,1,yes,352,3680,0,49000,60000\n"
+          "layernorm_forward_kernel<RESIDUAL>,ln2,fwd,0,1,yes,100,400,20,0,0\n"
+          "layernorm_forward_kernel<RESIDUAL>,lnf,decode,,1,yes,999,999,999,0,0\n"
+          "global_norm_final_kernel,grad_norm,opt,,1,yes,4,4,0,0,0\n"
+          "cublasLtMatmul,qkv,fwd,0,1,not counted,,,,,\n");
+    std::string j = parse("ncu", dir / "ncu.log", "--emulated " + dir / "emu.csv");
+    EXPECT_TRUE(has(j, "\"status\": \"compared\"")) << j;
+    EXPECT_TRUE(has(j, "{\"agrees\": true, \"emulated_per_launch\": 352.0, \"kernel\": \"adamw_kernel\", \"metric\": "
+                       "\"l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum\", \"ncu_per_launch\": 352.0, \"ratio\": 1.0}"))
+        << j;
+    EXPECT_TRUE(has(j, "\"emulated_per_launch\": \"49000..60000\", \"kernel\": \"adamw_kernel\", \"metric\": "
+                       "\"dram__bytes_read.sum\", \"ncu_per_launch\": 50000.0"))
+        << j;
+    // LayerNorm: 30 conflicts measured against 20 emulated (the decode row left out) differ.
+    EXPECT_TRUE(has(j, "\"differ\": [\"layernorm_forward_kernel l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum\"]"))
+        << j;
+    EXPECT_TRUE(has(j, "\"compared\": 5, ")) << j;
+    EXPECT_TRUE(has(j, "\"equal\": 4, ")) << j;
+    EXPECT_TRUE(has(j, "\"ncu_only\": [\"encoder_forward_kernel\"]")) << j;
+    EXPECT_TRUE(has(j, "\"emulated_only\": [\"global_norm_final_kernel\"]")) << j;
+    // Without the emulated counters the comparison says so; without a counters run, that.
+    std::string alone = parse("ncu", dir / "ncu.log");
+    EXPECT_TRUE(has(alone, "\"status\": \"emulated; not yet compared with ncu (no emulated counters)\"")) << alone;
+    write(dir / "none.log", "# ncu\n");
+    std::string none = parse("ncu", dir / "none.log", "--emulated " + dir / "emu.csv");
+    EXPECT_TRUE(has(none, "\"status\": \"no ncu counters in the log\"")) << none;
+}
+
 TEST(GpuCheckParsers, NcuJoinedWithTheProfilersKernelsCsv) {
     REQUIRE_PYTHON3();
     std::string j = parse("ncu", LOGS + "ncu.log", "--kernels " + SAMPLES + "/profile_1layer/kernels.csv");
@@ -428,6 +487,10 @@ TEST(GpuCheckScript, DryRunListsEveryStageAndItsCommand) {
           "scripts/benchmark_gpu.sh -I -e d12 -B '1 8 64' -P 64 -n 256", "./profile_gpt2cu -o ",
           "./profile_gpt2cu --counters -o ", "./profile_gpt2cu --energy --energy-seconds 45 --steps 2 -o ",
           "--metrics gpu__time_duration.sum",
+          "--cache-control all --clock-control none --metrics l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,"
+          "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,",
+          "./profile_gpt2cu -e d12 --layers 1 -b 1 -t 256 --warmup 0 --steps 1 --no-calibrate -o ",
+          "cp build/emu/emu_counters.csv ",
           "./profile_gpt2cu --layers 1 --warmup 1 --steps 1 -o ", "profile --trace=cuda,nvtx",
           "then: python3 scripts/gpu_report.py report "})
         EXPECT_TRUE(has(r.output, cmd)) << cmd << "\n" << r.output;
@@ -545,6 +608,10 @@ TEST(GpuCheckLease, DryRunListsTheStagesInOrderWithinNineMinutes) {
           "python3 ../dev/torch_gpt2_baseline.py -e d12 -t 1024 -B '16 64' -x 40 -w 10 -i data/tinyshakespeare/",
           "./profile_gpt2cu -o ", "./profile_gpt2cu --energy --energy-seconds 45 --steps 2 -o ",
           "--metrics gpu__time_duration.sum",
+          "--cache-control all --clock-control none --metrics l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,"
+          "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,",
+          "./profile_gpt2cu -e d12 --layers 1 -b 1 -t 256 --warmup 0 --steps 1 --no-calibrate -o ",
+          "cp emu_counters.csv ",
           "--tool memcheck --error-exitcode 1 ./gpu_tests --gtest_filter='Kernels*:GpuPtx.*:GpuAttention.*-GpuAttention.Gpt2Shape:"
           "GpuAttention.FullContextT1024:GpuAttention.EveryLengthFrom1To130'",
           "--tool racecheck --error-exitcode 1 ./gpu_tests", "b=dev/cuda/$(basename \"$src\" .cu)"})

@@ -82,6 +82,13 @@ struct Row {
 
 double ratio(uint64_t a, uint64_t b) { return b ? (double)a / b : 0.0; }
 
+// A prediction from the counts (doc/gpu_trainer.md's device model): the DRAM lower bound at 2.8 TB/s (an H100 SXM's
+// achievable HBM bandwidth) or the tensor operations at 989 TFLOP/s (its dense bf16 peak), whichever is longer.
+double predicted_us(const emu::count::Launch& s) {
+    const double bytes = 32.0 * (s.unique_read_sectors + s.unique_write_sectors);
+    return std::max(bytes / 2.8e12, (double)s.tensor_ops / 989e12) * 1e6;
+}
+
 std::vector<Row> rows_of(const std::vector<emu::count::Launch>& launches) {
     std::vector<Row> rows;
     std::map<std::string, size_t> at;
@@ -174,7 +181,7 @@ std::string csv(const std::vector<Row>& rows, const std::map<std::string, double
          "smsp__sass_inst_executed_op_ldsm.sum,ldsm_wavefronts,ldsm_conflicts,ldsm_conflicts_per_instruction,"
          "mma,sm__ops_path_tensor_src_bf16_dst_fp32.sum,"
          "dram_read_bytes_min,dram_read_bytes_max,dram_write_bytes_min,dram_write_bytes_max,"
-         "subblock_counted_bytes,subblock_analytic_bytes,subblock_coverage";
+         "subblock_counted_bytes,subblock_analytic_bytes,subblock_coverage,predicted_us_h100";
     const size_t metrics = std::count(header.begin(), header.end(), ',') - 5; // the columns after "counted"
     std::ostringstream o;
     o << header << "\n";
@@ -191,7 +198,7 @@ std::string csv(const std::vector<Row>& rows, const std::map<std::string, double
         const double a = analytic.count(cell) ? analytic.at(cell) : 0.0, c = counted[cell];
         snprintf(buf, sizeof buf,
                  ",%llu,%llu,%llu,%llu,%.3f,%.3f,%llu,%llu,%.3f,%.3f,%llu,%llu,%.3f,%.3f,%llu,%llu,%llu,%.3f,%llu,%llu,"
-                 "%llu,%.3f,%llu,%llu,%llu,%.3f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,%.0f,%.3f\n",
+                 "%llu,%.3f,%llu,%llu,%llu,%.3f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,%.0f,%.3f,%.3f\n",
                  (unsigned long long)s.blocks, (unsigned long long)s.threads, (unsigned long long)s.ld_requests,
                  (unsigned long long)s.ld_sectors, ratio(s.ld_sectors, s.ld_requests),
                  ratio(s.ld_ideal_sectors, s.ld_requests), (unsigned long long)s.st_requests,
@@ -207,7 +214,7 @@ std::string csv(const std::vector<Row>& rows, const std::map<std::string, double
                  ratio(s.ldsm_conflicts, s.ldsm), (unsigned long long)s.mma, (unsigned long long)s.tensor_ops,
                  (unsigned long long)(32 * s.unique_read_sectors), (unsigned long long)(32 * (s.ld_sectors + s.ldgsts_sectors)),
                  (unsigned long long)(32 * s.unique_write_sectors), (unsigned long long)(32 * s.st_sectors), c, a,
-                 a > 0 ? c / a : 0.0);
+                 a > 0 ? c / a : 0.0, predicted_us(s));
         o << buf;
     }
     return o.str();
@@ -227,9 +234,9 @@ std::string table(const std::vector<Row>& rows, const std::map<std::string, doub
             counted[r.subblock + "," + r.phase] += 32.0 * (r.sum.unique_read_sectors + r.sum.unique_write_sectors);
     std::ostringstream o;
     char buf[512];
-    snprintf(buf, sizeof buf, "%-36s %-18s %4s %13s %13s %13s %9s %9s %9s %7s %9s %9s %6s\n", "kernel (emulated counts)",
-             "sub-block", "n", "ld sec/req", "st sec/req", "ldgsts s/req", "shld cf/r", "shst cf/r", "ldsm cf/i",
-             "mma", "MB DRAM>=", "MB model", "cover");
+    snprintf(buf, sizeof buf, "%-36s %-18s %4s %13s %13s %13s %9s %9s %9s %7s %9s %9s %6s %8s\n",
+             "kernel (emulated counts)", "sub-block", "n", "ld sec/req", "st sec/req", "ldgsts s/req", "shld cf/r",
+             "shst cf/r", "ldsm cf/i", "mma", "MB DRAM>=", "MB model", "cover", "us H100");
     o << buf;
     for (const Row& r : rows) {
         const emu::count::Launch& s = r.sum;
@@ -254,7 +261,7 @@ std::string table(const std::vector<Row>& rows, const std::map<std::string, doub
             return std::string(b);
         };
         const double a = analytic.count(cell) ? analytic.at(cell) : 0.0, c = counted[cell];
-        snprintf(buf, sizeof buf, "%-36s %-18s %4d %13s %13s %13s %9s %9s %9s %7llu %9.3f %9.3f %6s\n",
+        snprintf(buf, sizeof buf, "%-36s %-18s %4d %13s %13s %13s %9s %9s %9s %7llu %9.3f %9.3f %6s %8.2f\n",
                  short_name(r.kernel).c_str(), where.c_str(), r.launches,
                  per(s.ld_sectors, s.ld_requests, s.ld_ideal_sectors).c_str(),
                  per(s.st_sectors, s.st_requests, s.st_ideal_sectors).c_str(),
@@ -262,13 +269,14 @@ std::string table(const std::vector<Row>& rows, const std::map<std::string, doub
                  cf(s.shared_ld_conflicts, s.shared_ld_requests).c_str(),
                  cf(s.shared_st_conflicts, s.shared_st_requests).c_str(), cf(s.ldsm_conflicts, s.ldsm).c_str(),
                  (unsigned long long)s.mma, 32.0 * (s.unique_read_sectors + s.unique_write_sectors) / 1e6, a / 1e6,
-                 a > 0 ? (std::to_string((int)std::lround(100 * c / a)) + "%").c_str() : "-");
+                 a > 0 ? (std::to_string((int)std::lround(100 * c / a)) + "%").c_str() : "-", predicted_us(s));
         o << buf;
     }
     o << "sec/req: 32-byte sectors per request (in parentheses: the ideal for the bytes each request asked for); "
          "cf/r: bank conflicts per shared request; cf/i: per ldmatrix; MB DRAM>=: the distinct sectors read and "
          "written (a lower bound of ncu's dram__bytes); MB model: the profiler's analytic bytes of the sub-block's "
-         "own kernels; cover: the sub-block's counted bytes over its model bytes\n";
+         "own kernels; cover: the sub-block's counted bytes over its model bytes; us H100: predicted, the DRAM lower "
+         "bound at 2.8 TB/s or the tensor operations at 989 TFLOP/s, whichever is longer (no launch overhead)\n";
     return o.str();
 }
 
@@ -387,10 +395,37 @@ TEST(EmuSliceCounters, TrainingAndDecodeStepsStayWithinTheirExpectations) {
 
     const std::vector<Row> rows = rows_of(launches);
     const std::map<std::string, double> analytic = own_analytic_bytes(cfg, kT);
-    const std::string text = table(rows, analytic);
+    const std::string text = table(rows, analytic), counters_csv = csv(rows, analytic);
+    // scripts/ncu_metrics.txt is the one list of the metrics: each is a column here (the DRAM bytes as bounds).
+    {
+        std::ifstream f("scripts/ncu_metrics.txt");
+        ASSERT_TRUE(f.good()) << "scripts/ncu_metrics.txt";
+        const std::string header = "," + counters_csv.substr(0, counters_csv.find('\n')) + ",";
+        std::string metric;
+        int n = 0;
+        while (std::getline(f, metric)) {
+            if (metric.empty() || metric[0] == '#') continue;
+            n++;
+            if (metric.rfind("dram__bytes_", 0) == 0) {
+                const std::string dir = metric.find("_read") != std::string::npos ? "read" : "write";
+                EXPECT_NE(header.find(",dram_" + dir + "_bytes_min,"), std::string::npos) << metric;
+            } else {
+                EXPECT_NE(header.find("," + metric + ","), std::string::npos) << metric << " is not a column";
+            }
+        }
+        EXPECT_EQ(n, 14);
+    }
+    // Every row has the header's columns.
+    {
+        std::stringstream lines(counters_csv);
+        std::string line;
+        std::getline(lines, line);
+        const auto columns = std::count(line.begin(), line.end(), ',');
+        while (std::getline(lines, line)) EXPECT_EQ(std::count(line.begin(), line.end(), ','), columns) << line;
+    }
     printf("%s", text.c_str());
     if (const char* dir = std::getenv("EMU_COUNTERS_DIR")) {
-        write_file(std::string(dir) + "/emu_counters.csv", csv(rows, analytic));
+        write_file(std::string(dir) + "/emu_counters.csv", counters_csv);
         write_file(std::string(dir) + "/emu_counters.txt", text);
         printf("wrote %s/emu_counters.csv and %s/emu_counters.txt\n", dir, dir);
     }
