@@ -60,9 +60,12 @@ inline size_t bias_backward_scratch_floats(int OC) {
 
 // Shared memory of a block: the row threads' sums, then the final pass's slab-group sums.
 struct BiasBackwardSmem {
-    // sums[ty][half][tx]: thread (tx, ty)'s columns tx*8 + half*4 + 0..3; 8 consecutive lanes write 8
-    // consecutive f128 (no bank conflicts).
-    f128 sums[BIAS_BWD_TY][2][BIAS_BWD_TX];
+    // sums[ty][half][tx]: thread (tx, ty)'s columns tx*8 + half*4 + 0..3, one 16-byte store each: 8 consecutive
+    // lanes write 8 consecutive f128 (a conflict-free phase). Each half is padded to 48 words so that the quarter
+    // pass's warp (32 consecutive columns: both halves of tx 0..3) reads word 48 ch + 4 ctx + ck, banks 0-15 for
+    // one half and 16-31 for the other; unpadded, both halves sat in banks 0-15 (2-way conflicts).
+    static constexpr int HALF_PAD = 4; // f128
+    f128 sums[BIAS_BWD_TY][2][BIAS_BWD_TX + HALF_PAD];
     float quarter[4][BIAS_BWD_TILE];                                   // row threads 8q..8q+7 added, per column
     static constexpr int FINAL_COLS = BIAS_BWD_TILE / f128::size;       // 16 f128 across the tile
     static constexpr int FINAL_GROUPS = BIAS_BWD_THREADS / FINAL_COLS;  // 16 slab groups
@@ -70,6 +73,8 @@ struct BiasBackwardSmem {
     unsigned int is_last;
 };
 static_assert(BIAS_BWD_TY % 4 == 0 && BIAS_BWD_THREADS == 4 * BIAS_BWD_TILE, "four quarters of row threads");
+static_assert((BIAS_BWD_TX + BiasBackwardSmem::HALF_PAD) * f128::size % 32 == 16 && 2 * BIAS_BWD_TX * f128::size == 64,
+              "the two halves of a quarter-pass warp's 32 columns in different banks");
 static_assert(sizeof(BiasBackwardSmem) <= 48 * 1024, "static shared memory");
 
 static __device__ unsigned int bias_backward_tile_counters[BIAS_BWD_MAX_TILES];
@@ -104,9 +109,12 @@ static __global__ void __launch_bounds__(BIAS_BWD_THREADS, 4)
         }
     }
 #pragma unroll
-    for (int h = 0; h < 2; h++)
+    for (int h = 0; h < 2; h++) {
+        f128 v;
 #pragma unroll
-        for (int k = 0; k < f128::size; k++) sm.sums[ty][h][tx][k] = acc[h * f128::size + k];
+        for (int k = 0; k < f128::size; k++) v[k] = acc[h * f128::size + k];
+        store128(&sm.sums[ty][h][tx][0], v);
+    }
     __syncthreads();
 
     // Row threads added in ty order: quarter q sums ty = 8q..8q+7, then the four quarters in order.
@@ -142,14 +150,16 @@ static __global__ void __launch_bounds__(BIAS_BWD_THREADS, 4)
 #pragma unroll
         for (int k = 0; k < f128::size; k++) s[k] += v[k];
     }
-    sm.final_sums[g][j] = s;
+    store128(&sm.final_sums[g][j][0], s); // 16 bytes a lane: conflict-free phases
     __syncthreads();
     if (t < BiasBackwardSmem::FINAL_COLS) {
         const int c0 = tile * BIAS_BWD_TILE + t * f128::size;
-        f128 total = sm.final_sums[0][t];
-        for (int gg = 1; gg < BiasBackwardSmem::FINAL_GROUPS; gg++)
+        f128 total = load128(&sm.final_sums[0][t][0]);
+        for (int gg = 1; gg < BiasBackwardSmem::FINAL_GROUPS; gg++) {
+            const f128 v = load128(&sm.final_sums[gg][t][0]);
 #pragma unroll
-            for (int k = 0; k < f128::size; k++) total[k] += sm.final_sums[gg][t][k];
+            for (int k = 0; k < f128::size; k++) total[k] += v[k];
+        }
         // OC is a multiple of 8, so a group of 4 columns is either wholly inside or wholly past it.
         if (c0 < OC)
 #pragma unroll
