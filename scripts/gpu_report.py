@@ -462,14 +462,20 @@ UNIT_NS = {"ns": 1.0, "nsecond": 1.0, "nsecond(s)": 1.0, "us": 1e3, "usecond": 1
            "s": 1e9, "second": 1e9, "": 1.0}
 
 
+def ncu_csv_rows(text):
+    """The rows of `ncu --csv` output, its header first; the profiled program's own output and ==PROF== lines
+    around the CSV are ignored. [] without one."""
+    lines = [l for l in text.splitlines() if l.startswith('"')]
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID",')), None)
+    return [] if start is None else list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+
+
 def ncu_launches(text):
     """(ID, kernel name, gpu__time_duration in ns) per launch from `ncu --csv` output, long or wide layout;
     the profiled program's own output and ==PROF== lines around the CSV are ignored."""
-    lines = [l for l in text.splitlines() if l.startswith('"')]
-    start = next((i for i, l in enumerate(lines) if l.startswith('"ID",')), None)
-    if start is None:
+    rows = ncu_csv_rows(text)
+    if not rows:
         return []
-    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
     head, out = rows[0], []
     if "Metric Name" in head:  # one row per (launch, metric)
         ix = {k: head.index(k) for k in ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value")}
@@ -575,11 +581,9 @@ def split_ncu_log(text):
 
 def ncu_metric_rows(text):
     """{kernel: {"launches": n, metric: sum}} from `ncu --csv` long output (one row per launch and metric)."""
-    lines = [l for l in text.splitlines() if l.startswith('"')]
-    start = next((i for i, l in enumerate(lines) if l.startswith('"ID",')), None)
-    if start is None:
+    rows = ncu_csv_rows(text)
+    if not rows:
         return {}
-    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
     head, out, seen = rows[0], {}, set()
     if "Metric Name" not in head:
         return {}
@@ -656,24 +660,23 @@ def parse_ncu_counters(text, emu_csv, metrics):
     return r
 
 
-def counters_table_csv(p):
+def table_csv(rows, columns, cell=lambda row, col: row[col]):
+    """rows (dicts) as CSV with these columns."""
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(["kernel", "metric", "ncu_per_launch", "emulated_per_launch", "ratio", "agrees"])
-    for k in p["kernels"]:
-        w.writerow([k["kernel"], k["metric"], k["ncu_per_launch"], k["emulated_per_launch"], k["ratio"],
-                    "yes" if k["agrees"] else "no"])
+    w.writerow(columns)
+    for row in rows:
+        w.writerow([cell(row, c) for c in columns])
     return out.getvalue()
+
+
+def counters_table_csv(p):
+    return table_csv(p["kernels"], ["kernel", "metric", "ncu_per_launch", "emulated_per_launch", "ratio", "agrees"],
+                     lambda row, col: ("yes" if row[col] else "no") if col == "agrees" else row[col])
 
 
 def ncu_table_csv(p):
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(["kernel", "ncu_launches", "ncu_avg_us", "profiler_calls", "profiler_avg_us", "ratio"])
-    for k in p["kernels"]:
-        w.writerow([k["kernel"], k["ncu_launches"], k["ncu_avg_us"], k["profiler_calls"], k["profiler_avg_us"],
-                    k["ratio"]])
-    return out.getvalue()
+    return table_csv(p["kernels"], ["kernel", "ncu_launches", "ncu_avg_us", "profiler_calls", "profiler_avg_us", "ratio"])
 
 
 # ---------------------------------------------------------------- inventory, build, data, nsys
