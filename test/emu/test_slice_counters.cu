@@ -161,12 +161,18 @@ std::map<std::string, double> own_analytic_bytes(const GPT2Config& c, int decode
     return out;
 }
 
-// The columns: ncu's metric name where the count is one (scripts/ncu_metrics.txt), ours for what derives from them.
-std::string csv(const std::vector<Row>& rows, const std::map<std::string, double>& analytic) {
+// Each (sub-block, phase)'s DRAM lower bound over its counted kernels, in bytes: what coverage compares.
+std::map<std::string, double> counted_bytes(const std::vector<Row>& rows) {
     std::map<std::string, double> counted;
     for (const Row& r : rows)
         if (r.sum.counted)
             counted[r.subblock + "," + r.phase] += 32.0 * (r.sum.unique_read_sectors + r.sum.unique_write_sectors);
+    return counted;
+}
+
+// The columns: ncu's metric name where the count is one (scripts/ncu_metrics.txt), ours for what derives from them.
+std::string csv(const std::vector<Row>& rows, const std::map<std::string, double>& analytic) {
+    const std::map<std::string, double> counted = counted_bytes(rows);
     const std::string header = "kernel,subblock,phase,layer,launches,counted,blocks,threads,"
          "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,"
          "ld_sectors_per_request,ld_ideal_sectors_per_request,"
@@ -195,7 +201,7 @@ std::string csv(const std::vector<Row>& rows, const std::map<std::string, double
             continue;
         }
         char buf[1024];
-        const double a = analytic.count(cell) ? analytic.at(cell) : 0.0, c = counted[cell];
+        const double a = analytic.count(cell) ? analytic.at(cell) : 0.0, c = counted.count(cell) ? counted.at(cell) : 0.0;
         snprintf(buf, sizeof buf,
                  ",%llu,%llu,%llu,%llu,%.3f,%.3f,%llu,%llu,%.3f,%.3f,%llu,%llu,%.3f,%.3f,%llu,%llu,%llu,%.3f,%llu,%llu,"
                  "%llu,%.3f,%llu,%llu,%llu,%.3f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,%.0f,%.3f,%.3f\n",
@@ -228,10 +234,7 @@ std::string short_name(const std::string& k) {
 }
 
 std::string table(const std::vector<Row>& rows, const std::map<std::string, double>& analytic) {
-    std::map<std::string, double> counted;
-    for (const Row& r : rows)
-        if (r.sum.counted)
-            counted[r.subblock + "," + r.phase] += 32.0 * (r.sum.unique_read_sectors + r.sum.unique_write_sectors);
+    const std::map<std::string, double> counted = counted_bytes(rows);
     std::ostringstream o;
     char buf[512];
     snprintf(buf, sizeof buf, "%-36s %-18s %4s %13s %13s %13s %9s %9s %9s %7s %9s %9s %6s %8s\n",
@@ -260,7 +263,7 @@ std::string table(const std::vector<Row>& rows, const std::map<std::string, doub
             snprintf(b, sizeof b, "%.2f", ratio(c, req));
             return std::string(b);
         };
-        const double a = analytic.count(cell) ? analytic.at(cell) : 0.0, c = counted[cell];
+        const double a = analytic.count(cell) ? analytic.at(cell) : 0.0, c = counted.count(cell) ? counted.at(cell) : 0.0;
         snprintf(buf, sizeof buf, "%-36s %-18s %4d %13s %13s %13s %9s %9s %9s %7llu %9.3f %9.3f %6s %8.2f\n",
                  short_name(r.kernel).c_str(), where.c_str(), r.launches,
                  per(s.ld_sectors, s.ld_requests, s.ld_ideal_sectors).c_str(),
