@@ -34,7 +34,9 @@ CPU_ARCH ?= native
 # CXXFLAGS and NVCCFLAGS are yours (optimisation, debug), from the environment or the command line: they
 # replace -O3 (-O1 for SAN=1); the flags the build needs are added to them either way (override).
 CXXFLAGS ?= $(if $(SAN),-O1,-O3)
-override CXXFLAGS += -std=c++17 -march=$(CPU_ARCH) -fopenmp -Wall -Wextra -I. -MMD -MP
+# -fno-math-errno: sqrt is then the vector instruction, so loops over it (AdamW) vectorise; no result changes,
+# and nothing reads errno after maths.
+override CXXFLAGS += -std=c++17 -march=$(CPU_ARCH) -fno-math-errno -fopenmp -Wall -Wextra -I. -MMD -MP
 LDLIBS_PCRE := -lpcre2-8
 BUILD := build
 
@@ -134,7 +136,7 @@ endif
 # ---- libraries: host code every program shares (utilities, the tokenizer, model and state files, the data
 # loader, the memory plan); the flag tables; the training loop; the inference driver; the profiler's session,
 # CPU source, analysis and writers ----
-HOST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/util/*.cpp llmc/model/*.cpp llmc/io/*.cpp))
+HOST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/util/*.cpp llmc/model/*.cpp llmc/io/*.cpp) llmc/cpu/vec.cpp)
 TRAIN_OBJS := $(filter-out $(if $(HAVE_MPI),,%/dist_mpi.o),$(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/train/*.cpp)))
 INFER_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/infer/*.cpp))
 PROFILER_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard llmc/profiler/*.cpp))
@@ -295,7 +297,7 @@ EMU_REWRITTEN := $(addprefix $(EMU_SRC)/,$(EMU_CUDA_SRCS) $(EMU_TEST_SRCS) $(EMU
 EMU_LIB_SRCS := $(wildcard test/emu/*.cpp)
 # The project's host code the kernels' headers call (utilities, model shapes, the memory plan), built per variant
 # with its flags.
-EMU_HOST_OBJS := llmc/util/utils.o llmc/model/gpt2_config.o llmc/model/memory_plan.o
+EMU_HOST_OBJS := llmc/util/utils.o llmc/util/cpu_blas.o llmc/cpu/vec.o llmc/model/gpt2_config.o llmc/model/memory_plan.o
 # --energy's method against its scripted counter (test/test_energy.cpp) runs here too: the replays it measures are
 # the GPU's, and test/emu/mutate.py's mutations of the method are caught by this binary.
 EMU_HOST_OBJS += test/test_energy.o
@@ -446,3 +448,9 @@ clean:
 ifneq ($(CU_BUILD),$(BUILD))
 -include $(shell find $(CU_BUILD) -path $(BUILD) -prune -o -name '*.cu.d' -print 2>/dev/null)
 endif
+
+# ---- the CPU GEMM at the model's shapes: ours, the rows kernel, OpenBLAS and BLIS in one run (dev/cpu/) ----
+.PHONY: gemm_bench
+gemm_bench: $(BUILD)/gemm_bench
+$(BUILD)/gemm_bench: $(BUILD)/dev/cpu/gemm_bench.o $(HOST_LIB)
+	$(CXX) $(CXXFLAGS) $^ -o $@

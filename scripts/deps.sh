@@ -4,7 +4,9 @@
 #
 #   Debian packages: the compiler and make, GoogleTest, PCRE2, nlohmann/json, Boost.Context, curl (for
 #     `make tinyshakespeare`), clang and its runtime (the fuzz targets), python3, Open MPI (data-parallel
-#     training and its tests, doc/distributed.md), Chromium and its driver (report.html tested in a browser).
+#     training and its tests, doc/distributed.md), Chromium and its driver (report.html tested in a browser),
+#     the OpenMP builds of OpenBLAS and BLIS (the CPU programs' GEMMs, opened at run time: without them the
+#     programs use their own, slower GEMM; doc/cpu_reference.md).
 #   Python packages from PyPI: matplotlib (the plot scripts), plotly (report.html's charts), selenium (drives the
 #     browser in the report tests) and HolisticTraceAnalysis (the trace tests); where they go is said below. The
 #     Makefile puts .venv/bin first on PATH when there is one.
@@ -15,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 DEBS=(g++ make libgtest-dev libpcre2-dev nlohmann-json3-dev libboost-context-dev curl clang libclang-rt-dev python3
-      libopenmpi-dev openmpi-bin chromium chromium-driver)
+      libopenmpi-dev openmpi-bin chromium chromium-driver libopenblas0-openmp libblis4-openmp)
 
 as_root() {
     if [ "$(id -u)" = 0 ]; then

@@ -319,6 +319,7 @@ TEST(InferProgram, GreedyJsonMatchesRecompute) {
     EXPECT_EQ(s["params"], model.num_parameters());
     EXPECT_TRUE(s["avg_power_w"].is_null());
     EXPECT_TRUE(s["j_per_token"].is_null());
+    EXPECT_TRUE(s["decode_floor_share"].is_null()); // no --profile: no measured bandwidth
 }
 
 // Two prompts of different lengths in one batch (and cycled to fill -b 3) give what each gives alone.
@@ -529,6 +530,13 @@ TEST(InferProgram, ProfileSeparatesPrefillAndDecode) {
     EXPECT_EQ(pj["inference"]["elem_bytes"], 4);
     const auto phases = read_csv(prof_dir + "/phases.csv");
     ASSERT_EQ(phases.size(), 2u);
+    // The summary's share of the decode floor: the decode steps' analytic bytes at the measured bandwidth over
+    // their time (the profile's wall time of the same steps; the two clocks differ by the step bookkeeping).
+    const nlohmann::json sum = json_lines(r.output)[1]["summary"];
+    const double floor_s = std::stod(phases[1].at("bytes")) / (pj["context"]["ceilings"]["dram_gbps"].get<double>() * 1e9);
+    const double share = floor_s / (std::stod(phases[1].at("wall_ms")) / 1e3);
+    ASSERT_TRUE(sum["decode_floor_share"].is_number()) << sum.dump();
+    EXPECT_NEAR(sum["decode_floor_share"].get<double>(), share, 0.1 * share) << sum.dump();
     bool weight_bound = false;
     for (auto& f : pj["findings"]) weight_bound |= f["rule"] == "decode_weight_bound";
     // The bound follows the ceilings the profile measured (CPU: fp32 throughout): decode at batch 1 does about

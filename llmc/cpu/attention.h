@@ -10,36 +10,76 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "llmc/cpu/vec.h"
+
 namespace llmc::cpu {
+
+// a . b over n values. fp32: vectorised (the lanes' partial sums, then lanes in a fixed order, so the same
+// bits on every call); fp64, the gradient checks' reference: in index order.
+template <typename Real> inline Real dot(const Real* a, const Real* b, int n) {
+    Real s = 0;
+    if constexpr (std::is_same_v<Real, float>) {
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < n; i++) s += a[i] * b[i];
+    } else {
+        for (int i = 0; i < n; i++) s += a[i] * b[i];
+    }
+    return s;
+}
 
 /*
  * One query row of one head against n keys and values: a[0..n) gets the softmax weights, o[0..hs) the weighted
  * sum of values. k and v point at the first key/value of this head and step by kv_stride elements per
  * position. Shared by the training forward (keys inside the (B, T, 3C) qkv buffer) and the KV-cache decoder
  * (keys in a (maxT, C) cache row), so a cached position computes exactly the bits full recomputation does.
+ * fp32 takes keys and values four at a time (scores as four independent dot products, values summed in pairs
+ * before they meet o); fp64, the reference, one at a time in order.
  */
 template <typename Real>
 void attention_row(Real* o, Real* a, const Real* q, const Real* k, const Real* v, size_t kv_stride, int n, int hs) {
+    constexpr bool fp32 = std::is_same_v<Real, float>;
     const Real scale = (Real)(1.0 / std::sqrt((double)hs));
-    Real maxval = -std::numeric_limits<Real>::infinity();
-    for (int t2 = 0; t2 < n; t2++) {
-        const Real* kt = k + t2 * kv_stride;
-        Real dot = 0;
-        for (int i = 0; i < hs; i++) dot += q[i] * kt[i];
-        a[t2] = dot * scale;
-        maxval = std::max(maxval, a[t2]);
+    int t2 = 0;
+    if constexpr (fp32) {
+        // Four keys at a time: four independent vector accumulations (one alone waits on each FMA's latency).
+        for (; t2 + 4 <= n; t2 += 4) {
+            const Real *k0 = k + t2 * kv_stride, *k1 = k0 + kv_stride, *k2 = k1 + kv_stride, *k3 = k2 + kv_stride;
+            Real s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+            for (int i = 0; i < hs; i++) s0 += q[i] * k0[i], s1 += q[i] * k1[i], s2 += q[i] * k2[i], s3 += q[i] * k3[i];
+            a[t2] = s0 * scale, a[t2 + 1] = s1 * scale, a[t2 + 2] = s2 * scale, a[t2 + 3] = s3 * scale;
+        }
     }
+    for (; t2 < n; t2++) a[t2] = dot(q, k + t2 * kv_stride, hs) * scale;
+    Real maxval = -std::numeric_limits<Real>::infinity();
+#pragma omp simd reduction(max : maxval)
+    for (int i = 0; i < n; i++) maxval = std::max(maxval, a[i]);
     double sum = 0;
-    for (int t2 = 0; t2 < n; t2++) {
-        a[t2] = std::exp(a[t2] - maxval);
-        sum += a[t2];
+    if constexpr (fp32) {
+        sum = vec::kernels().exp_sum(a, n, maxval);
+    } else {
+        for (int i = 0; i < n; i++) {
+            a[i] = std::exp(a[i] - maxval);
+            sum += a[i];
+        }
     }
     const Real inv = (Real)(1.0 / sum);
-    for (int t2 = 0; t2 < n; t2++) a[t2] *= inv;
+    for (int i = 0; i < n; i++) a[i] *= inv;
     for (int i = 0; i < hs; i++) o[i] = 0;
-    for (int t2 = 0; t2 < n; t2++) {
+    t2 = 0;
+    if constexpr (fp32) {
+        // Four values per pass over o: a quarter of the loads and stores of o.
+        for (; t2 + 4 <= n; t2 += 4) {
+            const Real *v0 = v + t2 * kv_stride, *v1 = v0 + kv_stride, *v2 = v1 + kv_stride, *v3 = v2 + kv_stride;
+            const Real a0 = a[t2], a1 = a[t2 + 1], a2 = a[t2 + 2], a3 = a[t2 + 3];
+#pragma omp simd
+            for (int i = 0; i < hs; i++) o[i] += (a0 * v0[i] + a1 * v1[i]) + (a2 * v2[i] + a3 * v3[i]);
+        }
+    }
+    for (; t2 < n; t2++) {
         const Real* vt = v + t2 * kv_stride;
         for (int i = 0; i < hs; i++) o[i] += a[t2] * vt[i];
     }
@@ -48,6 +88,7 @@ void attention_row(Real* o, Real* a, const Real* q, const Real* k, const Real* v
 // out (B, T, C), att (B, NH, T, T) with zeros above the diagonal; inp (B, T, 3C).
 template <typename Real> void attention_forward(Real* out, Real* att, const Real* inp, int B, int T, int C, int NH) {
     const int C3 = 3 * C, hs = C / NH;
+    vec::kernels(); // resolved outside the parallel region (an invalid LLMC_CPU_ISA throws)
 #pragma omp parallel for collapse(3)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -81,11 +122,8 @@ void attention_backward(Real* dinp, const Real* dout, const Real* inp, const Rea
                 for (int t2 = 0; t2 <= t; t2++) {
                     const Real* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
                     Real* dv = dinp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    Real d = 0;
-                    for (int i = 0; i < hs; i++) {
-                        d += g[i] * v[i];
-                        dv[i] += a[t2] * g[i];
-                    }
+                    const Real d = dot(g, v, hs);
+                    for (int i = 0; i < hs; i++) dv[i] += a[t2] * g[i];
                     datt[t2] = d;
                     dot_att_datt += a[t2] * d;
                 }

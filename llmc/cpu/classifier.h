@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 
 #include "llmc/cpu/matmul.h"
+#include "llmc/cpu/vec.h"
 
 namespace llmc::cpu {
 
@@ -20,18 +22,24 @@ namespace llmc::cpu {
 // the loss at each position: losses (BT) written only when targets (BT) is not null. The classifier's
 // non-GEMM part, kept apart so the CPU profile times it apart from the matmul.
 template <typename Real> void classifier_softmax(Real* probs, Real* losses, const int* targets, int BT, int V, int Vp) {
-#pragma omp parallel for
+    vec::kernels(); // resolved outside the parallel region (an invalid LLMC_CPU_ISA throws)
+#pragma omp parallel for if (BT > 1)
     for (int bt = 0; bt < BT; bt++) {
         Real* p = probs + (size_t)bt * Vp;
         Real maxval = p[0];
+#pragma omp simd reduction(max : maxval)
         for (int i = 1; i < V; i++) maxval = std::max(maxval, p[i]);
         // The loss comes from the logits, -log softmax = log(sum) - (logit - max), so a target probability
         // that underflows in Real still gives a finite loss.
         const Real target_logit = targets ? p[targets[bt]] : Real(0);
         double sum = 0;
-        for (int i = 0; i < V; i++) {
-            p[i] = std::exp(p[i] - maxval);
-            sum += p[i];
+        if constexpr (std::is_same_v<Real, float>) {
+            sum = vec::kernels().exp_sum(p, V, maxval);
+        } else {
+            for (int i = 0; i < V; i++) {
+                p[i] = std::exp(p[i] - maxval);
+                sum += p[i];
+            }
         }
         const Real inv = (Real)(1.0 / sum);
         for (int i = 0; i < V; i++) p[i] *= inv;

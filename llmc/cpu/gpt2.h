@@ -49,6 +49,10 @@ template <typename Real> struct GPT2CPU {
 
     explicit GPT2CPU(const GPT2Config& c) : config(c) {
         validate_config(c, "GPT-2 model");
+        // The fp32 kernels' run-time choices, made here: a bad LLMC_CPU_ISA or LLMC_CPU_BLAS fails before any
+        // work, and never first inside a parallel region.
+        cpu::vec::active_isa();
+        cpu_blas::active();
         params_memory.assign(llmc::num_parameters(c), Real(0));
         grads_memory.assign(params_memory.size(), Real(0));
         params.point_into(params_memory.data(), c);

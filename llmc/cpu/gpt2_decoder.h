@@ -77,7 +77,7 @@ public:
         using namespace cpu;
 
         timed(SubBlock::encoder, -1, [&] {
-#pragma omp parallel for
+#pragma omp parallel for if (RC >= cpu::vec::PARALLEL_MIN)
             for (int r = 0; r < R; r++)
                 for (int i = 0; i < C; i++)
                     a_.x[(size_t)r * C + i] = m_.params.wte[(size_t)tok_[r] * C + i] + m_.params.wpe[(size_t)pos_[r] * C + i];

@@ -7,13 +7,15 @@
 #include <cmath>
 #include <cstddef>
 
+#include "llmc/cpu/vec.h"
+
 namespace llmc::cpu {
 
 // out (B, T, C), mean and rstd (B, T); inp (B, T, C), weight and bias (C).
 template <typename Real> void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight,
                                                 const Real* bias, int B, int T, int C) {
     const int BT = B * T;
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)BT * C >= vec::PARALLEL_MIN)
     for (int bt = 0; bt < BT; bt++) {
         const Real* x = inp + (size_t)bt * C;
         // Statistics in double: in the float model this keeps the reference's error at the level of the

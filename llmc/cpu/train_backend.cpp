@@ -50,8 +50,10 @@ class CPUBackend : public TrainBackend {
 public:
     CPUBackend(const GPT2Config& c, const TrainShape& shape, Communicator& comm)
         : model_(c), shape_(shape), dp_(comm, model_.num_parameters(), shape.zero),
-          m_(dp_.update_range().size(), 0.0f), v_(m_.size(), 0.0f) {}
-    const char* name() const override { return "CPU fp32"; }
+          m_(dp_.update_range().size(), 0.0f), v_(m_.size(), 0.0f),
+          name_(strprintf("CPU fp32, %s, %s", cpu::vec::isa_name(cpu::vec::active_isa()),
+                          cpu_blas::describe(true).c_str())) {}
+    const char* name() const override { return name_.c_str(); }
     void load_weights(const std::vector<float>& w) override {
         std::copy(w.begin(), w.end(), model_.params_memory.begin());
     }
@@ -235,6 +237,7 @@ private:
     const TrainShape shape_;
     DataParallel dp_;
     std::vector<float> m_, v_; // AdamW moments of dp_.update_range()
+    const std::string name_;   // "CPU fp32, <elementwise kernels>, <GEMM>"
     SubBlockTimes timings_;
     struct LastStep {
         int grad_accum = 0; // 0: no step yet

@@ -150,6 +150,9 @@ int run_inference(const InferProgram& program, int argc, char** argv) {
     run.sum.peak_mem_mib = be->peak_memory_mib();
     run.sum.graph_steps = be->graph_steps();
     run.sum.avg_power_w = profile.avg_power_w(), run.sum.j_per_token = profile.joules_per_token();
+    double decode_ms = 0;
+    for (double ms : run.sum.step_ms) decode_ms += ms;
+    run.sum.decode_floor_share = profile.decode_floor_share(decode_ms), run.sum.dram_gbps = profile.dram_gbps();
     print_results(opt, in, run.seqs, run.sum);
     profile.throw_if_not_written();
     return 0;

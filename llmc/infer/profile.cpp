@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <unistd.h>
 
+#include "llmc/profiler/roofline.h"
+
 namespace llmc {
 
 namespace {
@@ -45,6 +47,15 @@ void InferProfile::start(const MakeSession& make) {
         ctx.inference = shape; // the decode counts, known now
         return prof::CounterReport{};
     });
+}
+
+double InferProfile::decode_floor_share(double decode_ms) const {
+    if (!session_ || decode_ms <= 0 || shape.decode_steps == 0) return NAN;
+    const prof::ProfileContext& ctx = session_->context();
+    const prof::CostTable costs = prof::inference_costs(ctx.model, shape, ctx.device_kind == prof::DeviceKind::GPU);
+    double bytes = 0;
+    for (const auto& cells : costs) bytes += cells[(int)Phase::decode].bytes;
+    return bytes / (ctx.ceilings.dram_gbps * 1e9) / (decode_ms / 1e3);
 }
 
 void InferProfile::begin_step() {

@@ -49,7 +49,8 @@ nlohmann::json summary_json(const InferSummary& m) {
               {"gen_len", m.gen_len},
               {"params", m.params},
               {"avg_power_w", or_null(m.avg_power_w)},
-              {"j_per_token", or_null(m.j_per_token)}}}};
+              {"j_per_token", or_null(m.j_per_token)},
+              {"decode_floor_share", or_null(m.decode_floor_share)}}}};
     if (m.graph_steps >= 0) s["summary"]["graph_steps"] = m.graph_steps;
     return s;
 }
@@ -59,7 +60,11 @@ std::string summary_line(const InferSummary& m) {
     const std::string decode =
         s["decode_tok_s"].is_null()
             ? std::string("decode none (-n 1)")
-            : strprintf("decode %.1f tok/s, per-token latency p50 %.2f ms p90 %.2f ms", s["decode_tok_s"].get<double>(),
+            : strprintf("decode %.1f tok/s%s, per-token latency p50 %.2f ms p90 %.2f ms", s["decode_tok_s"].get<double>(),
+                        std::isnan(m.decode_floor_share)
+                            ? ""
+                            : strprintf(" (%.0f%% of its DRAM floor at %.0f GB/s)", 100 * m.decode_floor_share, m.dram_gbps)
+                                  .c_str(),
                         s["latency_p50_ms"].get<double>(), s["latency_p90_ms"].get<double>());
     const std::string graphs =
         m.graph_steps < 0 ? "" : strprintf(" | CUDA graphs: %ld of %zu decode steps", m.graph_steps, m.step_ms.size());

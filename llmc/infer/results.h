@@ -32,6 +32,9 @@ struct InferSummary {
     size_t params = 0;
     double avg_power_w = NAN, j_per_token = NAN; // --profile's power over the run; NaN: not measured (null)
     long graph_steps = -1; // decode steps run as a CUDA graph launch; -1: a backend without graphs (left out)
+    // --profile's decode DRAM floor over the decode time (InferProfile::decode_floor_share) and the bandwidth it
+    // is at; NaN: not measured (null)
+    double decode_floor_share = NAN, dram_gbps = NAN;
 };
 
 // The q-quantile (0..1) of xs by linear interpolation between order statistics; 0 for an empty list.

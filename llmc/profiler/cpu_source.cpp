@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include "llmc/cpu/matmul.h"
+#include "llmc/cpu/vec.h"
 #include "llmc/profiler/ceiling_cache.h"
 #include "llmc/profiler/report.h"
 
@@ -122,16 +123,14 @@ std::string fnv1a_hex(const std::string& text) {
     return strprintf("%016llx", (unsigned long long)fnv1a(text.data(), text.size()));
 }
 
-#define LLMC_STR2(x) #x
-#define LLMC_STR(x) LLMC_STR2(x)
-
 } // namespace
 
 Ceilings measure_cpu_ceilings(const GPT2Config& cfg, int B, int T, bool use_cache) {
     const std::vector<MatmulShape> shapes = cpu_matmul_shapes(cfg, B, T);
     const ceiling_cache::Lines identity = {{"cpu", cpu_model_name()},
                                            {"threads", std::to_string(omp_get_max_threads())},
-                                           {"isa", LLMC_STR(LLMC_GEMM_ISA)},
+                                           {"isa", cpu::vec::isa_name(cpu::vec::active_isa())},
+                                           {"gemm", cpu_blas::describe()},
                                            {"shapes", shapes_text(shapes)}};
     std::string id_text;
     for (const auto& [key, value] : identity) id_text += key + "=" + value + ";";
@@ -209,7 +208,10 @@ std::unique_ptr<ProfileSession> cpu_session(const SessionOptions& opt, ProfileCo
     std::unique_ptr<EnergyCounter> energy = opt.energy ? energy_counter_for(*source) : nullptr;
     ctx.device_kind = DeviceKind::CPU;
     ctx.device = strprintf("%s (%d threads)", cpu_model_name().c_str(), omp_get_max_threads());
-    ctx.build = strprintf("C++ %s, fp32, OpenMP %d threads", __VERSION__, omp_get_max_threads());
+    ctx.build = strprintf("C++ %s, fp32, OpenMP %d threads, %s elementwise kernels, GEMM: %s (up to %d rows: "
+                          "own rows kernel)",
+                          __VERSION__, omp_get_max_threads(), cpu::vec::isa_name(cpu::vec::active_isa()),
+                          cpu_blas::describe().c_str(), cpu::ROWS_MAX);
     ctx.ceilings = measure_cpu_ceilings(ctx.model, ctx.B, ctx.T);
     printf("profile: %s into %s/; ceilings fp32 %.3f TFLOP/s, memory %.0f GB/s (%s)\n",
            ProfileSchedule(opt.first_step, opt.steps).window().c_str(), opt.dir.c_str(), ctx.ceilings.fp32_tflops,
