@@ -363,7 +363,7 @@ ifdef SAN
 # Every process writes its sanitizer reports to build/san/reports; any report fails the run. The plot tests run
 # python, which has nothing to sanitize.
 SAN_LINKS := $(addprefix $(BUILD)/,test/data test/emu test/gpu test/hta_check.py test/fake_infer.py test/memviz_check.py scripts dev/data/gpt2 dev/data/tinyshakespeare.sh \
-                                    dev/torch_gpt2_baseline.py)
+                                    dev/torch_gpt2_baseline.py dev/torch_gpt2_cpu.py)
 $(SAN_LINKS):
 	@mkdir -p $(dir $@)
 	ln -sfn $(abspath $(patsubst $(BUILD)/%,%,$@)) $@

@@ -125,6 +125,7 @@ for r in $(seq 1 "$rounds"); do
     record train_ours "$(awk -v w="$warmup" '$1 == "step" { split($2, s, "/"); if (s[1] > w)
         for (i = 1; i < NF; i++) if ($(i + 1) == "ms") print $i }' "$work/train_ours.log" | sort -g |
         awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')"
+    [ -n "${ours_line:-}" ] || ours_line=$(sed -n 's/^| trainer *| \(.*[^ ]\) *|$/\1/p' "$work/train_ours.log" | head -n1)
     run train_peer "${cmd_train_peer[@]}"
     [ -n "${blas_line:-}" ] || blas_line=$(grep -m1 '^blas:' "$work/train_peer.log" || echo "blas: (not printed)")
     [ -n "${torch_line:-}" ] || torch_line=$(grep -m1 '^torch ' "$work/train_peer.log" || true)
@@ -158,6 +159,7 @@ echo
 echo "- machine: ${cpu:-unknown CPU}, $(nproc) cores, ${isa%, }"
 echo "- threads: $threads (OMP_WAIT_POLICY=passive for both)"
 echo "- rounds: $rounds, interleaved; medians over the rounds, min-max in brackets"
+echo "- ours: ${ours_line:-(not printed)} (the trainer's banner: its elementwise kernels and GEMM library)"
 echo "- peer: $blas_line; $torch_line"
 echo "- training data for train_gpt2: $data_note"
 [ -z "${blas_warning:-}" ] || echo "- **$blas_warning**"

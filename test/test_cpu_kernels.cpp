@@ -3,6 +3,7 @@
 // variant this CPU runs (the others are named in the skip message), and the environment switches' errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -197,8 +198,11 @@ TEST(CpuVecKernels, ExpSumWithinUlpsOfExact) {
 TEST(CpuVecKernels, ActiveVariantIsSupported) {
     EXPECT_TRUE(cpu::vec::cpu_supports(cpu::vec::active_isa()));
     EXPECT_EQ(&cpu::vec::kernels(), &cpu::vec::kernels(cpu::vec::active_isa()));
-    for (Isa isa : cpu::vec::ALL_ISAS)
-        if (!cpu::vec::cpu_supports(isa)) EXPECT_THROW(cpu::vec::kernels(isa), Error);
+    for (Isa isa : cpu::vec::ALL_ISAS) {
+        if (!cpu::vec::cpu_supports(isa)) {
+            EXPECT_THROW(cpu::vec::kernels(isa), Error);
+        }
+    }
 }
 
 namespace {
@@ -320,4 +324,41 @@ TEST(CpuKernelSwitches, BadValuesAreOneLineErrors) {
             EXPECT_EQ(r.exit_code, 1) << r.output;
             EXPECT_EQ(r.output.rfind(std::string("error: LLMC_CPU_BLAS=") + name + ": ", 0), 0u) << r.output;
         }
+}
+
+// scripts/benchmark_cpu.sh and its PyTorch peer refuse bad flags in one line (exit 2) before running anything; where
+// a python3 has PyTorch, the peer runs a tiny model, names its BLAS and prints its result line.
+TEST(CpuBenchmark, ScriptsRefuseBadFlagsAndThePeerRuns) {
+    const struct {
+        std::string cmd, starts;
+    } cases[] = {
+        {"bash scripts/benchmark_cpu.sh --model d5", "error: --model: one of d4 d6 d12 d24 d36 d48, got 'd5'"},
+        {"bash scripts/benchmark_cpu.sh --rounds 0", "error: --rounds: a positive integer, got '0'"},
+        {"bash scripts/benchmark_cpu.sh --threads", "error: --threads needs a value"},
+        {"bash scripts/benchmark_cpu.sh --fast", "error: unknown option '--fast'"},
+        {"python3 dev/torch_gpt2_cpu.py train --model d5", "torch_gpt2_cpu.py train: error: argument --model"},
+        {"python3 dev/torch_gpt2_cpu.py infer -b 0", "torch_gpt2_cpu.py: error: --batch must be at least 1"},
+    };
+    for (const auto& c : cases) {
+        auto r = testutil::run(c.cmd);
+        EXPECT_EQ(r.exit_code, 2) << c.cmd << ": " << r.output;
+        EXPECT_EQ(r.output.rfind(c.starts, 0), 0u) << c.cmd << ": " << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << c.cmd << ": " << r.output;
+    }
+    auto help = testutil::run("bash scripts/benchmark_cpu.sh --help");
+    EXPECT_EQ(help.exit_code, 0);
+    EXPECT_NE(help.output.find("--rounds R"), std::string::npos) << help.output;
+
+    std::string python;
+    for (const char* p : {"python3", "/usr/bin/python3"})
+        if (python.empty() && testutil::run(std::string(p) + " -c 'import torch'").exit_code == 0) python = p;
+    if (python.empty()) {
+        std::printf("  (no python3 with PyTorch here: the peer's run is not checked)\n");
+        return;
+    }
+    auto r = testutil::run(python + " dev/torch_gpt2_cpu.py infer --model d4 -b 2 --prompt-len 8 -n 3 --threads 1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.rfind("blas: ", 0), 0u) << r.output; // the first line: the BLAS it found
+    EXPECT_NE(r.output.find("result: infer model=d4 B=2 prompt=8 new=3 threads=1 prefill_tok_per_s="), std::string::npos)
+        << r.output;
 }
