@@ -1,7 +1,9 @@
 #include "llmc/util/cpu_blas.h"
 
 #include <dlfcn.h>
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 
 #include <atomic>
 #include <cstdlib>
@@ -128,7 +130,11 @@ std::string describe(bool brief) {
 }
 
 void match_threads(const Library& lib) {
+#ifdef _OPENMP
     const int n = omp_get_max_threads();
+#else
+    const int n = 1; // a build without OpenMP (the fuzz targets): one thread
+#endif
     if (lib.set_threads && threads_set.exchange(n) != n) lib.set_threads(n);
 }
 
