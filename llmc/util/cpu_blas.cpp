@@ -47,7 +47,10 @@ std::unique_ptr<Library> open_library(const std::string& name, bool openmp_only)
         auto lib = std::make_unique<Library>();
         lib->sgemm = symbol<SgemmFn>(h, "cblas_sgemm");
         lib->dgemm = symbol<DgemmFn>(h, "cblas_dgemm");
-        if (!lib->sgemm || !lib->dgemm) continue; // a build without CBLAS: not usable
+        if (!lib->sgemm || !lib->dgemm) { // a build without CBLAS: not usable
+            dlclose(h);
+            continue;
+        }
         Dl_info info{};
         lib->path = dladdr((void*)lib->sgemm, &info) && info.dli_fname ? info.dli_fname : c.path;
         if (name == "openblas") {
