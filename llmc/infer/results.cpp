@@ -31,9 +31,14 @@ nlohmann::json sequence_json(const SequenceResult& s) {
             {"ttft_ms", s.ttft_ms},       {"decode_tok_s", decode_tok_s(s)}};
 }
 
+double InferSummary::decode_ms() const {
+    double ms = 0;
+    for (double x : step_ms) ms += x;
+    return ms;
+}
+
 nlohmann::json summary_json(const InferSummary& m) {
-    double decode_ms = 0;
-    for (double x : m.step_ms) decode_ms += x;
+    const double decode_ms = m.decode_ms();
     auto or_null = [](double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); };
     // Without a decode step (-n 1: the prefill gives the only token) decode has no rate and no latency: null.
     const bool decoded = !m.step_ms.empty();

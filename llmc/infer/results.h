@@ -35,6 +35,8 @@ struct InferSummary {
     // --profile's decode DRAM floor over the decode time (InferProfile::decode_floor_share) and the bandwidth it
     // is at; NaN: not measured (null)
     double decode_floor_share = NAN, dram_gbps = NAN;
+
+    double decode_ms() const; // the decode steps' time: the sum of step_ms
 };
 
 // The q-quantile (0..1) of xs by linear interpolation between order statistics; 0 for an empty list.
