@@ -34,7 +34,8 @@ template <typename Real> inline Real dot(const Real* a, const Real* b, int n) {
  * One query row of one head against n keys and values: a[0..n) gets the softmax weights, o[0..hs) the weighted
  * sum of values. k and v point at the first key/value of this head and step by kv_stride elements per
  * position. Shared by the training forward (keys inside the (B, T, 3C) qkv buffer) and the KV-cache decoder
- * (keys in a (maxT, C) cache row), so a cached position computes exactly the bits full recomputation does.
+ * (each head's keys contiguous in its (maxT, hs) cache block), so a cached position computes exactly the bits
+ * full recomputation does.
  * fp32 takes keys and values four at a time (scores as four independent dot products, values summed in pairs
  * before they meet o); fp64, the reference, one at a time in order.
  */

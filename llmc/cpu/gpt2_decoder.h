@@ -6,9 +6,11 @@
  * prompt per sequence, decode one token per sequence, and a batch may mix lengths: every row carries its own
  * sequence and position, so ragged prompts need neither padding nor masks.
  *
- * KV cache: per layer, K and V of shape (B, maxT, C), maxT the capacity given at construction; a row's key
- * and value are written at (its sequence, its position) before any row of the same call attends, so a
- * prompt's row t sees rows 0..t of its own sequence and nothing else. Attention for a row is
+ * KV cache: per layer, K and V of shape (B, NH, maxT, hs), maxT the capacity given at construction: the layout
+ * attention reads, each (sequence, head)'s positions one contiguous stream (in (B, maxT, C) a head's key of
+ * consecutive positions lies a whole row of C apart, which the hardware prefetchers do not follow). A row's
+ * key and value are written at (its sequence, each head, its position) before any row of the same call attends,
+ * so a prompt's row t sees rows 0..t of its own sequence and nothing else. Attention for a row is
  * cpu::attention_row over its sequence's cached positions 0..pos, the same function and summation order as the
  * training forward, so logits from the cache match full recomputation (tests: test/test_infer_cpu.cpp).
  *
@@ -84,27 +86,27 @@ public:
         });
         for (int l = 0; l < L; l++) {
             const auto p = m_.layer_params(m_.params, l);
-            Real* kc = cache_.data() + (size_t)l * 2 * B_ * maxT_ * C; // (B, maxT, C) keys of layer l
-            Real* vc = kc + (size_t)B_ * maxT_ * C;                    // (B, maxT, C) values
+            Real* kc = cache_.data() + (size_t)l * 2 * B_ * maxT_ * C; // (B, NH, maxT, hs) keys of layer l
+            Real* vc = kc + (size_t)B_ * maxT_ * C;                    // (B, NH, maxT, hs) values
+            auto head0 = [&](int r, int h) { return ((size_t)seq_[r] * NH + h) * maxT_ * hs; }; // its position 0
             timed(SubBlock::ln1, l, [&] { layernorm_forward(a_.ln, a_.mean, a_.rstd, a_.x, p.ln1w, p.ln1b, 1, R, C); });
             timed(SubBlock::qkv, l, [&] { matmul_forward(a_.qkv, a_.ln, p.qkvw, p.qkvb, 1, R, C, 3 * C); });
             timed(SubBlock::attention, l, [&] {
                 // Every row's key and value go into the cache first: rows of one prompt attend to each other.
-                for (int r = 0; r < R; r++) {
-                    const size_t at = ((size_t)seq_[r] * maxT_ + pos_[r]) * C;
-                    std::copy_n(a_.qkv + (size_t)r * 3 * C + C, C, kc + at);
-                    std::copy_n(a_.qkv + (size_t)r * 3 * C + 2 * C, C, vc + at);
-                }
+                for (int r = 0; r < R; r++)
+                    for (int h = 0; h < NH; h++) {
+                        const size_t at = head0(r, h) + (size_t)pos_[r] * hs;
+                        std::copy_n(a_.qkv + (size_t)r * 3 * C + C + h * hs, hs, kc + at);
+                        std::copy_n(a_.qkv + (size_t)r * 3 * C + 2 * C + h * hs, hs, vc + at);
+                    }
 #pragma omp parallel
                 {
                     std::vector<Real> att(maxT_); // this thread's softmax weights
 #pragma omp for collapse(2)
                     for (int r = 0; r < R; r++)
-                        for (int h = 0; h < NH; h++) {
-                            const size_t seq0 = (size_t)seq_[r] * maxT_ * C + h * hs;
+                        for (int h = 0; h < NH; h++)
                             attention_row(a_.atty + (size_t)r * C + h * hs, att.data(), a_.qkv + (size_t)r * 3 * C + h * hs,
-                                          kc + seq0, vc + seq0, C, pos_[r] + 1, hs);
-                        }
+                                          kc + head0(r, h), vc + head0(r, h), hs, pos_[r] + 1, hs);
                 }
             });
             timed(SubBlock::attn_proj, l,
@@ -139,7 +141,7 @@ private:
     const GPT2CPU<Real>& m_;
     int B_, maxT_;
     std::vector<int> len_;                     // tokens cached per sequence
-    std::vector<Real> cache_;                  // (L, 2, B, maxT, C)
+    std::vector<Real> cache_;                  // (L, 2, B, NH, maxT, hs)
     std::vector<Real> rows_memory_;
     Rows a_{};
     std::vector<int> seq_, pos_, tok_, last_;  // per row; last_: each appending sequence's last row

@@ -1,6 +1,7 @@
 // The inference programs' --profile (llmc/infer/profile.h).
 #include "llmc/infer/profile.h"
 
+#include <cmath>
 #include <cstdio>
 #include <unistd.h>
 
@@ -50,12 +51,12 @@ void InferProfile::start(const MakeSession& make) {
 }
 
 double InferProfile::decode_floor_share(double decode_ms) const {
-    if (!session_ || decode_ms <= 0 || shape.decode_steps == 0) return NAN;
+    if (!session_ || decode_ms <= 0 || shape.decode_steps == 0 || std::isnan(dram_gbps())) return NAN;
     const prof::ProfileContext& ctx = session_->context();
     const prof::CostTable costs = prof::inference_costs(ctx.model, shape, ctx.device_kind == prof::DeviceKind::GPU);
     double bytes = 0;
     for (const auto& cells : costs) bytes += cells[(int)Phase::decode].bytes;
-    return bytes / (ctx.ceilings.dram_gbps * 1e9) / (decode_ms / 1e3);
+    return bytes / (dram_gbps() * 1e9) / (decode_ms / 1e3);
 }
 
 void InferProfile::begin_step() {

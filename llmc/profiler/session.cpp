@@ -140,6 +140,7 @@ void ProfileSession::write() {
     if (page.written) written_files_.push_back("report.html");
     outcome_ = format_outcome(report, opt_.dir, 3, page.written);
     written_avg_w_ = report.power.avg_w, written_j_per_token_ = report.power.joules_per_token;
+    written_ceilings_ = report.context.ceilings;
     std::string dropped = records.dropped_records ? strprintf(" (%llu CUPTI records dropped: incomplete)",
                                                              (unsigned long long)records.dropped_records)
                                                   : "";

@@ -114,6 +114,9 @@ public:
     // them; NaN before it is written or where the device has no power reading.
     double written_avg_w() const { return written_avg_w_; }
     double written_joules_per_token() const { return written_j_per_token_; }
+    // The written profile's ceilings: the measured ones, raised where the profile beat them (Report's
+    // ceiling_raise); all 0 (unknown) before it is written.
+    const Ceilings& written_ceilings() const { return written_ceilings_; }
     // Why writing the profile failed (a full disk, the directory removed meanwhile); "" when it did not. The run
     // goes on (checkpoints, results); the program reports it and exits 1 at its end (throw_if_not_written).
     const std::string& write_error() const { return write_error_; }
@@ -140,6 +143,7 @@ private:
     std::vector<OutsideStepRecord> outside_steps_; // boundary_work inside the window
     std::string outcome_;  // print_outcome's lines, kept from write()
     double written_avg_w_ = NAN, written_j_per_token_ = NAN;
+    Ceilings written_ceilings_;
     std::string write_error_;
     std::vector<std::string> written_files_;
 };
