@@ -69,12 +69,10 @@ std::vector<int> greedy_recompute(GPT2CPU<float>& model, std::vector<int> ids, i
 // position the cached logits give the training forward's probabilities. Both paths run the same ops in the
 // same summation order (cpu::attention_row, row-independent matmuls), so the expected difference is rounding
 // only: 1e-6 absolute on probabilities (fp32 ops, values in [0, 1]).
-TEST(InferCPU, CachedGreedyEqualsRecompute) {
-    const GPT2Config c = infer_config();
+static void expect_cached_greedy_equals_recompute(const GPT2Config& c, int prompt_len, int n) {
     GPT2CPU<float> model(c);
     model.init_random(11);
-    const std::vector<int> prompt = random_ids(7, c.vocab_size, 12);
-    const int n = 20;
+    const std::vector<int> prompt = random_ids(prompt_len, c.vocab_size, 12);
     const std::vector<int> expected = greedy_recompute(model, prompt, n);
 
     GPT2DecoderCPU<float> dec(model, 1, (int)prompt.size() + n);
@@ -96,6 +94,17 @@ TEST(InferCPU, CachedGreedyEqualsRecompute) {
     }
     EXPECT_EQ(got, expected);
     EXPECT_EQ(dec.length(0), (int)prompt.size() + n - 1);
+}
+
+TEST(InferCPU, CachedGreedyEqualsRecompute) { expect_cached_greedy_equals_recompute(infer_config(), 7, 20); }
+
+// A prompt long enough that prefill's attention takes the threads (GPT2DecoderCPU's ATTENTION_PARALLEL_MIN:
+// 2 * 128 channels * (1 + ... + 95) keys and values > 2^20), then decode steps on one thread.
+TEST(InferCPU, LongPromptCachedGreedyEqualsRecompute) {
+    GPT2Config c = infer_config();
+    c.max_seq_len = 100;
+    ASSERT_EQ(c.channels, 128);
+    expect_cached_greedy_equals_recompute(c, 95, 5);
 }
 
 // Prompts of lengths 1, 5 and 9 prefilled together, then decoded together with one sequence idle for a step,

@@ -99,7 +99,11 @@ public:
                         std::copy_n(a_.qkv + (size_t)r * 3 * C + C + h * hs, hs, kc + at);
                         std::copy_n(a_.qkv + (size_t)r * 3 * C + 2 * C + h * hs, hs, vc + at);
                     }
-#pragma omp parallel
+                // Threads only for enough keys and values to read: with passive waiting, a parallel region per
+                // layer costs more than a decode row's heads save (doc/cpu_reference.md).
+                size_t kv_values = 0;
+                for (int r = 0; r < R; r++) kv_values += 2 * (size_t)(pos_[r] + 1) * C;
+#pragma omp parallel if (kv_values >= ATTENTION_PARALLEL_MIN)
                 {
                     std::vector<Real> att(maxT_); // this thread's softmax weights
 #pragma omp for collapse(2)
@@ -133,6 +137,11 @@ public:
     }
 
 private:
+    // Keys and values a call's attention reads (both, every head) below which it runs on the calling thread.
+    // Measured at d12, B=1, positions 129-256 (about 0.3M values per layer): 1.4-1.6 ms per token on one thread,
+    // 2.7-3.4 ms on two, so a parallel region's wake-up and barrier outweigh their half of ~120 us of work.
+    static constexpr size_t ATTENTION_PARALLEL_MIN = 1 << 20;
+
     // Row activations of one call; x is the residual stream, x1 the stream after attention.
     struct Rows {
         Real *x, *x1, *ln, *mean, *rstd, *qkv, *atty, *proj, *fch, *fch_gelu, *logits;
