@@ -25,14 +25,14 @@ namespace {
 
 constexpr double ULP = 1.0 / (1 << 23); // float's unit in the last place at 1
 
-// Values for the elementwise kernels: uniform over [-lo, lo], then the edges, in a length that leaves a tail
-// for every vector width.
+// Values for the elementwise kernels: uniform over [-lo, lo], the first ones replaced by the edges (as many as
+// fit), by default in a length that leaves a tail for every vector width.
 std::vector<float> test_values(uint64_t seed, float lo, size_t n = 20011) {
     Rng rng(seed);
     std::vector<float> v(n);
     for (float& x : v) x = (2 * rng.next_f32() - 1) * lo;
     const float edges[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-7f, -1e-7f, 3.0f, -3.0f, 9.5f, -9.5f, 40.0f, -40.0f};
-    for (size_t i = 0; i < sizeof(edges) / sizeof(float); i++) v[i] = edges[i];
+    for (size_t i = 0; i < std::min(n, sizeof(edges) / sizeof(float)); i++) v[i] = edges[i];
     return v;
 }
 
@@ -189,6 +189,71 @@ TEST(CpuVecKernels, ExpSumWithinUlpsOfExact) {
                 stored += p[i];
             }
             ASSERT_NEAR(sum, (double)stored, 1e-13 * (double)stored) << "n = " << n;
+        }
+    }
+    report_skipped(skipped);
+}
+
+// Layernorm of one position against long double, for widths that leave every tail (C = 768: GPT-2's; 1, 7, 37,
+// 101: tails of 8 and 16 lanes), rows off centre (the mean well away from 0, as in a residual stream). The mean
+// and 1/std are computed in double and rounded once: within 1 ulp. Each output rounds (x - mu), two products and
+// an add: within 4 ulps of |x - m| s |w| + |b|, plus mu's rounding carried through s |w|.
+TEST(CpuVecKernels, LayernormForwardWithinUlpsOfExact) {
+    std::string skipped;
+    for (Isa isa : runnable(skipped)) {
+        SCOPED_TRACE(cpu::vec::isa_name(isa));
+        for (int C : {1, 7, 37, 101, 768}) {
+            std::vector<float> x = test_values(20 + C, 2.0f, C), w = test_values(21 + C, 1.5f, C),
+                               b = test_values(22 + C, 0.5f, C), out(C);
+            for (float& v : x) v = v + 3.0f;
+            float mu = 0, s = 0;
+            cpu::vec::kernels(isa).layernorm_forward(out.data(), &mu, &s, x.data(), w.data(), b.data(), C);
+            LD m = 0, var = 0;
+            for (float v : x) m += v;
+            m /= C;
+            for (float v : x) var += (v - m) * (v - m);
+            const LD rs = 1 / std::sqrt(var / C + 1e-5L);
+            ASSERT_NEAR(mu, (double)m, ULP * std::fabs((double)m)) << "C = " << C;
+            ASSERT_NEAR(s, (double)rs, ULP * (double)rs) << "C = " << C;
+            for (int c = 0; c < C; c++) {
+                const LD want = (x[c] - m) * rs * w[c] + b[c];
+                const double bound = 4 * ULP * (double)(std::fabs(x[c] - m) * rs * std::fabs(w[c]) + std::fabs(b[c])) +
+                                     ULP * std::fabs((double)m) * (double)rs * std::fabs(w[c]);
+                ASSERT_NEAR(out[c], (double)want, bound) << "C = " << C << ", c = " << c;
+            }
+        }
+    }
+    report_skipped(skipped);
+}
+
+// The backward of one position into an existing gradient, given the forward's mu and s (taken as exact): the
+// products dnorm = w g and dnorm * norm round to float before their double sums, so the two means are within
+// 2 ulps of the mean of their terms' sizes; each output within 2 ulps of |dx0| and 6 ulps of its terms' sizes.
+TEST(CpuVecKernels, LayernormBackwardWithinUlpsOfExact) {
+    std::string skipped;
+    for (Isa isa : runnable(skipped)) {
+        SCOPED_TRACE(cpu::vec::isa_name(isa));
+        for (int C : {1, 7, 37, 101, 768}) {
+            std::vector<float> x = test_values(30 + C, 2.0f, C), w = test_values(31 + C, 1.5f, C),
+                               g = test_values(32 + C, 0.2f, C), dx0 = test_values(33 + C, 0.1f, C);
+            for (float& v : x) v = v + 3.0f;
+            const float mu = 3.01f, s = 0.85f;
+            std::vector<float> dx = dx0;
+            cpu::vec::kernels(isa).layernorm_backward(dx.data(), g.data(), x.data(), w.data(), mu, s, C);
+            LD dm = 0, dnm = 0, dm_abs = 0, dnm_abs = 0;
+            for (int c = 0; c < C; c++) {
+                const LD dnorm = (LD)w[c] * g[c], norm = ((LD)x[c] - mu) * s;
+                dm += dnorm, dnm += dnorm * norm, dm_abs += std::fabs(dnorm), dnm_abs += std::fabs(dnorm * norm);
+            }
+            dm /= C, dnm /= C, dm_abs /= C, dnm_abs /= C;
+            for (int c = 0; c < C; c++) {
+                const LD dnorm = (LD)w[c] * g[c], norm = ((LD)x[c] - mu) * s;
+                const LD want = dx0[c] + s * (dnorm - dm - norm * dnm);
+                const double terms = (double)(s * (std::fabs(dnorm) + std::fabs(dm) + std::fabs(norm * dnm)));
+                const double means = (double)(s * (dm_abs + std::fabs(norm) * dnm_abs));
+                const double bound = 2 * ULP * std::fabs(dx0[c]) + 6 * ULP * terms + 2 * ULP * means;
+                ASSERT_NEAR(dx[c], (double)want, bound) << "C = " << C << ", c = " << c;
+            }
         }
     }
     report_skipped(skipped);

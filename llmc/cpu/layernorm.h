@@ -6,30 +6,59 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 
 #include "llmc/cpu/vec.h"
 
 namespace llmc::cpu {
 
-// out (B, T, C), mean and rstd (B, T); inp (B, T, C), weight and bias (C).
+// One position of the forward in plain C++: the fp64 model's path, and the scalar variant of the fp32 kernel
+// (llmc/cpu/vec.cpp), which the vector variants follow with per-lane partial sums.
+template <typename Real> void layernorm_row(Real* o, Real* mean, Real* rstd, const Real* x, const Real* weight,
+                                            const Real* bias, int C) {
+    // Statistics in double: in the float model this keeps the reference's error at the level of the stored
+    // values instead of growing with C.
+    double sum = 0;
+    for (int c = 0; c < C; c++) sum += x[c];
+    const double m = sum / C;
+    double var = 0;
+    for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+    const Real mu = (Real)m, s = (Real)(1.0 / std::sqrt(var / C + 1e-5));
+    for (int c = 0; c < C; c++) o[c] = (x[c] - mu) * s * weight[c] + bias[c];
+    *mean = mu;
+    *rstd = s;
+}
+
+// One position of the backward into dx, given the forward's mean mu and reciprocal standard deviation s:
+// dL/dx = s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) with dnorm = weight * dout.
+template <typename Real> void layernorm_backward_row(Real* dx, const Real* g, const Real* x, const Real* weight, Real mu,
+                                                     Real s, int C) {
+    double dnorm_sum = 0, dnorm_norm_sum = 0;
+    for (int c = 0; c < C; c++) {
+        const Real dnorm = weight[c] * g[c];
+        dnorm_sum += dnorm;
+        dnorm_norm_sum += dnorm * ((x[c] - mu) * s);
+    }
+    const Real dnorm_mean = (Real)(dnorm_sum / C), dnorm_norm_mean = (Real)(dnorm_norm_sum / C);
+    for (int c = 0; c < C; c++) {
+        const Real norm = (x[c] - mu) * s;
+        dx[c] += s * (weight[c] * g[c] - dnorm_mean - norm * dnorm_norm_mean);
+    }
+}
+
+// out (B, T, C), mean and rstd (B, T); inp (B, T, C), weight and bias (C). fp32 through the run-time chosen
+// variant (llmc/cpu/vec.h), fp64 through layernorm_row.
 template <typename Real> void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight,
                                                 const Real* bias, int B, int T, int C) {
     const int BT = B * T;
+    if constexpr (std::is_same_v<Real, float>) vec::kernels(); // resolved outside the parallel region
 #pragma omp parallel for if ((size_t)BT * C >= vec::PARALLEL_MIN)
     for (int bt = 0; bt < BT; bt++) {
-        const Real* x = inp + (size_t)bt * C;
-        // Statistics in double: in the float model this keeps the reference's error at the level of the
-        // stored values instead of growing with C.
-        double sum = 0;
-        for (int c = 0; c < C; c++) sum += x[c];
-        const double m = sum / C;
-        double var = 0;
-        for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
-        const Real mu = (Real)m, s = (Real)(1.0 / std::sqrt(var / C + 1e-5));
-        Real* o = out + (size_t)bt * C;
-        for (int c = 0; c < C; c++) o[c] = (x[c] - mu) * s * weight[c] + bias[c];
-        mean[bt] = mu;
-        rstd[bt] = s;
+        const size_t at = (size_t)bt * C;
+        if constexpr (std::is_same_v<Real, float>)
+            vec::kernels().layernorm_forward(out + at, mean + bt, rstd + bt, inp + at, weight, bias, C);
+        else
+            layernorm_row(out + at, mean + bt, rstd + bt, inp + at, weight, bias, C);
     }
 }
 
@@ -38,24 +67,14 @@ template <typename Real> void layernorm_backward(Real* dinp, Real* dweight, Real
                                                  const Real* inp, const Real* weight, const Real* mean,
                                                  const Real* rstd, int B, int T, int C) {
     const int BT = B * T;
+    if constexpr (std::is_same_v<Real, float>) vec::kernels();
 #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
-        const Real* x = inp + (size_t)bt * C;
-        const Real* g = dout + (size_t)bt * C;
-        const Real mu = mean[bt], s = rstd[bt];
-        // dL/dx = s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) with dnorm = weight * dout.
-        double dnorm_sum = 0, dnorm_norm_sum = 0;
-        for (int c = 0; c < C; c++) {
-            const Real dnorm = weight[c] * g[c];
-            dnorm_sum += dnorm;
-            dnorm_norm_sum += dnorm * ((x[c] - mu) * s);
-        }
-        const Real dnorm_mean = (Real)(dnorm_sum / C), dnorm_norm_mean = (Real)(dnorm_norm_sum / C);
-        Real* dx = dinp + (size_t)bt * C;
-        for (int c = 0; c < C; c++) {
-            const Real norm = (x[c] - mu) * s;
-            dx[c] += s * (weight[c] * g[c] - dnorm_mean - norm * dnorm_norm_mean);
-        }
+        const size_t at = (size_t)bt * C;
+        if constexpr (std::is_same_v<Real, float>)
+            vec::kernels().layernorm_backward(dinp + at, dout + at, inp + at, weight, mean[bt], rstd[bt], C);
+        else
+            layernorm_backward_row(dinp + at, dout + at, inp + at, weight, mean[bt], rstd[bt], C);
     }
     // Parameter gradients: each thread owns a block of channels and sums over positions in order.
     constexpr int CB = 64;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "llmc/cpu/layernorm.h"
 #include "llmc/util/utils.h"
 
 namespace llmc::cpu::vec {
@@ -60,6 +61,16 @@ double exp_sum_scalar(float* p, size_t n, float max) {
         s += p[i];
     }
     return s;
+}
+
+void layernorm_forward_scalar(float* out, float* mean, float* rstd, const float* x, const float* weight,
+                              const float* bias, int C) {
+    layernorm_row(out, mean, rstd, x, weight, bias, C);
+}
+
+void layernorm_backward_scalar(float* dx, const float* g, const float* x, const float* weight, float mu, float s,
+                               int C) {
+    layernorm_backward_row(dx, g, x, weight, mu, s, C);
 }
 
 // ---- vector bodies, W lanes; always inlined into each variant's target-attributed functions below ----
@@ -203,6 +214,66 @@ template <int W> LLMC_INLINE double exp_sum_body(float* p, size_t n, float max) 
     return s;
 }
 
+// W floats of a register as two halves of W / 2 doubles (through memory the compiler keeps in registers).
+template <int W> LLMC_INLINE void widen_halves(VF<W> v, VD<W / 2>& lo, VD<W / 2>& hi) {
+    float t[W];
+    store<W>(t, v);
+    lo = widen<W>(t), hi = widen<W>(t + W / 2);
+}
+
+template <int W>
+LLMC_INLINE void layernorm_forward_body(float* out, float* mean, float* rstd, const float* x, const float* weight,
+                                        const float* bias, int C) {
+    VD<W / 2> a0 = {}, a1 = {};
+    int i = 0;
+    for (; i + W <= C; i += W) a0 += widen<W>(x + i), a1 += widen<W>(x + i + W / 2);
+    double sum = lanes_sum<W>(a0, a1);
+    for (; i < C; i++) sum += x[i];
+    const double m = sum / C;
+    a0 = VD<W / 2>{}, a1 = VD<W / 2>{};
+    for (i = 0; i + W <= C; i += W) {
+        const VD<W / 2> d0 = widen<W>(x + i) - m, d1 = widen<W>(x + i + W / 2) - m;
+        a0 += d0 * d0, a1 += d1 * d1;
+    }
+    double var = lanes_sum<W>(a0, a1);
+    for (; i < C; i++) var += (x[i] - m) * (x[i] - m);
+    const float mu = (float)m, s = (float)(1.0 / std::sqrt(var / C + 1e-5));
+    for (i = 0; i + W <= C; i += W) store<W>(out + i, (load<W>(x + i) - mu) * s * load<W>(weight + i) + load<W>(bias + i));
+    for (; i < C; i++) out[i] = (x[i] - mu) * s * weight[i] + bias[i];
+    *mean = mu;
+    *rstd = s;
+}
+
+template <int W>
+LLMC_INLINE void layernorm_backward_body(float* dx, const float* g, const float* x, const float* weight, float mu,
+                                         float s, int C) {
+    VD<W / 2> a0 = {}, a1 = {}, b0 = {}, b1 = {};
+    int i = 0;
+    for (; i + W <= C; i += W) {
+        const VF<W> dnorm = load<W>(weight + i) * load<W>(g + i), norm = (load<W>(x + i) - mu) * s;
+        VD<W / 2> lo, hi;
+        widen_halves<W>(dnorm, lo, hi);
+        a0 += lo, a1 += hi;
+        widen_halves<W>(dnorm * norm, lo, hi);
+        b0 += lo, b1 += hi;
+    }
+    double dnorm_sum = lanes_sum<W>(a0, a1), dnorm_norm_sum = lanes_sum<W>(b0, b1);
+    for (int c = i; c < C; c++) {
+        const float dnorm = weight[c] * g[c];
+        dnorm_sum += dnorm;
+        dnorm_norm_sum += dnorm * ((x[c] - mu) * s);
+    }
+    const float dnorm_mean = (float)(dnorm_sum / C), dnorm_norm_mean = (float)(dnorm_norm_sum / C);
+    for (i = 0; i + W <= C; i += W) {
+        const VF<W> norm = (load<W>(x + i) - mu) * s;
+        store<W>(dx + i, load<W>(dx + i) + s * (load<W>(weight + i) * load<W>(g + i) - dnorm_mean - norm * dnorm_norm_mean));
+    }
+    for (; i < C; i++) {
+        const float norm = (x[i] - mu) * s;
+        dx[i] += s * (weight[i] * g[i] - dnorm_mean - norm * dnorm_norm_mean);
+    }
+}
+
 // ---- the variants ----
 
 #define LLMC_VARIANT(NAME, TARGET, W)                                                                              \
@@ -223,15 +294,26 @@ template <int W> LLMC_INLINE double exp_sum_body(float* p, size_t n, float max) 
     __attribute__((target(TARGET))) double exp_sum_##NAME(float* p, size_t n, float max) {                        \
         return exp_sum_body<W>(p, n, max);                                                                         \
     }                                                                                                              \
-    const Kernels NAME##_kernels = {gelu_forward_##NAME, gelu_backward_##NAME, adamw_##NAME,                      \
-                                    sum_of_squares_##NAME, exp_sum_##NAME};
+    __attribute__((target(TARGET))) void layernorm_forward_##NAME(float* out, float* mean, float* rstd,          \
+                                                                  const float* x, const float* weight,            \
+                                                                  const float* bias, int C) {                      \
+        layernorm_forward_body<W>(out, mean, rstd, x, weight, bias, C);                                            \
+    }                                                                                                              \
+    __attribute__((target(TARGET))) void layernorm_backward_##NAME(float* dx, const float* g, const float* x,     \
+                                                                   const float* weight, float mu, float s, int C) { \
+        layernorm_backward_body<W>(dx, g, x, weight, mu, s, C);                                                    \
+    }                                                                                                              \
+    const Kernels NAME##_kernels = {gelu_forward_##NAME,      gelu_backward_##NAME,     adamw_##NAME,             \
+                                    sum_of_squares_##NAME,    exp_sum_##NAME,           layernorm_forward_##NAME, \
+                                    layernorm_backward_##NAME};
 
 LLMC_VARIANT(avx2, "avx2,fma", 8)
 LLMC_VARIANT(avx512, "avx512f,fma", 16)
 #undef LLMC_VARIANT
 
-const Kernels scalar_kernels = {gelu_forward_scalar, gelu_backward_scalar, adamw_scalar, sum_of_squares_scalar,
-                                exp_sum_scalar};
+const Kernels scalar_kernels = {gelu_forward_scalar,     gelu_backward_scalar,     adamw_scalar,
+                                sum_of_squares_scalar,   exp_sum_scalar,           layernorm_forward_scalar,
+                                layernorm_backward_scalar};
 
 Isa choose() {
     Isa isa = cpu_supports(Isa::avx512) ? Isa::avx512 : cpu_supports(Isa::avx2) ? Isa::avx2 : Isa::scalar;

@@ -2,7 +2,7 @@
  * The fp32 CPU model's elementwise and reduction loops, vectorised, with the instruction set chosen at run time.
  *
  * Each kernel works on one contiguous range on the calling thread; the callers (gelu.h, adamw.h, classifier.h,
- * attention.h) split their work over OpenMP threads as before and call these per chunk. The fp64 model keeps
+ * attention.h, layernorm.h) split their work over OpenMP threads as before and call these per chunk. The fp64 model keeps
  * the plain loops of those headers: it is the gradient checks' reference, and the scalar variant here is the
  * same plain code for fp32.
  *
@@ -19,9 +19,12 @@
  *     exp(-2u) overflows (x < -9.6, where the exact value is below 1e-36).
  *     Backward: sigmoid(2u) + 2 x u' sigmoid(2u)(1 - sigmoid(2u)), u' = sqrt(2/pi)(1 + 3 * 0.044715 x^2), with
  *     1 - sigmoid(2u) = 1 / (1 + exp(2u)) (no cancellation for large x).
- *   Sums of squares and exp sums: one double accumulator per lane, lanes added in order at the end, so a result
- *     depends only on the variant, not on the thread count or the run.
- * Accuracy against the exact values (test/test_cpu_vec.cpp): within a few float ulps, per kernel.
+ *   Sums of squares, exp sums and layernorm's statistics: one double accumulator per lane, lanes added in order
+ *     at the end, so a result depends only on the variant, not on the thread count or the run.
+ *   Layernorm: the scalar variant is layernorm.h's plain row (the fp64 model's); the vector ones the same
+ *     formulas with those per-lane sums (mean, then the centred variance, both in double; dnorm = weight * dout
+ *     and dnorm * norm rounded to float, then summed in double).
+ * Accuracy against the exact values (test/test_cpu_kernels.cpp): within a few float ulps, per kernel.
  */
 #pragma once
 #include <algorithm>
@@ -54,6 +57,12 @@ struct Kernels {
     double (*sum_of_squares)(const float* grads, size_t n);
     // p[i] = exp(p[i] - max) for i < n; returns their sum in double.
     double (*exp_sum)(float* p, size_t n, float max);
+    // One position's layernorm (llmc/cpu/layernorm.h): out (C) from x (C), its mean and 1/std stored.
+    void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* x, const float* weight,
+                              const float* bias, int C);
+    // One position's layernorm backward: dx (C) += the gradient through x, given dout g and the forward's mu, s.
+    void (*layernorm_backward)(float* dx, const float* g, const float* x, const float* weight, float mu, float s,
+                               int C);
 };
 
 // The kernels of one variant (the CPU must support it) or of the active one.
