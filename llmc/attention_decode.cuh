@@ -1,7 +1,9 @@
 /*
  * Decode attention: one query row per (running sequence, head) against that sequence's cached keys and values,
- * the step of KV-cache generation after the prompt (llmc/cpu/gpt2_decoder.h is the CPU reference's layout and
- * cpu::attention_row its arithmetic). Split over the cached positions, flash-decoding style:
+ * the step of KV-cache generation after the prompt (llmc/cpu/gpt2_decoder.h is the CPU reference and
+ * cpu::attention_row its arithmetic; the CPU's cache keeps each head's positions contiguous for one thread's
+ * stream, this one whole (maxT, C) rows, so that a warp reads one position of a head in one coalesced load).
+ * Split over the cached positions, flash-decoding style:
  *
  *   q        (B, q_stride) bf16: row b's query of head h at q + b*q_stride + h*HS (a qkv row: q_stride = 3C)
  *   seq      (B) int on the device: the cache sequence row b belongs to. The rows are the sequences still

@@ -1,6 +1,7 @@
 /*
  * GPT-2 inference on the GPU in bf16 with a KV cache: the model of infer_gpt2cu. The CPU reference is
- * llmc/cpu/gpt2_decoder.h (same rows, same cache layout); tests: test/gpu/test_gpt2_decoder.cu.
+ * llmc/cpu/gpt2_decoder.h (same rows; its cache per layer is (B, NH, maxT, hs), this one's (B, maxT, C): see
+ * llmc/attention_decode.cuh); tests: test/gpu/test_gpt2_decoder.cu.
  *
  * Rows: each row is one token appended to one sequence at that sequence's next position (its own sequence
  * and position ids on the device), so a batch of prompts of different lengths needs no padding:
