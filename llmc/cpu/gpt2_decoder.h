@@ -76,6 +76,10 @@ public:
         if (R == 0) return;
         carve(R);
         const size_t RC = (size_t)R * C;
+        // Keys and values each layer's attention reads. Threads only for enough of them: with passive waiting, a
+        // parallel region per layer costs more than a decode row's heads save (doc/cpu_reference.md).
+        size_t kv_values = 0;
+        for (int r = 0; r < R; r++) kv_values += 2 * (size_t)(pos_[r] + 1) * C;
         using namespace cpu;
 
         timed(SubBlock::encoder, -1, [&] {
@@ -99,10 +103,6 @@ public:
                         std::copy_n(a_.qkv + (size_t)r * 3 * C + C + h * hs, hs, kc + at);
                         std::copy_n(a_.qkv + (size_t)r * 3 * C + 2 * C + h * hs, hs, vc + at);
                     }
-                // Threads only for enough keys and values to read: with passive waiting, a parallel region per
-                // layer costs more than a decode row's heads save (doc/cpu_reference.md).
-                size_t kv_values = 0;
-                for (int r = 0; r < R; r++) kv_values += 2 * (size_t)(pos_[r] + 1) * C;
 #pragma omp parallel if (kv_values >= ATTENTION_PARALLEL_MIN)
                 {
                     std::vector<Real> att(maxT_); // this thread's softmax weights

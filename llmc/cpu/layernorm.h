@@ -12,6 +12,18 @@
 
 namespace llmc::cpu {
 
+// The per-channel formulas, written once for a scalar (the rows below, the vector variants' tails) and for a
+// vector of floats (the vector variants, llmc/cpu/vec.cpp): the normalised value, the output, and the backward's
+// dx term given the two means over the row.
+template <typename T, typename S> [[gnu::always_inline]] inline T layernorm_norm(T x, S mu, S s) { return (x - mu) * s; }
+template <typename T, typename S> [[gnu::always_inline]] inline T layernorm_out(T x, S mu, S s, T w, T b) {
+    return layernorm_norm(x, mu, s) * w + b;
+}
+template <typename T, typename S>
+[[gnu::always_inline]] inline T layernorm_dx(T x, T w, T g, S mu, S s, S dnorm_mean, S dnorm_norm_mean) {
+    return s * (w * g - dnorm_mean - layernorm_norm(x, mu, s) * dnorm_norm_mean);
+}
+
 // One position of the forward in plain C++: the fp64 model's path, and the scalar variant of the fp32 kernel
 // (llmc/cpu/vec.cpp), which the vector variants follow with per-lane partial sums.
 template <typename Real> void layernorm_row(Real* o, Real* mean, Real* rstd, const Real* x, const Real* weight,
@@ -24,7 +36,7 @@ template <typename Real> void layernorm_row(Real* o, Real* mean, Real* rstd, con
     double var = 0;
     for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
     const Real mu = (Real)m, s = (Real)(1.0 / std::sqrt(var / C + 1e-5));
-    for (int c = 0; c < C; c++) o[c] = (x[c] - mu) * s * weight[c] + bias[c];
+    for (int c = 0; c < C; c++) o[c] = layernorm_out(x[c], mu, s, weight[c], bias[c]);
     *mean = mu;
     *rstd = s;
 }
@@ -37,13 +49,10 @@ template <typename Real> void layernorm_backward_row(Real* dx, const Real* g, co
     for (int c = 0; c < C; c++) {
         const Real dnorm = weight[c] * g[c];
         dnorm_sum += dnorm;
-        dnorm_norm_sum += dnorm * ((x[c] - mu) * s);
+        dnorm_norm_sum += dnorm * layernorm_norm(x[c], mu, s);
     }
     const Real dnorm_mean = (Real)(dnorm_sum / C), dnorm_norm_mean = (Real)(dnorm_norm_sum / C);
-    for (int c = 0; c < C; c++) {
-        const Real norm = (x[c] - mu) * s;
-        dx[c] += s * (weight[c] * g[c] - dnorm_mean - norm * dnorm_norm_mean);
-    }
+    for (int c = 0; c < C; c++) dx[c] += layernorm_dx(x[c], weight[c], g[c], mu, s, dnorm_mean, dnorm_norm_mean);
 }
 
 // out (B, T, C), mean and rstd (B, T); inp (B, T, C), weight and bias (C). fp32 through the run-time chosen

@@ -1,3 +1,6 @@
+// The 16-lane bodies (and layernorm.h's formulas they call) take and return 64-byte vectors only inside the
+// avx512 variants they are inlined into.
+#pragma GCC diagnostic ignored "-Wpsabi"
 #include "llmc/cpu/vec.h"
 
 #include <cmath>
@@ -13,8 +16,6 @@ namespace llmc::cpu::vec {
 namespace {
 
 #define LLMC_INLINE inline __attribute__((always_inline))
-// The 16-lane bodies take and return 64-byte vectors only inside the avx512 variants they are inlined into.
-#pragma GCC diagnostic ignored "-Wpsabi"
 
 constexpr float SQRT_2_OVER_PI = 0.7978845608028654f, GELU_A = 0.044715f;
 
@@ -238,8 +239,9 @@ LLMC_INLINE void layernorm_forward_body(float* out, float* mean, float* rstd, co
     double var = lanes_sum<W>(a0, a1);
     for (; i < C; i++) var += (x[i] - m) * (x[i] - m);
     const float mu = (float)m, s = (float)(1.0 / std::sqrt(var / C + 1e-5));
-    for (i = 0; i + W <= C; i += W) store<W>(out + i, (load<W>(x + i) - mu) * s * load<W>(weight + i) + load<W>(bias + i));
-    for (; i < C; i++) out[i] = (x[i] - mu) * s * weight[i] + bias[i];
+    for (i = 0; i + W <= C; i += W)
+        store<W>(out + i, layernorm_out(load<W>(x + i), mu, s, load<W>(weight + i), load<W>(bias + i)));
+    for (; i < C; i++) out[i] = layernorm_out(x[i], mu, s, weight[i], bias[i]);
     *mean = mu;
     *rstd = s;
 }
@@ -250,7 +252,7 @@ LLMC_INLINE void layernorm_backward_body(float* dx, const float* g, const float*
     VD<W / 2> a0 = {}, a1 = {}, b0 = {}, b1 = {};
     int i = 0;
     for (; i + W <= C; i += W) {
-        const VF<W> dnorm = load<W>(weight + i) * load<W>(g + i), norm = (load<W>(x + i) - mu) * s;
+        const VF<W> dnorm = load<W>(weight + i) * load<W>(g + i), norm = layernorm_norm(load<W>(x + i), mu, s);
         VD<W / 2> lo, hi;
         widen_halves<W>(dnorm, lo, hi);
         a0 += lo, a1 += hi;
@@ -261,17 +263,13 @@ LLMC_INLINE void layernorm_backward_body(float* dx, const float* g, const float*
     for (int c = i; c < C; c++) {
         const float dnorm = weight[c] * g[c];
         dnorm_sum += dnorm;
-        dnorm_norm_sum += dnorm * ((x[c] - mu) * s);
+        dnorm_norm_sum += dnorm * layernorm_norm(x[c], mu, s);
     }
     const float dnorm_mean = (float)(dnorm_sum / C), dnorm_norm_mean = (float)(dnorm_norm_sum / C);
-    for (i = 0; i + W <= C; i += W) {
-        const VF<W> norm = (load<W>(x + i) - mu) * s;
-        store<W>(dx + i, load<W>(dx + i) + s * (load<W>(weight + i) * load<W>(g + i) - dnorm_mean - norm * dnorm_norm_mean));
-    }
-    for (; i < C; i++) {
-        const float norm = (x[i] - mu) * s;
-        dx[i] += s * (weight[i] * g[i] - dnorm_mean - norm * dnorm_norm_mean);
-    }
+    for (i = 0; i + W <= C; i += W)
+        store<W>(dx + i, load<W>(dx + i) + layernorm_dx(load<W>(x + i), load<W>(weight + i), load<W>(g + i), mu, s,
+                                                         dnorm_mean, dnorm_norm_mean));
+    for (; i < C; i++) dx[i] += layernorm_dx(x[i], weight[i], g[i], mu, s, dnorm_mean, dnorm_norm_mean);
 }
 
 // ---- the variants ----

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <unistd.h>
 
-#include "llmc/profiler/roofline.h"
 
 namespace llmc {
 
@@ -50,13 +49,15 @@ void InferProfile::start(const MakeSession& make) {
     });
 }
 
+double InferProfile::dram_gbps() const {
+    const double gbps = session_ ? session_->written_figures().ceilings.dram_gbps : 0;
+    return gbps > 0 ? gbps : NAN;
+}
+
 double InferProfile::decode_floor_share(double decode_ms) const {
-    if (!session_ || decode_ms <= 0 || shape.decode_steps == 0 || std::isnan(dram_gbps())) return NAN;
-    const prof::ProfileContext& ctx = session_->context();
-    const prof::CostTable costs = prof::inference_costs(ctx.model, shape, ctx.device_kind == prof::DeviceKind::GPU);
-    double bytes = 0;
-    for (const auto& cells : costs) bytes += cells[(int)Phase::decode].bytes;
-    return bytes / (dram_gbps() * 1e9) / (decode_ms / 1e3);
+    const double gbps = dram_gbps(), bytes = session_ ? session_->written_figures().decode_bytes : NAN;
+    if (decode_ms <= 0 || std::isnan(gbps) || !(bytes > 0)) return NAN; // bytes: 0 without a decode step
+    return bytes / (gbps * 1e9) / (decode_ms / 1e3);
 }
 
 void InferProfile::begin_step() {

@@ -36,17 +36,15 @@ public:
     void end_step(long tokens, bool last);
     // The profile's average power and joules per token over the run (NaN without --profile or a reading):
     // the summary's avg_power_w and j_per_token.
-    double avg_power_w() const { return session_ ? session_->written_avg_w() : NAN; }
-    double joules_per_token() const { return session_ ? session_->written_joules_per_token() : NAN; }
-    // The decode steps' DRAM floor over their time: the analytic minimum bytes of every decode step
-    // (prof::inference_costs: each weight once per step, the KV cache each row attends) at the written profile's
-    // bandwidth (measured, or raised to what the profile reached, as its tables use), divided by decode_ms, the
-    // steps' total time. NaN without --profile, a written profile or a decode step.
+    double avg_power_w() const { return session_ ? session_->written_figures().avg_w : NAN; }
+    double joules_per_token() const { return session_ ? session_->written_figures().joules_per_token : NAN; }
+    // The decode steps' DRAM floor over their time: the written profile's decode bytes (phases.csv: each weight
+    // once per step, the KV cache each row attends) at its bandwidth (measured, or raised to what the profile
+    // reached, as its tables use), divided by decode_ms, the steps' total time. NaN without --profile, a written
+    // profile or a decode step.
     double decode_floor_share(double decode_ms) const;
     // The bandwidth that floor is at, GB/s (NaN without a written profile).
-    double dram_gbps() const {
-        return session_ && session_->written_ceilings().dram_gbps > 0 ? session_->written_ceilings().dram_gbps : NAN;
-    }
+    double dram_gbps() const;
     // After the results are printed: an Error when the profile could not be written.
     void throw_if_not_written() const {
         if (session_) session_->throw_if_not_written();

@@ -1,6 +1,7 @@
 // The profile session (llmc/profiler/session.h).
 #include "llmc/profiler/session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -139,8 +140,10 @@ void ProfileSession::write() {
     const ReportPage page = write_report_page(opt_.dir);
     if (page.written) written_files_.push_back("report.html");
     outcome_ = format_outcome(report, opt_.dir, 3, page.written);
-    written_avg_w_ = report.power.avg_w, written_j_per_token_ = report.power.joules_per_token;
-    written_ceilings_ = report.context.ceilings;
+    written_.avg_w = report.power.avg_w, written_.joules_per_token = report.power.joules_per_token;
+    written_.ceilings = report.context.ceilings;
+    for (const PhaseRow& p : report.phases) // per step of the window, as phases.csv multiplies them out
+        if (p.phase == (int)Phase::decode) written_.decode_bytes = p.cost.bytes * std::max(1, report.num_steps);
     std::string dropped = records.dropped_records ? strprintf(" (%llu CUPTI records dropped: incomplete)",
                                                              (unsigned long long)records.dropped_records)
                                                   : "";

@@ -110,13 +110,14 @@ public:
     // nothing and says so.
     void energy_work(std::function<EnergyWork()> fn) { energy_work_ = std::move(fn); }
     const ProfileContext& context() const { return ctx_; } // the run's description and the measured ceilings
-    // The written profile's average power (W) and energy per token (J) over its window, as summary.txt gives
-    // them; NaN before it is written or where the device has no power reading.
-    double written_avg_w() const { return written_avg_w_; }
-    double written_joules_per_token() const { return written_j_per_token_; }
-    // The written profile's ceilings: the measured ones, raised where the profile beat them (Report's
-    // ceiling_raise); all 0 (unknown) before it is written.
-    const Ceilings& written_ceilings() const { return written_ceilings_; }
+    // What the written profile says of its window, for a program's own summary line; before it is written,
+    // NaN and ceilings of 0 (unknown).
+    struct Written {
+        double avg_w = NAN, joules_per_token = NAN; // as summary.txt gives them; NaN without a power reading
+        Ceilings ceilings;         // the measured ones, raised where the profile beat them (Report's ceiling_raise)
+        double decode_bytes = NAN; // inference: the decode phase's analytic bytes over the window (phases.csv)
+    };
+    const Written& written_figures() const { return written_; }
     // Why writing the profile failed (a full disk, the directory removed meanwhile); "" when it did not. The run
     // goes on (checkpoints, results); the program reports it and exits 1 at its end (throw_if_not_written).
     const std::string& write_error() const { return write_error_; }
@@ -142,8 +143,7 @@ private:
     int64_t flush_ns_ = 0; // summed time of the between-step flushes
     std::vector<OutsideStepRecord> outside_steps_; // boundary_work inside the window
     std::string outcome_;  // print_outcome's lines, kept from write()
-    double written_avg_w_ = NAN, written_j_per_token_ = NAN;
-    Ceilings written_ceilings_;
+    Written written_;
     std::string write_error_;
     std::vector<std::string> written_files_;
 };
