@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <unistd.h>
 
-
 namespace llmc {
 
 namespace {
