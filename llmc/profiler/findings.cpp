@@ -91,7 +91,7 @@ std::string throttle_names(uint64_t reasons) {
 }
 
 FindingInput::FindingInput(const Report& report, const ProfileRecords& records)
-    : r(report), rec(records), window(records.steps), steps(std::max(1, report.num_steps)),
+    : r(report), rec(records), window(records.steps), steps(report.cost_steps()),
       step_ms(report.wall_s * 1e3 / steps), min_ms(MIN_SHARE * step_ms) {}
 
 double FindingInput::idle_in(bool (*pred)(const std::string&), long* gaps) const {

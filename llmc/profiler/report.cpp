@@ -711,7 +711,7 @@ Report build_report(const ProfileRecords& rec, const ProfileContext& ctx) {
         // The run's totals spread over its steps: the sub-block rows compare costs and times per step.
         r.costs = inference_costs(m, ctx.inference, ctx.device_kind == DeviceKind::GPU); // the GPU decoder fuses
         for (auto& row : r.costs)
-            for (OpCost& cell : row) cell = cell * (1.0 / std::max(1, r.num_steps));
+            for (OpCost& cell : row) cell = cell * (1.0 / r.cost_steps());
     } else if (r.has_model) {
         r.costs = (ctx.device_kind == DeviceKind::CPU ? cpu_analytic_costs : analytic_costs)(m, ctx.B, ctx.T,
                                                                                              std::max(1, ctx.grad_accum));

@@ -270,6 +270,8 @@ struct Report {
     bool has_model = false; // the context describes a model, so the analytic costs exist
     CostTable costs{};      // per step
     int num_steps = 0;
+    // The steps the per-step costs are spread over (at least 1): multiplied back, they give the window's totals.
+    int cost_steps() const { return num_steps > 0 ? num_steps : 1; }
     long tokens = 0;
     double wall_s = 0;                          // sum of step wall times (or the recorded span without steps)
     double gpu_time_us = 0, kernel_time_us = 0; // activity time summed (kernels + memcpy + memset), kernels only

@@ -1,7 +1,6 @@
 // The profile session (llmc/profiler/session.h).
 #include "llmc/profiler/session.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -142,8 +141,8 @@ void ProfileSession::write() {
     outcome_ = format_outcome(report, opt_.dir, 3, page.written);
     written_.avg_w = report.power.avg_w, written_.joules_per_token = report.power.joules_per_token;
     written_.ceilings = report.context.ceilings;
-    for (const PhaseRow& p : report.phases) // per step of the window, as phases.csv multiplies them out
-        if (p.phase == (int)Phase::decode) written_.decode_bytes = p.cost.bytes * std::max(1, report.num_steps);
+    for (const PhaseRow& p : report.phases) // per step of the window, multiplied out as phases.csv prints them
+        if (p.phase == (int)Phase::decode) written_.decode_bytes = p.cost.bytes * report.cost_steps();
     std::string dropped = records.dropped_records ? strprintf(" (%llu CUPTI records dropped: incomplete)",
                                                              (unsigned long long)records.dropped_records)
                                                   : "";

@@ -300,7 +300,7 @@ Columns<IdleGap> gap_columns() {
 // phases.csv, profile.json "inference" "phases", summary.txt's prefill and decode: costs over the whole window.
 Columns<PhaseRow> phase_columns(const Report& r, const SummaryStyle& st) {
     using P = PhaseRow;
-    const double steps = std::max(1, r.num_steps); // the costs are per step of the window
+    const double steps = r.cost_steps(); // the costs are per step of the window
     const Ceilings* ce = &r.context.ceilings;
     return {
         {[](const P& p) -> Value { return phase_label(p.phase); }, {"phase"}, {"phase"}, {"phase"}},
